@@ -1,0 +1,218 @@
+"""Checkpoint folders in the Hugging Face layout: safe reading, atomic writing, mismatches said in plain words.
+
+A folder holds `config.json`, `model.safetensors` (or the sharded `model.safetensors.index.json`), and the
+tokenizer files. Pickled `pytorch_model.bin` files can run code when loaded, so they are refused unless the
+caller trusts them explicitly, and even then read with `torch.load(weights_only=True)`.
+"""
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .config import BertConfig
+from .errors import BertforgeError
+
+log = logging.getLogger("bertforge")
+
+SAFETENSORS = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+PICKLE = "pytorch_model.bin"
+
+# Keys the reference library writes that are other names for tensors tied in this model.
+TIED_ALIASES = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+
+# What each top-level part of a checkpoint is, for reports a person can act on.
+PART_NAMES = {
+    "bert.pooler": "pooler",
+    "cls.predictions": "masked-LM head",
+    "cls.seq_relationship": "next-sentence head",
+    "classifier": "classifier",
+    "qa_outputs": "question-answering head",
+}
+
+
+@contextmanager
+def atomic_path(path):
+    """Yield a temporary path beside `path`; on success it replaces `path` in one step, else it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path, text: str):
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def read_weights(folder, trust_pickle: bool = False) -> tuple[dict[str, torch.Tensor], Path]:
+    """The tensors of a checkpoint folder (or a weights file) and the file they came from."""
+    folder = Path(folder)
+    if folder.is_file():
+        files = [folder]
+    elif (folder / SAFETENSORS).is_file():
+        files = [folder / SAFETENSORS]
+    elif (folder / SAFETENSORS_INDEX).is_file():
+        index = json.loads((folder / SAFETENSORS_INDEX).read_text(encoding="utf-8"))
+        files = [folder / name for name in sorted(set(index["weight_map"].values()))]
+    elif (folder / PICKLE).is_file():
+        files = [folder / PICKLE]
+    elif not folder.exists():
+        raise BertforgeError(f"{folder}: no such checkpoint folder")
+    else:
+        raise BertforgeError(f"{folder}: no {SAFETENSORS} (or {PICKLE}) in this folder")
+
+    weights = {}
+    for file in files:
+        if file.suffix == ".bin":
+            if not trust_pickle:
+                raise BertforgeError(
+                    f"{file}: pickle files can run code when loaded, so they are not read by default; convert it "
+                    f"with `bertforge convert {folder} OUT` from a source you trust, or pass trust_pickle=True "
+                    "(--trust-pickle) to read it with torch.load(weights_only=True)")
+            try:
+                weights.update(torch.load(file, map_location="cpu", weights_only=True))
+            except Exception as e:  # torch raises several types for bad files
+                raise BertforgeError(f"{file}: cannot be read as PyTorch weights ({str(e).splitlines()[0]})") from None
+        else:
+            try:
+                weights.update(load_file(file))
+            except (SafetensorError, OSError) as e:
+                raise BertforgeError(f"{file}: not a valid safetensors file ({e})") from None
+    return weights, files[0]
+
+
+def normalise_keys(weights: dict, prefix: str, wants_prefix: bool) -> dict:
+    """Old LayerNorm names (gamma/beta) to new ones, and the `bert.` prefix added or removed to fit the model."""
+    out = {}
+    for key, value in weights.items():
+        key = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        if key.endswith("embeddings.position_ids") or key in TIED_ALIASES:
+            continue  # a buffer, and names of tensors this model ties instead of storing twice
+        has_prefix = key.startswith(prefix + ".")
+        if wants_prefix and not has_prefix and key.split(".")[0] in ("embeddings", "encoder", "pooler"):
+            key = f"{prefix}.{key}"
+        elif not wants_prefix and has_prefix:
+            key = key[len(prefix) + 1:]
+        out[key] = value
+    return out
+
+
+def part_name(key: str) -> str:
+    for prefix, name in PART_NAMES.items():
+        if key.startswith(prefix) or key.startswith(prefix.removeprefix("bert.")):
+            return name
+    return key.rsplit(".", 1)[0]
+
+
+def describe_mismatch(model_name: str, missing: list[str], unexpected: list[str]) -> list[str]:
+    """Plain-words lines about parts initialised fresh and parts of the checkpoint left unused."""
+    lines = []
+    for part in sorted({part_name(k) for k in missing}):
+        lines.append(f"{part} initialised fresh: fine-tune it before use" if part in PART_NAMES.values()
+                     else f"{part} missing from the checkpoint: initialised fresh")
+    for part in sorted({part_name(k) for k in unexpected}):
+        lines.append(f"{part} in the checkpoint is not used by {model_name}")
+    return lines
+
+
+def encoder_parts(keys, prefix: str) -> list[str]:
+    """The encoder layers and embedding tables among `keys`, e.g. ["embeddings.word_embeddings", "layer 6"]."""
+    layers, tables = set(), set()
+    for key in keys:
+        key = key.removeprefix(prefix + ".")
+        if key.startswith("encoder.layer."):
+            layers.add(int(key.split(".")[2]))
+        elif key.startswith("embeddings."):
+            tables.add(key.rsplit(".", 1)[0])
+    return sorted(tables) + [f"layer {i}" for i in sorted(layers)]
+
+
+class PretrainedMixin:
+    """`from_pretrained` / `save_pretrained` for the model classes (which define `base_model_prefix`)."""
+
+    @classmethod
+    def from_pretrained(cls, folder, trust_pickle: bool = False, config: BertConfig | None = None,
+                        **config_overrides):
+        """Build the model from `folder/config.json` (or `config`) and load the folder's weights.
+
+        `config_overrides` replace config fields, e.g. `id2label={0: "neg", 1: "pos"}` for a new classifier.
+        """
+        folder = Path(folder)
+        config = config or BertConfig.from_json_file(folder / "config.json")
+        if config_overrides:
+            config = BertConfig.from_dict({**config.to_dict(), **config_overrides})
+        model = cls(config)
+        model.load_weights(folder, trust_pickle=trust_pickle)
+        return model
+
+    def load_weights(self, folder, trust_pickle: bool = False) -> list[str]:
+        """Load a checkpoint's tensors into this model; returns (and logs) the plain-words report."""
+        weights, file = read_weights(folder, trust_pickle)
+        prefix = self.base_model_prefix
+        wants_prefix = any(k.startswith(prefix + ".") for k in self.state_dict())
+        weights = normalise_keys(weights, prefix, wants_prefix)
+        own = self.state_dict()
+        for key, value in weights.items():
+            if key in own and own[key].shape != value.shape:
+                raise BertforgeError(
+                    f"{file}: {key} has shape {tuple(value.shape)} but the config gives {tuple(own[key].shape)}; "
+                    "the config.json does not describe these weights")
+        # Only heads may be initialised fresh: an encoder part missing or left over means the config is wrong.
+        missing = encoder_parts(own.keys() - weights.keys(), prefix)
+        extra = encoder_parts(weights.keys() - own.keys(), prefix)
+        if missing or extra:
+            problems = ([f"{', '.join(missing)} not in the weights"] if missing else []) + (
+                [f"weights have {', '.join(extra)} beyond the config"] if extra else [])
+            raise BertforgeError(f"{file}: the config.json does not describe these weights: {'; '.join(problems)}")
+        result = self.load_state_dict(weights, strict=False)
+        report = describe_mismatch(type(self).__name__, result.missing_keys, result.unexpected_keys)
+        for line in report:
+            log.warning(line)
+        return report
+
+    def save_pretrained(self, folder, tokenizer=None):
+        """Write config.json and model.safetensors (each atomically), and the tokenizer when given."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        config = {**self.config.to_dict(), "architectures": [type(self).__name__]}
+        write_text_atomic(folder / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in self.state_dict().items()}
+        with atomic_path(folder / SAFETENSORS) as tmp:
+            save_file(tensors, tmp, metadata={"format": "pt"})
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+
+
+def add_convert_arguments(parser):
+    parser.add_argument("src", help="checkpoint folder holding pytorch_model.bin, from a source you trust")
+    parser.add_argument("out", help="folder to write (config, model.safetensors and the tokenizer files)")
+
+
+def run_convert(args) -> int:
+    """Read the pickle with torch.load(weights_only=True) once, on the user's say-so, and write safetensors."""
+    src, out = Path(args.src), Path(args.out)
+    weights, file = read_weights(src, trust_pickle=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (src / name).is_file():
+            shutil.copyfile(src / name, out / name)
+    tensors = {k: v.contiguous() for k, v in weights.items() if k not in TIED_ALIASES}
+    with atomic_path(out / SAFETENSORS) as tmp:
+        save_file(tensors, tmp, metadata={"format": "pt"})
+    print(f"{file} -> {out / SAFETENSORS} ({len(tensors)} tensors)")
+    return 0

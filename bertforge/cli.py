@@ -1,0 +1,66 @@
+"""The `bertforge` command. Each command lives beside the code that does its work; this file only wires them."""
+
+import argparse
+import importlib
+import logging
+import sys
+
+from .errors import BertforgeError
+
+# command -> (module, help); the module defines add_<name>_arguments(parser) and run_<name>(args).
+COMMANDS = {
+    "demo": ("demo", "the whole pipeline on a built-in corpus: vocabulary, data, pre-training, fill-mask"),
+    "tokenizer": ("tokenizer", "train a WordPiece vocabulary, or encode text"),
+    "data": ("data.create", "build pre-training data (sharded token files) from text"),
+    "pretrain": ("pretrain", "pre-train with masked LM + next sentence prediction"),
+    "plot": ("plot", "draw a run's loss and accuracy curves as a PNG"),
+    "finetune": ("finetune", "fine-tune on GLUE, SQuAD, CoNLL NER or multiple choice"),
+    "evaluate": ("finetune", "score a fine-tuned model on a task's data"),
+    "predict": ("finetune", "predictions of a fine-tuned model, in the task's submission format"),
+    "features": ("features", "hidden states of chosen layers, per token, word or sentence"),
+    "info": ("info", "describe a checkpoint folder: sizes, parameters, heads, vocabulary"),
+    "convert": ("checkpoint", "rewrite a trusted pytorch_model.bin folder as safetensors"),
+}
+# Modules whose command function is named after the module rather than the command.
+FUNCTION_NAMES = {"data": "data_create"}
+
+
+def command_functions(command: str):
+    module_name, _ = COMMANDS[command]
+    module = importlib.import_module(f"bertforge.{module_name}")
+    name = FUNCTION_NAMES.get(command, command)
+    return getattr(module, f"add_{name}_arguments"), getattr(module, f"run_{name}")
+
+
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bertforge", description="BERT from raw text to a served model.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:  # import only the module of the command being run
+            command_functions(name)[0](p if name != "data" else _data_subcommand(p))
+    return parser
+
+
+def _data_subcommand(parser):
+    return parser.add_subparsers(dest="data_command", required=True).add_parser(
+        "create", help=COMMANDS["data"][1], description=COMMANDS["data"][1])
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command if command in COMMANDS else None)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        return command_functions(args.command)[1](args) or 0
+    except BertforgeError as e:
+        print(f"bertforge: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("bertforge: interrupted", file=sys.stderr)
+        return 130

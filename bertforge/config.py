@@ -1,0 +1,117 @@
+"""Model sizes, as a dataclass that reads and writes Hugging Face `config.json`."""
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import BertforgeError
+
+# (layers, hidden, heads) from the paper and Google's 24 small models; feed-forward is 4H.
+SIZES = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+
+
+@dataclass
+class BertConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    # Task heads: labels for classification (num_labels 1 means regression), dropout before the head.
+    id2label: dict[int, str] = field(default_factory=lambda: {0: "LABEL_0", 1: "LABEL_1"})
+    classifier_dropout: float | None = None
+    problem_type: str | None = None
+    # Fields of config.json this class does not use, kept so that saving preserves them.
+    extra: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_attention_heads:
+            raise BertforgeError(
+                f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}"
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise BertforgeError(f"hidden_act {self.hidden_act!r} is not one of {', '.join(ACTIVATIONS)}")
+        self.id2label = {int(k): v for k, v in self.id2label.items()}
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label)
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {v: k for k, v in self.id2label.items()}
+
+    def with_labels(self, labels: list[str]) -> "BertConfig":
+        """A copy whose task head predicts these labels (one label name means regression)."""
+        return dataclasses.replace(self, id2label=dict(enumerate(labels)))
+
+    @classmethod
+    def from_name(cls, name: str, **overrides) -> "BertConfig":
+        """One of the named sizes (tiny, mini, small, medium, base, large), with field overrides."""
+        if name not in SIZES:
+            raise BertforgeError(f"unknown model size {name!r}: choose one of {', '.join(SIZES)}")
+        layers, hidden, heads = SIZES[name]
+        sizes = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                     intermediate_size=4 * hidden)
+        return cls(**{**sizes, **overrides})
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BertConfig":
+        """From a Hugging Face config.json dictionary; unknown fields are kept in `extra`."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in d.items() if k in names}
+        extra = {k: v for k, v in d.items() if k not in names and k not in ("label2id", "num_labels")}
+        if "id2label" not in known and "num_labels" in d:
+            known["id2label"] = {i: f"LABEL_{i}" for i in range(d["num_labels"])}
+        return cls(**known, extra=extra)
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "extra"}
+        d["id2label"] = {str(k): v for k, v in self.id2label.items()}
+        d["label2id"] = self.label2id
+        return {**self.extra, "model_type": "bert", **d}
+
+    @classmethod
+    def from_json_file(cls, path) -> "BertConfig":
+        path = Path(path)
+        if not path.is_file():
+            raise BertforgeError(f"{path}: config file not found")
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise BertforgeError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        if d.get("model_type", "bert") != "bert":
+            raise BertforgeError(f"{path}: model_type is {d['model_type']!r}, expected 'bert'")
+        try:
+            return cls.from_dict(d)
+        except TypeError as e:
+            raise BertforgeError(f"{path}: {e}") from None
+
+    def save(self, path):
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, name_or_path: str) -> "BertConfig":
+        """A named size, a config.json file, or a folder holding one."""
+        if name_or_path in SIZES:
+            return cls.from_name(name_or_path)
+        path = Path(name_or_path)
+        return cls.from_json_file(path / "config.json" if path.is_dir() else path)

@@ -1,0 +1,223 @@
+"""``bertforge data create``: a text corpus to pre-training shards, Google's ``create_pretraining_data.py``.
+
+Pipeline: read and tokenize every sentence once (``tokenizers``' multi-threaded ``encode_batch``, both
+cores) into a flat token file; choose held-out documents; then for each of ``dupe_factor`` passes, visit
+the documents in a fresh random order, make Google's instances (:mod:`bertforge.data.instances`), and
+stream them, truncated, assembled, masked (:mod:`bertforge.data.masking`) and shuffled within the shard,
+to shards of up to ``SHARD_INSTANCES`` instances (:mod:`bertforge.data.shards`).
+
+Memory: the corpus tokens live in a memory-mapped file in ``DIR`` (2 bytes per token for vocabularies up
+to 65,536; deleted at the end), paged by the OS; resident are the sentence offsets (8 bytes per sentence,
+about 0.4 bytes per token for ~20-token sentences, plus 8 more per sentence while reading) and one shard
+in the making (a few hundred MB at most), so resident memory is about 1 byte per corpus token plus a
+constant, whatever the corpus size.
+
+The output is a deterministic function of the inputs (file contents and order), the arguments and the
+seed: each pass draws from its own ``np.random.default_rng([seed, split, pass])``.
+"""
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from bertforge.data.corpus import read_corpus, token_dtype
+from bertforge.data.instances import Draws, assemble, iter_spans, to_padded, truncate_pairs
+from bertforge.data.masking import continuation_table, mask_batch, word_starts
+from bertforge.data.shards import ShardWriter, vocab_sha256
+from bertforge.errors import BertforgeError
+from bertforge.tokenizer import BertTokenizer
+
+SHARD_INSTANCES = 1 << 15
+MASK_ROWS = 4096  # rows masked at once: bounds the temporary [rows, max_seq_length] arrays
+
+
+def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128, max_predictions: int = 20,
+                            masked_lm_prob: float = 0.15, short_seq_prob: float = 0.1, dupe_factor: int = 10,
+                            seed: int = 12345, whole_word_mask: bool = False, mask: bool = True,
+                            eval_docs: float = 0, encoding: str = "utf-8", fmt: str = "auto",
+                            progress: bool = False) -> dict:
+    """Write pre-training data for ``inputs`` (files or folders) to ``out``; return the statistics.
+
+    ``tokenizer`` is a :class:`~bertforge.tokenizer.BertTokenizer`, or a vocab.txt or tokenizer folder; it is
+    saved in ``out`` (vocab.txt and the Hugging Face tokenizer files). ``eval_docs``: that many documents (or
+    that fraction of them, when below 1) are held out and made into ``out/eval`` (one pass, never used for
+    training pairs). ``mask=False`` writes unmasked instances for dynamic masking.
+    """
+    if not isinstance(tokenizer, BertTokenizer):
+        tokenizer = BertTokenizer.from_pretrained(tokenizer)
+    if max_seq_length < 5:
+        raise BertforgeError(f"--max-seq-length {max_seq_length}: must be at least 5 ([CLS] A [SEP] B [SEP])")
+    if not 0 <= short_seq_prob <= 1 or not 0 < masked_lm_prob < 1:
+        raise BertforgeError("--short-seq-prob must be in [0, 1] and --masked-lm-prob in (0, 1)")
+    if dupe_factor < 1 or max_predictions < 1 or eval_docs < 0:
+        raise BertforgeError("--dupe-factor and --max-predictions must be at least 1, --eval-docs not negative")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    token_file = out / "corpus-tokens.tmp"
+    try:
+        corpus, read_stats = read_corpus(inputs, tokenizer, token_file, fmt, encoding, progress)
+        n_docs = corpus.num_documents
+        n_eval = int(eval_docs) if eval_docs >= 1 else int(np.ceil(eval_docs * n_docs))
+        if n_eval >= n_docs:
+            raise BertforgeError(f"--eval-docs {eval_docs}: the corpus has only {n_docs} documents")
+        held_out = np.random.default_rng([seed, 0]).choice(n_docs, n_eval, replace=False)
+        is_eval = np.zeros(n_docs, bool)
+        is_eval[held_out] = True
+        header = {
+            "vocab_sha256": vocab_sha256(tokenizer.vocab), "vocab_size": tokenizer.vocab_size,
+            "do_lower_case": tokenizer.do_lower_case, "token_dtype": np.dtype(token_dtype(tokenizer.vocab_size)).name,
+            "special_token_ids": {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
+                                  "mask": tokenizer.mask_token_id, "pad": tokenizer.pad_token_id},
+            "max_seq_length": max_seq_length, "short_seq_prob": short_seq_prob, "seed": seed, "masked": mask,
+            "masked_lm_prob": masked_lm_prob, "max_predictions": max_predictions, "whole_word_mask": whole_word_mask,
+        }
+        continuation = continuation_table(tokenizer.vocab)
+        stats = {"corpus": {**read_stats, "eval_documents": n_eval}}
+        for split, key, docs, passes, directory in [("train", 1, np.flatnonzero(~is_eval), dupe_factor, out),
+                                                    ("eval", 2, held_out, 1, out / "eval")]:
+            if len(docs):
+                stats[split] = _write_split(corpus, docs, directory, {**header, "split": split, "dupe_factor": passes},
+                                            continuation, [seed, key], passes, progress)
+        (out / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+        tokenizer.save_pretrained(out)
+    finally:
+        corpus = None  # drop the memory map before deleting its file
+        token_file.unlink(missing_ok=True)
+    return stats
+
+
+def _write_split(corpus, documents, directory: Path, header: dict, continuation: np.ndarray, seed_key: list,
+                 passes: int, progress: bool) -> dict:
+    writer = ShardWriter(directory)
+    if header["whole_word_mask"]:
+        np.save(directory / "continuation.npy", continuation, allow_pickle=False)
+    counts = Counter()
+    doc_tokens = corpus.sentence_offsets[corpus.document_offsets[documents + 1]] - \
+        corpus.sentence_offsets[corpus.document_offsets[documents]]
+    bar = tqdm(total=int(doc_tokens.sum()) * passes, unit="tok", unit_scale=True, desc=f"{header['split']} instances",
+               disable=not progress)
+    with bar:
+        for p in range(passes):
+            rng = np.random.default_rng(seed_key + [p])
+            for spans in iter_spans(corpus, rng.permutation(documents), header["max_seq_length"],
+                                    header["short_seq_prob"], Draws(rng), SHARD_INSTANCES, counts, bar):
+                writer.write(_make_shard(corpus, spans[rng.permutation(len(spans))], header, continuation, rng, counts))
+    writer.finish(header)
+    return _split_stats(counts, len(documents), passes, len(writer.shards))
+
+
+def _make_shard(corpus, spans, header: dict, continuation: np.ndarray, rng, counts: Counter) -> dict:
+    """Truncate, assemble and (statically) mask a block of instances: the arrays of one shard."""
+    L = header["max_seq_length"]
+    special_ids = header["special_token_ids"]
+    spans = truncate_pairs(spans, L - 3, rng)
+    ids, offsets = assemble(corpus.tokens, spans, special_ids["cls"], special_ids["sep"])
+    a_lengths = (spans.a_end - spans.a_start).astype(np.int32)
+    lengths = np.diff(offsets)
+    counts.update(instances=len(spans), random_next=int(spans.is_random_next.sum()), tokens=len(ids),
+                  non_special_tokens=len(ids) - 3 * len(spans))
+    arrays = {"tokens": ids, "offsets": offsets, "a_lengths": a_lengths,
+              "nsp_labels": spans.is_random_next.astype(np.int8)}
+    if not header["masked"]:
+        return arrays
+    positions, labels, mlm_counts = [], [], []
+    for lo in range(0, len(spans), MASK_ROWS):
+        n, a = lengths[lo:lo + MASK_ROWS], a_lengths[lo:lo + MASK_ROWS, None]
+        padded = to_padded(ids[offsets[lo]:offsets[lo + len(n)]], n, L, special_ids["pad"])
+        cols = np.arange(L)
+        special = (cols == 0) | (cols == a + 1) | (cols >= n[:, None] - 1)
+        masked, pos, lab = mask_batch(
+            padded, special, rng, header["vocab_size"], special_ids["mask"], lengths=n,
+            masked_lm_prob=header["masked_lm_prob"], max_predictions=header["max_predictions"],
+            whole_word_starts=word_starts(padded, continuation) if header["whole_word_mask"] else None)
+        valid = lab != -100
+        new = masked[np.arange(len(n))[:, None], pos][valid]
+        counts.update(masked=int(valid.sum()), mask_token=int((new == special_ids["mask"]).sum()),
+                      kept=int((new == lab[valid]).sum()))
+        ids[offsets[lo]:offsets[lo + len(n)]] = masked[cols < n[:, None]]
+        positions.append(pos[valid])
+        labels.append(lab[valid])
+        mlm_counts.append(valid.sum(1))
+    arrays.update(mlm_positions=np.concatenate(positions).astype(np.uint16),
+                  mlm_labels=np.concatenate(labels).astype(ids.dtype),
+                  mlm_offsets=np.concatenate([[0], np.cumsum(np.concatenate(mlm_counts))]))
+    return arrays
+
+
+def _split_stats(c: Counter, documents: int, passes: int, shards: int) -> dict:
+    stats = {
+        "documents": documents, "passes": passes, "shards": shards, "instances": c["instances"], "tokens": c["tokens"],
+        "random_next_share": c["random_next"] / max(c["instances"], 1),
+        "short_target_share_of_documents": c["short_target_documents"] / max(c["documents"], 1),
+    }
+    if c["masked"]:
+        stats.update(masked_share_of_non_special=c["masked"] / c["non_special_tokens"],
+                     mask_token_share=c["mask_token"] / c["masked"], kept_share=c["kept"] / c["masked"],
+                     random_token_share=(c["masked"] - c["mask_token"] - c["kept"]) / c["masked"])
+    return stats
+
+
+def format_report(stats: dict) -> str:
+    """The statistics as a few human-readable lines."""
+    c = stats["corpus"]
+    lines = [f"corpus: {c['files']:,} files ({c['formats']['lines']} lines format, {c['formats']['raw']} raw text, "
+             f"{c['empty_files']} empty, {c['skipped_files']} skipped: not .txt/.raw/.text), {c['documents']:,} documents, "
+             f"{c['sentences']:,} sentences, {c['tokens']:,} tokens; {c['eval_documents']} documents held out"]
+    for split in ("train", "eval"):
+        if split in stats:
+            s = stats[split]
+            lines.append(
+                f"{split}: {s['documents']:,} documents x {s['passes']} passes -> {s['instances']:,} instances, "
+                f"{s['tokens']:,} tokens in {s['shards']} shards; random next {s['random_next_share']:.1%}, "
+                f"short target {s['short_target_share_of_documents']:.1%} of documents")
+            if "masked_share_of_non_special" in s:
+                lines.append(
+                    f"{split} masking: {s['masked_share_of_non_special']:.2%} of non-special tokens; "
+                    f"[MASK] {s['mask_token_share']:.1%} / random {s['random_token_share']:.1%} / "
+                    f"kept {s['kept_share']:.1%}")
+    return "\n".join(lines)
+
+
+def _eval_docs(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of documents or a fraction below 1") from None
+    if value < 0 or (value >= 1 and value != int(value)):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of documents or a fraction below 1")
+    return value
+
+
+def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``bertforge data create`` (Google's defaults)."""
+    parser.add_argument("--input", nargs="+", required=True, metavar="F",
+                        help="text files or folders (searched recursively for .txt/.raw/.text files)")
+    parser.add_argument("--vocab", required=True, help="vocab.txt or a tokenizer/model folder")
+    parser.add_argument("--out", required=True, help="output folder (shards, index.json, stats.json, eval/)")
+    parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--max-predictions", type=int, default=20, help="masked positions per instance at most")
+    parser.add_argument("--masked-lm-prob", type=float, default=0.15)
+    parser.add_argument("--short-seq-prob", type=float, default=0.1)
+    parser.add_argument("--dupe-factor", type=int, default=10, help="passes over the corpus, each with new masks")
+    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--whole-word-mask", action="store_true", help="mask all pieces of a word together")
+    parser.add_argument("--no-mask", action="store_true", help="write unmasked instances (the trainer masks dynamically)")
+    parser.add_argument("--eval-docs", type=_eval_docs, default=0, metavar="N",
+                        help="hold out N documents (or this fraction, if below 1) for evaluation, written to OUT/eval")
+    parser.add_argument("--encoding", default="utf-8", help="text encoding of the input files (e.g. latin-1)")
+    parser.add_argument("--format", choices=("auto", "lines", "raw"), default="auto",
+                        help="lines: one sentence per line, blank line between documents (Google's); "
+                             "raw: running text, one document per file; auto: decide per file")
+
+
+def run_data_create(args) -> None:
+    stats = create_pretraining_data(
+        args.input, BertTokenizer.from_pretrained(args.vocab), args.out, max_seq_length=args.max_seq_length,
+        max_predictions=args.max_predictions, masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,
+        dupe_factor=args.dupe_factor, seed=args.seed, whole_word_mask=args.whole_word_mask, mask=not args.no_mask,
+        eval_docs=args.eval_docs, encoding=args.encoding, fmt=args.format, progress=True)
+    print(format_report(stats))

@@ -1,0 +1,234 @@
+"""Pre-training data on disk: sharded numpy arrays plus a JSON index, and the reader the trainer uses.
+
+A data directory (``DIR``, held-out documents in ``DIR/eval`` with the same layout) holds::
+
+    index.json                       format, version, vocabulary (sha256, size, lower-casing, special ids),
+                                     settings (max_seq_length, masking, seed, ...) and the shard list
+    stats.json                       what was read and made (see bertforge.data.create)
+    shard-00000.tokens.npy           all instances' ids back to back: [CLS] A [SEP] B [SEP] (uint16, or
+                                     uint32 for vocabularies over 65,536); masked ids when statically masked
+    shard-00000.offsets.npy          int64 [n + 1], instance i is tokens[offsets[i]:offsets[i + 1]]
+    shard-00000.a_lengths.npy        int32 [n], length of A: [SEP] is at a_length + 1, B starts after it
+    shard-00000.nsp_labels.npy       int8 [n], 1 when B is a random next segment, 0 when it really follows A
+    shard-00000.mlm_positions.npy    uint16, masked positions in increasing order, back to back   } static
+    shard-00000.mlm_labels.npy       original ids at those positions (token dtype)                } masking
+    shard-00000.mlm_offsets.npy      int64 [n + 1] into the two arrays above                      } only
+    continuation.npy                 bool [vocab_size], ``##`` pieces (whole-word masking only)
+
+Every file is a plain ``.npy`` (``np.save``, read with ``np.load(mmap_mode="r", allow_pickle=False)``), so
+reading an instance touches only its pages. Instances are stored in generation order, shuffled only within
+a shard: sample indices at random when training.
+"""
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertforge.data.instances import ragged_arange, to_padded
+from bertforge.data.masking import mask_batch, word_starts
+from bertforge.errors import BertforgeError
+
+FORMAT = "bertforge-pretraining-data"
+VERSION = 1
+ARRAYS = ("tokens", "offsets", "a_lengths", "nsp_labels")
+MLM_ARRAYS = ("mlm_positions", "mlm_labels", "mlm_offsets")
+
+
+def vocab_sha256(vocab: dict) -> str:
+    """sha256 of the vocabulary as ``vocab.txt`` text (one token per line, in id order): for a normal
+    ``vocab.txt`` this is the file's own sha256."""
+    text = "".join(token + "\n" for token in sorted(vocab, key=vocab.__getitem__))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class ShardWriter:
+    """Writes shards into a directory, then ``index.json`` last (a directory without it is incomplete)."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for stale in [*self.directory.glob("shard-*.npy"), self.directory / "index.json",
+                      self.directory / "continuation.npy"]:
+            stale.unlink(missing_ok=True)
+        self.shards = []
+
+    def write(self, arrays: dict) -> None:
+        name = f"shard-{len(self.shards):05d}"
+        for key, array in arrays.items():
+            np.save(self.directory / f"{name}.{key}.npy", array, allow_pickle=False)
+        self.shards.append({"name": name, "instances": len(arrays["offsets"]) - 1, "tokens": len(arrays["tokens"])})
+
+    def finish(self, header: dict) -> dict:
+        index = {"format": FORMAT, "version": VERSION, **header,
+                 "instances": sum(s["instances"] for s in self.shards),
+                 "tokens": sum(s["tokens"] for s in self.shards), "shards": self.shards}
+        tmp = self.directory / "index.json.tmp"
+        tmp.write_text(json.dumps(index, indent=1) + "\n")
+        tmp.replace(self.directory / "index.json")
+        return index
+
+
+class _Shard:
+    """One shard's arrays, memory-mapped and checked against the index."""
+
+    def __init__(self, directory: Path, entry: dict, index: dict):
+        self.name = entry["name"]
+        n, tokens = entry["instances"], entry["tokens"]
+        dtype = np.dtype(index["token_dtype"])
+        self.tokens = self._load(directory, "tokens", dtype, (tokens,))
+        self.offsets = self._load(directory, "offsets", np.int64, (n + 1,))
+        self.a_lengths = self._load(directory, "a_lengths", np.int32, (n,))
+        self.nsp_labels = self._load(directory, "nsp_labels", np.int8, (n,))
+        lengths = np.diff(self.offsets)
+        if self.offsets[0] != 0 or self.offsets[-1] != tokens or (lengths < 5).any() or \
+                (lengths > index["max_seq_length"]).any() or (self.a_lengths < 1).any() or \
+                (self.a_lengths > lengths - 4).any():
+            raise BertforgeError(f"{directory / self.name}.offsets.npy: corrupted shard (inconsistent offsets)")
+        if index["masked"]:
+            self.mlm_offsets = self._load(directory, "mlm_offsets", np.int64, (n + 1,))
+            counts = np.diff(self.mlm_offsets)
+            if self.mlm_offsets[0] != 0 or (counts < 0).any() or (counts > index["max_predictions"]).any():
+                raise BertforgeError(f"{directory / self.name}.mlm_offsets.npy: corrupted shard (inconsistent offsets)")
+            total = (int(self.mlm_offsets[-1]),)
+            self.mlm_positions = self._load(directory, "mlm_positions", np.uint16, total)
+            self.mlm_labels = self._load(directory, "mlm_labels", dtype, total)
+
+    def _load(self, directory: Path, key: str, dtype, shape) -> np.ndarray:
+        path = directory / f"{self.name}.{key}.npy"
+        try:
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:
+            raise BertforgeError(f"{path}: corrupted or truncated shard ({str(e).splitlines()[0]})") from None
+        if array.dtype != dtype or array.shape != shape:
+            raise BertforgeError(f"{path}: corrupted shard (expected {np.dtype(dtype)} {shape}, "
+                                 f"found {array.dtype} {array.shape})")
+        return array
+
+
+class PretrainingShards:
+    """Read-only random access to a data directory made by ``bertforge data create``.
+
+    ``len(data)`` instances; ``data[i]`` is one instance and ``data.batch(indices)`` many, as dicts of
+    torch tensors (see :meth:`batch`). ``vocab_sha256`` identifies the vocabulary the ids belong to
+    (see :func:`check_vocab`).
+    """
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        path = self.directory / "index.json"
+        try:
+            self.index = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise BertforgeError(f"{path}: not found; is this a folder made by `bertforge data create`?") from None
+        except (OSError, ValueError) as e:
+            raise BertforgeError(f"{path}: unreadable index ({e})") from None
+        if self.index.get("format") != FORMAT or self.index.get("version") != VERSION:
+            raise BertforgeError(f"{path}: not {FORMAT} version {VERSION}")
+        self.max_seq_length = self.index["max_seq_length"]
+        self.vocab_sha256 = self.index["vocab_sha256"]
+        self.special = self.index["special_token_ids"]
+        self._shards = [_Shard(self.directory, entry, self.index) for entry in self.index["shards"]]
+        self._starts = np.cumsum([0] + [s["instances"] for s in self.index["shards"]])
+        self._continuation = None
+
+    @property
+    def static_masked(self) -> bool:
+        return self.index["masked"]
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def __getitem__(self, i: int) -> dict:
+        """Instance i: the :meth:`batch` dict for ``[i]`` without the batch dimension (no padding)."""
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"instance {i} out of range for {len(self)} instances")
+        return {key: value[0] for key, value in self.batch([i % len(self)]).items()}
+
+    def batch(self, indices, rng=None, pad_to: int | None = None) -> dict:
+        """Instances ``indices`` as a dict of torch tensors, padded to the longest (or to ``pad_to``).
+
+        input_ids, token_type_ids, attention_mask [B, L] int64 (padding: pad id, 0, 0),
+        special_tokens_mask [B, L] bool ([CLS], [SEP], padding), next_sentence_label [B] int64, and for
+        statically masked data, or when ``rng`` (np.random.Generator or torch.Generator) is given for
+        unmasked data (dynamic masking with the settings in the index), mlm_positions [B, P] (padded with
+        0) and mlm_labels [B, P] (padded with -100), P = max_predictions.
+        """
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
+            raise IndexError(f"instance indices must be in [0, {len(self)})")
+        B, P = len(idx), self.index["max_predictions"]
+        width = max(self.max_seq_length, pad_to or 0)
+        ids = np.full((B, width), self.special["pad"], dtype=np.int64)
+        lengths, a_lengths, nsp = (np.zeros(B, np.int64) for _ in range(3))
+        positions, labels = np.zeros((B, P), np.int64), np.full((B, P), -100, np.int64)
+        shard_of = np.searchsorted(self._starts, idx, side="right") - 1
+        for s in np.unique(shard_of):
+            rows = np.flatnonzero(shard_of == s)
+            shard, local = self._shards[s], idx[rows] - self._starts[s]
+            start, n = shard.offsets[local], shard.offsets[local + 1] - shard.offsets[local]
+            ids[rows] = to_padded(shard.tokens[ragged_arange(start, n)].astype(np.int64), n, width, self.special["pad"])
+            lengths[rows], a_lengths[rows], nsp[rows] = n, shard.a_lengths[local], shard.nsp_labels[local]
+            if self.static_masked:
+                m_start, m = shard.mlm_offsets[local], shard.mlm_offsets[local + 1] - shard.mlm_offsets[local]
+                flat = ragged_arange(m_start, m)
+                positions[rows] = to_padded(shard.mlm_positions[flat].astype(np.int64), m, P, 0)
+                labels[rows] = to_padded(shard.mlm_labels[flat].astype(np.int64), m, P, -100)
+        longest = int(lengths.max(initial=0))
+        if pad_to is not None and pad_to < longest:
+            raise BertforgeError(f"{self.directory}: pad_to={pad_to} is shorter than an instance ({longest} tokens)")
+        width = pad_to or longest
+        ids = ids[:, :width]
+        cols = np.arange(width)
+        attention = cols < lengths[:, None]
+        special = (cols == 0) | (cols == a_lengths[:, None] + 1) | (cols >= lengths[:, None] - 1)
+        out = {
+            "input_ids": ids,
+            "token_type_ids": ((cols > a_lengths[:, None] + 1) & attention).astype(np.int64),
+            "attention_mask": attention.astype(np.int64),
+            "special_tokens_mask": special,
+            "next_sentence_label": nsp,
+        }
+        if rng is not None:
+            if self.static_masked:
+                raise BertforgeError(f"{self.directory}: data is statically masked; create it with --no-mask "
+                                     "for dynamic masking")
+            out["input_ids"], positions, labels = mask_batch(
+                ids, special, rng, self.index["vocab_size"], self.special["mask"],
+                masked_lm_prob=self.index["masked_lm_prob"], max_predictions=P, lengths=lengths,
+                whole_word_starts=word_starts(ids, self._continuation_table()) if self.index["whole_word_mask"] else None)
+        if self.static_masked or rng is not None:
+            out.update(mlm_positions=positions, mlm_labels=labels)
+        return {key: torch.from_numpy(value) for key, value in out.items()}
+
+    def _continuation_table(self) -> np.ndarray:
+        if self._continuation is None:
+            path = self.directory / "continuation.npy"
+            try:
+                self._continuation = np.load(path, allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise BertforgeError(f"{path}: needed for whole-word masking, unreadable ({e})") from None
+        return self._continuation
+
+
+def load_pretraining_data(directory, split: str = "train") -> PretrainingShards:
+    """The training data in ``directory``, or with ``split="eval"`` its held-out documents' data in ``directory/eval``."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', not {split!r}")
+    return PretrainingShards(Path(directory) / "eval" if split == "eval" else directory)
+
+
+def check_vocab(data, tokenizer) -> None:
+    """Raise a one-line BertforgeError unless ``data`` (PretrainingShards, data directory or its index dict)
+    was made with ``tokenizer``'s vocabulary."""
+    if not isinstance(data, PretrainingShards | dict):
+        data = PretrainingShards(data)
+    index = data.index if isinstance(data, PretrainingShards) else data
+    source = data.directory / "index.json" if isinstance(data, PretrainingShards) else "pre-training data"
+    theirs = vocab_sha256(tokenizer.vocab)
+    if index["vocab_sha256"] != theirs:
+        raise BertforgeError(
+            f"{source}: made with another vocabulary (sha256 {index['vocab_sha256'][:12]}..., {index['vocab_size']} "
+            f"tokens) than the model's tokenizer (sha256 {theirs[:12]}..., {len(tokenizer.vocab)} tokens)")

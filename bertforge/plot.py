@@ -1,0 +1,67 @@
+"""`bertforge plot RUN`: the run's losses and held-out figures from metrics.jsonl, as a PNG."""
+
+import json
+from pathlib import Path
+
+from .errors import BertforgeError, where
+
+
+def read_metrics(run) -> list[dict]:
+    path = Path(run) / "metrics.jsonl" if Path(run).is_dir() else Path(run)
+    if not path.is_file():
+        raise BertforgeError(f"{path}: no metrics log (is this a run folder?)")
+    rows = []
+    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise BertforgeError(f"{where(path, line_no)}: not a JSON object ({e.msg})") from None
+    if not rows:
+        raise BertforgeError(f"{path}: the log is empty")
+    return rows
+
+
+def series(rows, key):
+    points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_run(run, out=None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(run)
+    out = Path(out) if out else (Path(run) if Path(run).is_dir() else Path(run).parent) / "curves.png"
+    losses = [k for k in ("loss", "mlm_loss", "nsp_loss", "eval_mlm_loss") if any(k in r for r in rows)]
+    figures = [k for k in sorted({k for r in rows for k in r})
+               if k.startswith("eval_") and k not in ("eval_mlm_loss", "eval_mlm_perplexity")]
+    fig, axes = plt.subplots(1, 2 if figures else 1, figsize=(12 if figures else 6, 4.5), squeeze=False)
+    for key in losses:
+        axes[0][0].plot(*series(rows, key), label=key, marker="o" if key.startswith("eval") else None, markersize=3)
+    axes[0][0].set(xlabel="step", ylabel="loss", title="training and held-out loss")
+    axes[0][0].legend()
+    if figures:
+        for key in figures:
+            axes[0][1].plot(*series(rows, key), label=key, marker="o", markersize=3)
+        axes[0][1].set(xlabel="step", title="held-out evaluation")
+        axes[0][1].legend()
+    for ax in axes[0]:
+        ax.grid(alpha=0.3)
+    fig.suptitle(Path(run).name)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def add_plot_arguments(p):
+    p.add_argument("run", help="run folder (or its metrics.jsonl)")
+    p.add_argument("--out", help="PNG to write (default RUN/curves.png)")
+
+
+def run_plot(args) -> int:
+    print(plot_run(args.run, args.out))
+    return 0

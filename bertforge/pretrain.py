@@ -1,0 +1,200 @@
+"""Pre-training (spec section 6): masked LM + next sentence prediction on data made by `bertforge data create`.
+
+The batch of step s is a deterministic function of (seed, s): an epoch is a seeded permutation of the
+instances, and a global batch is split by rows across processes. Data written without masks is masked
+afresh every time a row is drawn (dynamic masking), with a generator seeded by (seed, step, row in the global
+batch), so the masks do not depend on the number of processes either.
+"""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .config import BertConfig
+from .data.masking import mask_batch
+from .data.shards import check_vocab, load_pretraining_data
+from .errors import BertforgeError
+from .model import BertForPreTraining
+from .tokenizer import BertTokenizer
+from .train import TrainArgs, fit, setup_distributed
+
+EVAL_STEP = 2**40  # seeds the held-out masks: the same at every evaluation, unlike any training step's
+
+
+def labels_from_positions(input_ids: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """[B, L] labels (-100 where nothing is predicted) from per-row masked positions and labels (-100 padded)."""
+    full = torch.full_like(input_ids, -100)
+    keep = labels != -100
+    rows = torch.arange(len(input_ids)).unsqueeze(1).expand_as(positions)
+    full[rows[keep], positions[keep]] = labels[keep]
+    return full
+
+
+class PretrainTask:
+    """Batches, losses and evaluation for BertForPreTraining."""
+
+    loss_units = {
+        "mlm_loss": lambda b: int((b["labels"] != -100).sum()),
+        "nsp_loss": lambda b: len(b["next_sentence_label"]),
+    }
+    best_metric = None
+
+    def __init__(self, data_dir, tokenizer: BertTokenizer, batch_size: int, seed: int, eval_rows: int = 1024):
+        self.tokenizer = tokenizer
+        self.train = load_pretraining_data(data_dir, "train")
+        check_vocab(self.train.index, tokenizer)
+        try:
+            self.eval = load_pretraining_data(data_dir, "eval")
+        except BertforgeError:
+            self.eval = None
+        self.batch_size, self.seed = batch_size, seed
+        self.eval_rows = min(eval_rows, len(self.eval)) if self.eval is not None else 0
+        self.steps_per_epoch = len(self.train) // batch_size
+        if self.steps_per_epoch == 0:
+            raise BertforgeError(f"{data_dir}: {len(self.train)} training instances, fewer than one batch of {batch_size}")
+        settings = self.train.index
+        self.masking = dict(masked_lm_prob=settings.get("masked_lm_prob", 0.15),
+                            max_predictions=settings.get("max_predictions", 20))
+
+    def rows_of(self, data, indices, first_row: int, step: int) -> dict:
+        """Load instances and give them [B, L] masked-LM labels, masking now when the data is unmasked."""
+        b = data.batch(indices)
+        if "mlm_positions" in b:
+            b["labels"] = labels_from_positions(b["input_ids"], b.pop("mlm_positions"), b.pop("mlm_labels"))
+            return b
+        ids, labels = [], []
+        special = self.special_mask(b["input_ids"], b["attention_mask"])
+        lengths = b["attention_mask"].sum(1)
+        for j in range(len(indices)):
+            rng = np.random.default_rng([self.seed, step, first_row + j])
+            masked, positions, row_labels = mask_batch(
+                b["input_ids"][j:j + 1], special[j:j + 1], rng, self.tokenizer.vocab_size,
+                self.tokenizer.mask_token_id, lengths=lengths[j:j + 1], **self.masking)
+            ids.append(torch.as_tensor(masked))
+            labels.append(labels_from_positions(b["input_ids"][j:j + 1], torch.as_tensor(positions),
+                                                torch.as_tensor(row_labels)))
+        b["input_ids"], b["labels"] = torch.cat(ids), torch.cat(labels)
+        return b
+
+    def special_mask(self, ids, attention_mask):
+        t = self.tokenizer
+        return (ids == t.cls_token_id) | (ids == t.sep_token_id) | (attention_mask == 0)
+
+    def batch(self, step: int, rank: int, world: int) -> dict:
+        epoch, i = divmod(step, self.steps_per_epoch)
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.train))
+        global_rows = order[i * self.batch_size:(i + 1) * self.batch_size]
+        parts = np.array_split(np.arange(self.batch_size), world)
+        mine = parts[rank]
+        return self.rows_of(self.train, global_rows[mine], int(mine[0]) if len(mine) else 0, step)
+
+    @torch.no_grad()
+    def evaluate(self, model) -> dict:
+        """Held-out masked-LM loss, accuracy and perplexity, NSP accuracy (same rows and masks every time)."""
+        if not self.eval_rows:
+            return {}
+        device = next(model.parameters()).device
+        mlm_loss = mlm_correct = mlm_count = nsp_correct = 0.0
+        for start in range(0, self.eval_rows, self.batch_size):
+            rows = np.arange(start, min(start + self.batch_size, self.eval_rows))
+            b = {k: v.to(device) for k, v in self.rows_of(self.eval, rows, start, EVAL_STEP).items()}
+            labels = b.pop("labels")
+            nsp = b.pop("next_sentence_label")
+            out = model(**b, labels=labels)
+            count = int((labels != -100).sum())
+            mlm_loss += float(out.mlm_loss) * count
+            mlm_correct += float((out.prediction_logits.argmax(-1) == labels[labels != -100]).sum())
+            mlm_count += count
+            nsp_correct += float((out.seq_relationship_logits.argmax(-1) == nsp).sum())
+        loss = mlm_loss / mlm_count
+        return {"eval_mlm_loss": loss, "eval_mlm_accuracy": mlm_correct / mlm_count,
+                "eval_mlm_perplexity": math.exp(min(loss, 50)), "eval_nsp_accuracy": nsp_correct / self.eval_rows}
+
+    def baselines(self) -> dict:
+        """The trivial predictors on the evaluation rows: the most frequent masked token, the majority NSP label."""
+        if not self.eval_rows:
+            return {}
+        labels, nsp = [], []
+        for start in range(0, self.eval_rows, self.batch_size):
+            rows = np.arange(start, min(start + self.batch_size, self.eval_rows))
+            b = self.rows_of(self.eval, rows, start, EVAL_STEP)
+            labels.append(b["labels"][b["labels"] != -100])
+            nsp.append(b["next_sentence_label"])
+        labels, nsp = torch.cat(labels), torch.cat(nsp)
+        return {"mlm_most_frequent_token_accuracy": float(labels.bincount().max() / len(labels)),
+                "nsp_majority_accuracy": float(nsp.bincount().max() / len(nsp))}
+
+    def save(self, model, folder: Path):
+        model.save_pretrained(folder, tokenizer=self.tokenizer)
+
+
+def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | None, dropout: float | None):
+    if init_from:
+        model = BertForPreTraining.from_pretrained(init_from)
+        if model.config.vocab_size != tokenizer.vocab_size:
+            raise BertforgeError(f"{init_from}: the model's vocabulary has {model.config.vocab_size} entries, "
+                                 f"the data's {tokenizer.vocab_size}: the data was made with another vocabulary")
+        return model
+    overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_token_id}
+    if dropout is not None:
+        overrides |= {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    config = BertConfig.load(config_name)
+    config = BertConfig.from_dict({**config.to_dict(), **overrides})
+    return BertForPreTraining(config)
+
+
+def pretrain(data: str, out: str, config: str = "mini", steps: int = 1000, batch_size: int = 64, lr: float = 1e-4,
+             seed: int = 0, init_from: str | None = None, dropout: float | None = None, eval_rows: int = 1024,
+             device: str | None = None, **train_options) -> dict:
+    """Pre-train and return the last held-out evaluation (with the trivial baselines beside it)."""
+    ctx = setup_distributed(device)
+    tokenizer = BertTokenizer.from_pretrained(data)
+    task = PretrainTask(data, tokenizer, batch_size, seed, eval_rows)
+    torch.manual_seed(seed)
+    model = build_model(config, tokenizer, init_from, dropout)
+    args = TrainArgs(out=Path(out), steps=steps, batch_size=batch_size, lr=lr, seed=seed, **train_options)
+    result = fit(model, task, args, ctx)
+    return {**result, **task.baselines()} if ctx.main else result
+
+
+def add_pretrain_arguments(p):
+    p.add_argument("--data", required=True, help="folder written by `bertforge data create`")
+    p.add_argument("--out", required=True, help="run folder: metrics.jsonl, step-*/ checkpoints, final/")
+    p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large or a config.json")
+    p.add_argument("--init-from", help="start from this checkpoint folder instead of random weights")
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--batch-size", type=int, default=64, help="global batch, all processes together")
+    p.add_argument("--grad-accum", type=int, default=1, help="split each process's share into this many passes")
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--warmup", type=float, default=0.05, help="fraction of the steps (<1) or a step count")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--adam-eps", type=float, default=1e-6)
+    p.add_argument("--google-adam", action="store_true", help="Adam without bias correction, as Google's code")
+    p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--dropout", type=float, help="override the config's dropout (0.1)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (AMX on recent CPUs, tensor cores on GPUs)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--eval-every", type=int, default=200)
+    p.add_argument("--eval-rows", type=int, default=1024, help="held-out instances per evaluation")
+    p.add_argument("--save-every", type=int, default=500)
+    p.add_argument("--keep", type=int, default=2, help="step checkpoints kept (final/ is extra)")
+    p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when present)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def run_pretrain(args) -> int:
+    result = pretrain(
+        args.data, args.out, config=args.config, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+        seed=args.seed, init_from=args.init_from, dropout=args.dropout, eval_rows=args.eval_rows, device=args.device,
+        warmup=args.warmup, weight_decay=args.weight_decay, adam_eps=args.adam_eps,
+        bias_correction=not args.google_adam, max_grad_norm=args.max_grad_norm, grad_accum=args.grad_accum,
+        bf16=args.bf16, log_every=args.log_every, eval_every=args.eval_every, save_every=args.save_every,
+        keep=args.keep, resume=args.resume, progress=not args.no_progress,
+    )
+    for key, value in result.items():
+        print(f"{key}: {value:.4f}")
+    return 0

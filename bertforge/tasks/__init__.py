@@ -1,0 +1,1 @@
+"""Fine-tuning tasks, one module per family: readers, featurisation, metrics."""

@@ -1,0 +1,137 @@
+"""Multiple choice (SWAG, CommonsenseQA, OpenBookQA, ARC, COPA): readers and [num_choices] featurisation."""
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BertforgeError, where
+from ..tokenizer import read_text
+
+
+@dataclass
+class MultipleChoiceExample:
+    guid: str
+    context: str  # the first segment
+    question: str  # put before each ending in the second segment; "" when there is none
+    endings: list[str]
+    label: int | None  # index into endings; None when unlabelled
+
+
+def _label(value, num_choices: int) -> int | None:
+    if value in (None, "", -1, "-1"):  # unlabelled (COPA's test split writes -1)
+        return None
+    if str(value) not in [str(k) for k in range(num_choices)]:
+        raise ValueError(f"label {value!r} is not one of 0..{num_choices - 1}")
+    return int(value)
+
+
+def _swag(record: dict, guid: str) -> MultipleChoiceExample:
+    endings = [record[f"ending{k}"] for k in range(4)]
+    return MultipleChoiceExample(guid, record["sent1"], record["sent2"], endings, _label(record.get("label"), 4))
+
+
+def _qa(record: dict, guid: str) -> MultipleChoiceExample:
+    """CommonsenseQA, OpenBookQA and ARC, in the official layout or the Hugging Face export."""
+    question = record["question_stem"] if "question_stem" in record else record["question"]
+    if isinstance(question, dict):  # official: question {stem, choices [{label, text}]}, answerKey
+        keys = [c["label"] for c in question["choices"]]
+        endings = [c["text"] for c in question["choices"]]
+        question = question["stem"]
+    else:  # Hugging Face: question (question_stem for OpenBookQA), choices {text: [...], label: [...]}, answerKey
+        keys, endings = record["choices"]["label"], record["choices"]["text"]
+    answer = record.get("answerKey") or None
+    if answer is not None and answer not in keys:
+        raise ValueError(f"answerKey {answer!r} is not one of the choice labels {', '.join(keys)}")
+    # ARC keys are letters or digits; the label is the answer's position either way.
+    return MultipleChoiceExample(guid, question, "", endings, None if answer is None else keys.index(answer))
+
+
+_COPA_QUESTIONS = {"cause": "What was the cause?", "effect": "What was the effect?"}
+
+
+def _copa(record: dict, guid: str) -> MultipleChoiceExample:
+    if record["question"] not in _COPA_QUESTIONS:
+        raise ValueError(f"question {record['question']!r} is not cause or effect")
+    endings = [record["choice1"], record["choice2"]]
+    question = _COPA_QUESTIONS[record["question"]]
+    return MultipleChoiceExample(guid, record["premise"], question, endings, _label(record.get("label"), 2))
+
+
+# task -> parser of one record
+MULTIPLE_CHOICE_TASKS = {"swag": _swag, "commonsenseqa": _qa, "openbookqa": _qa, "arc": _qa, "copa": _copa}
+
+
+def _csv_records(path: Path):
+    rows = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    for row in rows:
+        location = where(path, rows.line_num)
+        if None in row or None in row.values():  # DictReader's marks for too many / too few fields
+            raise BertforgeError(f"{location}: expected {len(rows.fieldnames)} columns")
+        yield location, row
+
+
+def _parse_json(text: str, path: Path, first_line: int = 1):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BertforgeError(f"{where(path, first_line + e.lineno - 1)}: not valid JSON ({e.msg})") from None
+
+
+def _json_records(path: Path):
+    """JSON lines, or one JSON array in a .json file; located by line, or by [index] in an array."""
+    text = read_text(path)
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        located = [(f"{path}[{k}]", r) for k, r in enumerate(_parse_json(text, path))]
+    else:  # split on newlines only: JSON strings may hold other characters that splitlines() breaks at
+        lines = enumerate(text.split("\n"), 1)
+        located = [(where(path, n), _parse_json(line, path, n)) for n, line in lines if line.strip()]
+    for location, record in located:
+        if not isinstance(record, dict):
+            raise BertforgeError(f"{location}: expected a JSON object")
+        yield location, record
+
+
+def read_multiple_choice(task: str, path) -> list[MultipleChoiceExample]:
+    """Read a task's file: SWAG as its CSV or as JSON lines, the others as JSON lines."""
+    if task not in MULTIPLE_CHOICE_TASKS:
+        known = ", ".join(MULTIPLE_CHOICE_TASKS)
+        raise BertforgeError(f"unknown multiple-choice task {task!r}: expected one of {known}")
+    path = Path(path)
+    records = _csv_records(path) if path.suffix == ".csv" else _json_records(path)
+    examples = []
+    for location, record in records:
+        guid = str(record.get("id", record.get("idx", len(examples))))
+        try:
+            examples.append(MULTIPLE_CHOICE_TASKS[task](record, guid))
+        except KeyError as e:
+            raise BertforgeError(f"{location}: missing field {e}") from None
+        except ValueError as e:
+            raise BertforgeError(f"{location}: {e}") from None
+    if not examples:
+        raise BertforgeError(f"{path}: no examples")
+    return examples
+
+
+def encode_multiple_choice(examples: list[MultipleChoiceExample], tokenizer, max_length: int) -> dict[str, list]:
+    """Per example, one `[CLS] context [SEP] question ending [SEP]` sequence per choice (unpadded tokens).
+
+    Examples are padded with empty endings to the most choices among them; "choice_mask" marks the real
+    choices (1) so the model can ignore the rest. "labels" only when every example has one.
+    """
+    num_choices = max((len(e.endings) for e in examples), default=0)
+    contexts, seconds = [], []
+    for e in examples:
+        for ending in e.endings + [""] * (num_choices - len(e.endings)):
+            contexts.append(e.context)
+            seconds.append(" ".join(part for part in (e.question, ending) if part))
+    enc = tokenizer(contexts, seconds, truncation=True, max_length=max_length, padding=False)
+    features = {
+        k: [list(enc[k][i * num_choices : (i + 1) * num_choices]) for i in range(len(examples))]
+        for k in ("input_ids", "token_type_ids", "attention_mask")
+    }
+    features["choice_mask"] = [[int(c < len(e.endings)) for c in range(num_choices)] for e in examples]
+    if all(e.label is not None for e in examples):
+        features["labels"] = [e.label for e in examples]
+    return features

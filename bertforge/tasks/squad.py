@@ -1,0 +1,407 @@
+"""SQuAD v1.1 and v2.0: reading, Google's windowed featurisation, span post-processing, the official metrics.
+
+Featurisation and post-processing follow Google's run_squad.py, but map tokens to the passage through
+character offsets instead of its whitespace-word bookkeeping: the windows are the same (BERT's basic
+tokenizer splits on whitespace first, so tokenizing the whole passage gives the same tokens as tokenizing
+word by word), and an answer is the passage slice between its first token's start and last token's end.
+"""
+
+import json
+import logging
+import re
+import string
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+
+from ..errors import BertforgeError, where
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading
+
+@dataclass
+class SquadExample:
+    id: str
+    question: str
+    context: str
+    answer_texts: list[str]  # gold answers; empty when unanswerable
+    answer_starts: list[int]  # character offsets in context, one per answer
+    is_impossible: bool = False
+
+
+def _get(obj, key, kind, path, loc):
+    if not isinstance(obj, dict) or key not in obj:
+        raise BertforgeError(f"{where(path)}: {loc} has no '{key}' field (not a SQuAD file?)")
+    if not isinstance(obj[key], kind) or isinstance(obj[key], bool):
+        expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise BertforgeError(f"{where(path)}: {loc}.{key} is {type(obj[key]).__name__}, expected {expected}")
+    return obj[key]
+
+
+def _locate(context: str, text: str, start: int) -> int | None:
+    """Where the answer text is: at its given start, else its occurrence nearest to it, else None."""
+    if not text.strip():
+        return None
+    if 0 <= start and context.startswith(text, start):
+        return start
+    found = [m.start() for m in re.finditer(re.escape(text), context)]
+    return min(found, key=lambda s: abs(s - start)) if found else None
+
+
+def read_squad(path) -> list[SquadExample]:
+    """Every question of a SQuAD v1.1 or v2.0 JSON file, in file order.
+
+    An answer whose text is not at its answer_start is moved to the nearest place the text occurs in the
+    passage; one that occurs nowhere is dropped, and a question left without answers is skipped, as
+    Google's run_squad skips it ("Could not find answer"). All three are counted in one logged line.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise BertforgeError(f"{where(path)}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise BertforgeError(f"{where(path)}: not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise BertforgeError(f"{where(path, e.lineno)}: not valid JSON ({e.msg})") from None
+
+    examples, skipped, dropped, moved, total = [], 0, 0, 0, 0
+    for a, article in enumerate(_get(data, "data", list, path, "the top level")):
+        for p, paragraph in enumerate(_get(article, "paragraphs", list, path, f"data[{a}]")):
+            loc = f"data[{a}].paragraphs[{p}]"
+            context = _get(paragraph, "context", str, path, loc)
+            for q, qa in enumerate(_get(paragraph, "qas", list, path, loc)):
+                qloc = f"{loc}.qas[{q}]"
+                qid = _get(qa, "id", (str, int), path, qloc)
+                question = _get(qa, "question", str, path, qloc)
+                answers = _get(qa, "answers", list, path, qloc)
+                total += 1
+                texts, starts = [], []
+                if not qa.get("is_impossible", False):
+                    for n, answer in enumerate(answers):
+                        text = _get(answer, "text", str, path, f"{qloc}.answers[{n}]")
+                        given = _get(answer, "answer_start", int, path, f"{qloc}.answers[{n}]")
+                        start = _locate(context, text, given)
+                        if start is None:
+                            dropped += 1
+                            continue
+                        texts.append(text)
+                        starts.append(start)
+                        moved += start != given
+                    if answers and not texts:
+                        skipped += 1
+                        continue
+                examples.append(SquadExample(str(qid), question, context, texts, starts, not texts))
+    if dropped or moved:
+        log.warning("%s: %d answers not found in their context (skipped %d of %d questions as left without "
+                    "an answer), %d answers moved to where their text occurs", path, dropped, skipped, total, moved)
+    return examples
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Featurisation: Google's sliding windows
+
+@dataclass
+class SquadWindow:
+    """One model input: [CLS] question [SEP] a window of the passage [SEP]."""
+    example_index: int
+    input_ids: np.ndarray
+    token_type_ids: np.ndarray
+    offsets: np.ndarray  # [L, 2] character span of each token in the passage; -1 outside the passage
+    is_max_context: np.ndarray  # [L] bool: this is the window in which the token is scored
+    start_position: int = 0  # the first answer's tokens, or 0 ([CLS]) when unanswerable or not in this window
+    end_position: int = 0
+
+
+def _spans(n: int, room: int, stride: int) -> list[tuple[int, int]]:
+    """Google's doc spans as (start, length): windows of `room` tokens, each `stride` past the last."""
+    spans, start = [], 0
+    while start < n:
+        length = min(n - start, room)
+        spans.append((start, length))
+        if start + length == n:
+            break
+        start += min(length, stride)
+    return spans
+
+
+def _max_context_window(n: int, spans) -> np.ndarray:
+    """For each passage token, the window giving it the most context (Google's _check_is_max_context)."""
+    if len(spans) == 1:  # most passages: a shortcut worth seconds on the training set
+        return np.zeros(n, dtype=np.intp)
+    start = np.array([s for s, _ in spans])[:, None]
+    length = np.array([l for _, l in spans])[:, None]
+    pos = np.arange(n)[None, :]
+    end = start + length - 1
+    score = np.minimum(pos - start, end - pos) + 0.01 * length
+    score = np.where((pos >= start) & (pos <= end), score, -np.inf)
+    return score.argmax(0)  # the first of equal scores wins, as Google's strict '>'
+
+
+def featurize(examples: list[SquadExample], tokenizer, max_length: int = 384, doc_stride: int = 128,
+              max_query_length: int = 64) -> list[SquadWindow]:
+    """Cut every example into Google's windows, in example order.
+
+    `tokenizer` is a BertTokenizer (or a `tokenizers.Tokenizer`). Answer positions come from the first
+    gold answer, as Google trains on; a window that does not hold all of it points at [CLS].
+    """
+    if max_length - max_query_length - 3 < 1:
+        raise BertforgeError(f"max_length {max_length} leaves no room for the passage after a "
+                             f"{max_query_length}-token question and 3 special tokens")
+    if doc_stride < 1:
+        raise BertforgeError(f"doc_stride must be at least 1, not {doc_stride}")
+    # A private copy with truncation and padding off, whatever the caller switched on in theirs
+    # (Hugging Face's callable tokenizer leaves them on after a call).
+    backend = Tokenizer.from_str(getattr(tokenizer, "backend_tokenizer", tokenizer).to_str())
+    backend.no_truncation()
+    backend.no_padding()
+    cls, sep = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
+
+    contexts = list(dict.fromkeys(ex.context for ex in examples))
+    context_index = {c: i for i, c in enumerate(contexts)}
+    passages = [(np.array(e.ids, dtype=np.int32), np.array(e.offsets, dtype=np.int32).reshape(-1, 2))
+                for e in backend.encode_batch(contexts, add_special_tokens=False)]
+    questions = [e.ids[:max_query_length]
+                 for e in backend.encode_batch([ex.question for ex in examples], add_special_tokens=False)]
+
+    windows = []
+    for i, ex in enumerate(examples):
+        ids, offsets = passages[context_index[ex.context]]
+        query = questions[i]
+        spans = _spans(len(ids), max_length - len(query) - 3, doc_stride)
+        if not spans:
+            continue
+        best = _max_context_window(len(ids), spans)
+        answer = None
+        if ex.answer_texts:
+            first, last = ex.answer_starts[0], ex.answer_starts[0] + len(ex.answer_texts[0])
+            answer = (np.searchsorted(offsets[:, 1], first, side="right"),  # first token ending after it
+                      np.searchsorted(offsets[:, 0], last, side="left") - 1)  # last token starting before
+        c0 = len(query) + 2  # where the passage begins in the input
+        for k, (s, length) in enumerate(spans):
+            size = c0 + length + 1
+            window = SquadWindow(
+                example_index=i,
+                input_ids=np.concatenate([[cls], query, [sep], ids[s:s + length], [sep]]).astype(np.int32),
+                token_type_ids=(np.arange(size) >= c0).astype(np.int8),
+                offsets=np.full((size, 2), -1, dtype=np.int32),
+                is_max_context=np.zeros(size, dtype=bool),
+            )
+            window.offsets[c0:c0 + length] = offsets[s:s + length]
+            window.is_max_context[c0:c0 + length] = best[s:s + length] == k
+            if answer is not None and s <= answer[0] <= answer[1] < s + length:
+                window.start_position = int(answer[0] - s + c0)
+                window.end_position = int(answer[1] - s + c0)
+            windows.append(window)
+    return windows
+
+
+def collate(windows: list[SquadWindow]) -> dict[str, torch.Tensor]:
+    """A padded batch for BertForQuestionAnswering: input_ids, token_type_ids, attention_mask, positions."""
+    length = max(len(w.input_ids) for w in windows)
+    batch = {k: torch.zeros(len(windows), length, dtype=torch.long)
+             for k in ("input_ids", "token_type_ids", "attention_mask")}
+    for b, w in enumerate(windows):
+        n = len(w.input_ids)
+        batch["input_ids"][b, :n] = torch.from_numpy(w.input_ids)
+        batch["token_type_ids"][b, :n] = torch.from_numpy(w.token_type_ids)
+        batch["attention_mask"][b, :n] = 1
+    batch["start_positions"] = torch.tensor([w.start_position for w in windows])
+    batch["end_positions"] = torch.tensor([w.end_position for w in windows])
+    return batch
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Post-processing: logits back to answer text
+
+@dataclass
+class SquadPredictions:
+    predictions: dict[str, str]  # id -> answer text ("" for no answer)
+    nbest: dict[str, list[dict]]  # id -> [{text, probability, start_logit, end_logit}], best first
+    null_odds: dict[str, float] = field(default_factory=dict)  # v2: null score minus best span score
+
+
+def postprocess(examples: list[SquadExample], windows: list[SquadWindow], start_logits, end_logits,
+                version_2: bool = False, n_best: int = 20, max_answer_length: int = 30,
+                null_threshold: float = 0.0) -> SquadPredictions:
+    """Google's write_predictions. start_logits/end_logits: one row per window ([N, L] array or a list of
+    1-D arrays), at least as long as the window; padding beyond it is ignored."""
+    by_example = defaultdict(list)
+    for w, window in enumerate(windows):
+        by_example[window.example_index].append(w)
+
+    out = SquadPredictions({}, {})
+    for e, ex in enumerate(examples):
+        if not by_example[e]:  # a passage without tokens
+            out.predictions[ex.id], out.nbest[ex.id] = "", []
+            if version_2:
+                out.null_odds[ex.id] = np.inf
+            continue
+        candidates = []  # (score, start logit, end logit, first char, end char), in Google's order
+        null = (np.inf, 0.0, 0.0)  # the smallest [CLS] score over the windows, with its two logits
+        for w in by_example[e]:
+            window = windows[w]
+            n = len(window.input_ids)
+            s_logit = np.asarray(start_logits[w][:n], dtype=np.float64)
+            e_logit = np.asarray(end_logits[w][:n], dtype=np.float64)
+            if s_logit[0] + e_logit[0] < null[0]:
+                null = (s_logit[0] + e_logit[0], s_logit[0], e_logit[0])
+            # stable sorts keep Google's order among equal scores
+            top_s = np.argsort(-s_logit, kind="stable")[:n_best]
+            top_e = np.argsort(-e_logit, kind="stable")[:n_best]
+            s, t = top_s[:, None], top_e[None, :]
+            ok = ((window.offsets[s, 0] >= 0) & (window.offsets[t, 0] >= 0) & window.is_max_context[s]
+                  & (t >= s) & (t - s < max_answer_length))
+            i, j = np.nonzero(ok)  # start rank, then end rank: Google's nested loops
+            s, t = top_s[i], top_e[j]
+            candidates += zip((s_logit[s] + e_logit[t]).tolist(), s_logit[s].tolist(), e_logit[t].tolist(),
+                              window.offsets[s, 0].tolist(), window.offsets[t, 1].tolist())
+        if version_2:  # the null candidate goes last, so it loses ties
+            candidates.append((float(null[0]), float(null[1]), float(null[2]), 0, 0))
+        candidates.sort(key=lambda c: c[0], reverse=True)
+
+        best, seen = [], set()
+        for _, start_logit, end_logit, first, last in candidates:
+            if len(best) >= n_best:
+                break
+            text = ex.context[first:last]
+            if text in seen:
+                continue
+            seen.add(text)
+            best.append({"text": text, "start_logit": start_logit, "end_logit": end_logit})
+        if version_2 and "" not in seen:
+            best.append({"text": "", "start_logit": float(null[1]), "end_logit": float(null[2])})
+        if best:  # v1 may have no span at all
+            total = np.array([b["start_logit"] + b["end_logit"] for b in best])
+            probs = np.exp(total - total.max())
+            for b, p in zip(best, probs / probs.sum()):
+                b["probability"] = float(p)
+        out.nbest[ex.id] = best
+
+        span = next((b for b in best if b["text"]), None)
+        if not version_2:
+            out.predictions[ex.id] = span["text"] if span else ""
+            continue
+        # with no span to offer at all, the question is unanswered at any threshold
+        diff = float(null[0] - span["start_logit"] - span["end_logit"]) if span else np.inf
+        out.null_odds[ex.id] = diff
+        out.predictions[ex.id] = "" if diff > null_threshold else span["text"]
+    return out
+
+
+def write_predictions(directory, result: SquadPredictions) -> None:
+    """predictions.json, nbest_predictions.json and, for v2, null_odds.json (the official --na-prob-file)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {"predictions.json": result.predictions, "nbest_predictions.json": result.nbest}
+    if result.null_odds:
+        files["null_odds.json"] = result.null_odds
+    for name, content in files.items():
+        (directory / name).write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Official metrics (evaluate-v1.1.py and evaluate-v2.0.py)
+
+_PUNCTUATION = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case, drop punctuation, drop the articles a/an/the, fold whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _f1(prediction: str, gold: str, empty_match: bool) -> float:
+    """Token F1. v1.1 scores two empty answers 0; v2.0 (empty_match) scores them 1."""
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if empty_match and (not pred or not ref):
+        return float(pred == ref)
+    same = sum((Counter(pred) & Counter(ref)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred), same / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _exact(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def squad_v1_evaluate(examples: list[SquadExample], predictions: dict[str, str]) -> dict[str, float]:
+    """evaluate-v1.1.py: `exact_match` and `f1` in percent, each the best over the gold answers; a
+    question without a prediction scores 0."""
+    em = f1 = 0.0
+    for ex in examples:
+        if ex.id in predictions:
+            gold = ex.answer_texts or [""]
+            em += max(_exact(predictions[ex.id], g) for g in gold)
+            f1 += max(_f1(predictions[ex.id], g, empty_match=False) for g in gold)
+    return {"exact_match": 100.0 * em / len(examples), "f1": 100.0 * f1 / len(examples)}
+
+
+def _best_threshold(examples, predictions, raw, na_probs):
+    """evaluate-v2.0.py's find_best_thresh: start from answering nothing, then answer the questions in
+    rising na_prob order, keeping the score after each one if it is the best so far."""
+    score = best = sum(ex.is_impossible for ex in examples)
+    thresh = 0.0
+    for ex in sorted(examples, key=lambda ex: na_probs[ex.id]):
+        score += raw[ex.id] if not ex.is_impossible else -1 if predictions.get(ex.id) else 0
+        if score > best:
+            best, thresh = score, na_probs[ex.id]
+    return 100.0 * best / len(examples), thresh
+
+
+def squad_v2_evaluate(examples: list[SquadExample], predictions: dict[str, str], na_probs=None,
+                      na_prob_thresh: float = 1.0) -> dict[str, float]:
+    """evaluate-v2.0.py. An unanswerable question's gold is [""]; a missing prediction counts as "".
+
+    Where na_probs (id -> no-answer score, e.g. null odds) is given, questions with a score above
+    na_prob_thresh count as answered "no answer", and the best thresholds are searched (best_*).
+    """
+    exact, f1 = {}, {}
+    for ex in examples:
+        gold = [g for g in ex.answer_texts if normalize_answer(g)] or [""]
+        pred = predictions.get(ex.id, "")
+        exact[ex.id] = max(_exact(pred, g) for g in gold)
+        f1[ex.id] = max(_f1(pred, g, empty_match=True) for g in gold)
+    probs = {ex.id: 0.0 for ex in examples} | dict(na_probs or {})
+    no_ans = {ex.id for ex in examples if ex.is_impossible}
+    said_no = {ex.id for ex in examples if probs[ex.id] > na_prob_thresh}
+    exact_t = {k: float(k in no_ans) if k in said_no else v for k, v in exact.items()}
+    f1_t = {k: float(k in no_ans) if k in said_no else v for k, v in f1.items()}
+
+    out = {}
+    for prefix, subset in (("", examples), ("HasAns_", [ex for ex in examples if not ex.is_impossible]),
+                           ("NoAns_", [ex for ex in examples if ex.is_impossible])):
+        if subset or not prefix:
+            out[prefix + "exact"] = 100.0 * sum(exact_t[ex.id] for ex in subset) / len(subset)
+            out[prefix + "f1"] = 100.0 * sum(f1_t[ex.id] for ex in subset) / len(subset)
+            out[prefix + "total"] = len(subset)
+    if na_probs is not None:
+        out["best_exact"], out["best_exact_thresh"] = _best_threshold(examples, predictions, exact, probs)
+        out["best_f1"], out["best_f1_thresh"] = _best_threshold(examples, predictions, f1, probs)
+    return out
+
+
+def squad_metrics(examples: list[SquadExample], predictions: dict[str, str], null_odds=None,
+                  version_2: bool = False) -> dict[str, float]:
+    """The scores of the predictions as given, named `exact_match` and `f1` for both versions.
+
+    For v2 also the HasAns_/NoAns_ parts and counts, and, given null_odds, the best-threshold search;
+    unlike evaluate-v2.0.py's default, null_odds do not override the predictions (the threshold was
+    applied when predicting).
+    """
+    if not version_2:
+        return squad_v1_evaluate(examples, predictions)
+    out = squad_v2_evaluate(examples, predictions, null_odds, na_prob_thresh=np.inf)
+    out["exact_match"] = out.pop("exact")
+    return out

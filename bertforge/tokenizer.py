@@ -1,0 +1,417 @@
+"""BERT's WordPiece tokenizer (spec sections 2-3) on the `tokenizers` library, and vocabulary training.
+
+The `tokenizers` pipeline does the per-character work (BertNormalizer, BertPreTokenizer, WordPiece); this module
+owns the BERT-specific parts: the vocabulary file, cased/uncased checkpoints, the [CLS] A [SEP] B [SEP] layout,
+truncation, padding and the Hugging Face folder layout.
+"""
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from bertforge.errors import BertforgeError, where
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+MAX_CHARS_PER_WORD = 100  # longer words become [UNK]
+DEFAULT_MAX_LENGTH = 512  # the position embeddings of every released BERT
+
+PADDING = (False, True, "longest", "max_length")
+TRUNCATION = (False, True, "longest_first", "only_first", "only_second")
+TENSORS = (None, "pt", "np")
+
+
+def read_text(path, encoding="utf-8") -> str:
+    """A whole text file, with a decoding error reported by file and byte offset."""
+    path = Path(path)
+    try:
+        return path.read_bytes().decode(encoding)
+    except FileNotFoundError:
+        raise BertforgeError(f"{path}: file not found") from None
+    except UnicodeDecodeError as e:
+        raise BertforgeError(
+            f"{path}: not valid {encoding} at byte {e.start} ({e.object[e.start:e.start + 1]!r}); "
+            f"pass the file's encoding (e.g. encoding='latin-1')"
+        ) from None
+
+
+def read_vocab(path) -> dict[str, int]:
+    """vocab.txt: one token per line, id = line number."""
+    path = Path(path)
+    if not path.is_file():
+        raise BertforgeError(f"{path}: vocabulary file not found")
+    # Lines end at \n, \r\n or \r, as in Python's text mode (and so transformers' load_vocab); other Unicode
+    # line breaks can be part of a token.
+    lines = read_text(path).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    vocab = {}
+    for line_no, token in enumerate(lines, start=1):
+        if token in vocab:
+            raise BertforgeError(f"{where(path, line_no)}: token {token!r} already on line {vocab[token] + 1}")
+        vocab[token] = line_no - 1
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise BertforgeError(f"{path}: vocabulary lacks the special tokens {' '.join(missing)}")
+    return vocab
+
+
+def build_backend(vocab: dict[str, int], lowercase: bool) -> Tokenizer:
+    """The `tokenizers` pipeline BERT uses; with an empty vocab, ready to be trained."""
+    model = models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=MAX_CHARS_PER_WORD)
+    backend = Tokenizer(model)
+    # Uncased checkpoints also strip accents; cased ones keep them (Google's do_lower_case does both).
+    backend.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
+    )
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece(prefix="##")
+    if vocab:
+        # Registered as special so "[MASK]" typed in a text stays one token and decode can skip them.
+        backend.add_special_tokens(SPECIAL_TOKENS)
+        cls, sep = ("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])
+        backend.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[cls, sep]
+        )
+    return backend
+
+
+def looks_uncased(vocab) -> bool:
+    """True when no ordinary token would change under lower-casing ([PAD], [unused0] and the like aside)."""
+    return not any(t != t.lower() for t in vocab if not (t.startswith("[") and t.endswith("]")))
+
+
+class Encoding(dict):
+    """input_ids, token_type_ids, attention_mask (and offset_mapping, special_tokens_mask when asked)."""
+
+    def __init__(self, data, word_ids):
+        super().__init__(data)
+        self._word_ids = word_ids
+
+    def word_ids(self, batch_index=0) -> list[int | None]:
+        """For each token, the index of the word it came from in its own text; None for special tokens and padding."""
+        return self._word_ids[batch_index]
+
+
+class BertTokenizer:
+    def __init__(self, vocab: dict[str, int], do_lower_case: bool, model_max_length: int = DEFAULT_MAX_LENGTH):
+        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+        if missing:
+            raise BertforgeError(f"vocabulary lacks the special tokens {' '.join(missing)}")
+        self._vocab = dict(vocab)
+        self._id_to_token = {i: t for t, i in self._vocab.items()}
+        self._backend = build_backend(self._vocab, do_lower_case)
+        self.do_lower_case = do_lower_case
+        self.model_max_length = model_max_length
+        self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id = (
+            self._vocab[t] for t in SPECIAL_TOKENS
+        )
+
+    @classmethod
+    def from_pretrained(cls, path, do_lower_case: bool | None = None) -> "BertTokenizer":
+        """From a folder holding vocab.txt (and maybe tokenizer_config.json), or from a vocab.txt file."""
+        path = Path(path)
+        vocab_file = path / "vocab.txt" if path.is_dir() else path
+        vocab = read_vocab(vocab_file)
+        config_file = vocab_file.parent / "tokenizer_config.json"
+        config = {}
+        if config_file.is_file():
+            try:
+                config = json.loads(read_text(config_file))
+            except json.JSONDecodeError as e:
+                raise BertforgeError(f"{where(config_file, e.lineno)}: invalid JSON: {e.msg}") from None
+        trained_lower = config.get("do_lower_case")
+        if trained_lower is not None and do_lower_case is not None and do_lower_case != trained_lower:
+            trained = "uncased" if trained_lower else "cased"
+            raise BertforgeError(
+                f"{config_file}: the checkpoint was trained {trained} (do_lower_case={str(trained_lower).lower()}); "
+                f"do_lower_case={do_lower_case} contradicts it"
+            )
+        if do_lower_case is None:
+            do_lower_case = trained_lower if trained_lower is not None else looks_uncased(vocab)
+        for option, supported in (("strip_accents", do_lower_case), ("tokenize_chinese_chars", True)):
+            if config.get(option) not in (None, supported):
+                raise BertforgeError(f"{config_file}: {option}={config[option]} is not supported with "
+                                     f"do_lower_case={do_lower_case}")
+        max_length = config.get("model_max_length", DEFAULT_MAX_LENGTH)
+        if max_length > 1_000_000:  # transformers writes int(1e30) for "no limit"
+            max_length = DEFAULT_MAX_LENGTH
+        return cls(vocab, do_lower_case, max_length)
+
+    def save_pretrained(self, out_dir):
+        """Write vocab.txt, tokenizer.json, tokenizer_config.json and special_tokens_map.json (Hugging Face layout)."""
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tokens = sorted(self._vocab, key=self._vocab.get)
+        (out_dir / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+        self._backend.save(str(out_dir / "tokenizer.json"))
+        special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                   "mask_token": "[MASK]"}
+        config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.do_lower_case,
+                  "model_max_length": self.model_max_length, "tokenize_chinese_chars": True,
+                  "strip_accents": None, **special}
+        (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        (out_dir / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n", encoding="utf-8")
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        """token -> id. Shared with the tokenizer: do not modify it."""
+        return self._vocab
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._vocab)
+
+    def __len__(self) -> int:
+        return len(self._vocab)
+
+    @property
+    def backend_tokenizer(self) -> Tokenizer:
+        """The `tokenizers` pipeline, for fast batch encoding (`encode_batch(texts, add_special_tokens=False)`).
+
+        Shared with this object: enabling truncation or padding on it changes what __call__ returns.
+        """
+        return self._backend
+
+    def __call__(self, text, text_pair=None, *, padding=False, truncation=False, max_length=None,
+                 return_tensors=None, return_offsets_mapping=False, return_special_tokens_mask=False,
+                 add_special_tokens=True) -> Encoding:
+        single = isinstance(text, str)
+        texts, pairs = check_texts(text, text_pair)
+        if padding not in PADDING:
+            raise BertforgeError(f"padding must be one of {PADDING}, got {padding!r}")
+        if truncation not in TRUNCATION:
+            raise BertforgeError(f"truncation must be one of {TRUNCATION}, got {truncation!r}")
+        if return_tensors not in TENSORS:
+            raise BertforgeError(f"return_tensors must be one of {TENSORS}, got {return_tensors!r}")
+        if max_length is None and (truncation or padding == "max_length"):
+            max_length = self.model_max_length
+
+        firsts = self._encode_distinct(texts)
+        seconds = [None] * len(texts) if pairs is None else self._encode_distinct(pairs)
+        rows = []
+        for first, second in zip(firsts, seconds):
+            n1, n2 = len(first), 0 if second is None else len(second)
+            if truncation:
+                n_special = (2 if second is None else 3) if add_special_tokens else 0
+                n1, n2 = truncated_lengths(n1, n2, second is not None, max_length - n_special, truncation, max_length)
+            rows.append(self._join(first, n1, second, n2, add_special_tokens))
+
+        if padding:
+            length = max_length if padding == "max_length" else max((len(r["input_ids"]) for r in rows), default=0)
+            pad_values = {"input_ids": self.pad_token_id, "token_type_ids": 0, "attention_mask": 0,
+                          "offset_mapping": (0, 0), "special_tokens_mask": 1, "word_ids": None}
+            for row in rows:
+                missing = length - len(row["input_ids"])
+                for key, value in pad_values.items():
+                    row[key] += [value] * missing
+
+        keys = ["input_ids", "token_type_ids", "attention_mask"]
+        keys += ["offset_mapping"] * return_offsets_mapping + ["special_tokens_mask"] * return_special_tokens_mask
+        data = {key: [row[key] for row in rows] for key in keys}
+        if return_tensors:
+            if len({len(ids) for ids in data["input_ids"]}) > 1:
+                raise BertforgeError("texts encode to different lengths; pass padding=True to return tensors")
+            if return_tensors == "pt":
+                data = {key: torch.tensor(value, dtype=torch.long) for key, value in data.items()}
+            else:
+                data = {key: np.array(value, dtype=np.int64) for key, value in data.items()}
+        elif single:
+            data = {key: value[0] for key, value in data.items()}
+        return Encoding(data, [row["word_ids"] for row in rows])
+
+    def _encode_distinct(self, texts: list[str]) -> list:
+        """Encodings without special tokens, each distinct text encoded once (QA pairs repeat a context)."""
+        distinct = list(dict.fromkeys(texts))
+        encoded = dict(zip(distinct, self._backend.encode_batch(distinct, add_special_tokens=False)))
+        return [encoded[t] for t in texts]
+
+    def _join(self, first, n1: int, second, n2: int, add_special_tokens: bool) -> dict[str, list]:
+        """[CLS] A [SEP] B [SEP] from the first n1 tokens of A and n2 of B; segment 1 starts after the first [SEP]."""
+        row = {"input_ids": [], "token_type_ids": [], "attention_mask": [], "offset_mapping": [],
+               "special_tokens_mask": [], "word_ids": []}
+
+        def add(ids, segment, offsets, special, word_ids):
+            row["input_ids"] += ids
+            row["token_type_ids"] += [segment] * len(ids)
+            row["attention_mask"] += [1] * len(ids)
+            row["offset_mapping"] += offsets
+            row["special_tokens_mask"] += [special] * len(ids)
+            row["word_ids"] += word_ids
+
+        def add_special(token_id, segment):
+            if add_special_tokens:
+                add([token_id], segment, [(0, 0)], 1, [None])
+
+        add_special(self.cls_token_id, 0)
+        add(first.ids[:n1], 0, first.offsets[:n1], 0, first.word_ids[:n1])
+        add_special(self.sep_token_id, 0)
+        if second is not None:
+            add(second.ids[:n2], 1, second.offsets[:n2], 0, second.word_ids[:n2])
+            add_special(self.sep_token_id, 1)
+        return row
+
+    def tokenize(self, text) -> list[str]:
+        check_texts(text, None, batch=False)
+        return self._backend.encode(text, add_special_tokens=False).tokens
+
+    def encode(self, text, text_pair=None, **kw) -> list[int]:
+        check_texts(text, text_pair, batch=False)
+        return self(text, text_pair, **kw)["input_ids"]
+
+    def decode(self, ids, skip_special_tokens=True) -> str:
+        return self._backend.decode(as_list(ids), skip_special_tokens=skip_special_tokens)
+
+    def convert_tokens_to_ids(self, tokens):
+        """A token or a list of tokens; unknown tokens map to [UNK]."""
+        if isinstance(tokens, str):
+            return self._vocab.get(tokens, self.unk_token_id)
+        return [self._vocab.get(t, self.unk_token_id) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids):
+        """An id or a list (or tensor) of ids."""
+        ids = as_list(ids)
+        if isinstance(ids, int):
+            return self._token(ids)
+        return [self._token(i) for i in ids]
+
+    def _token(self, i: int) -> str:
+        if i not in self._id_to_token:
+            raise BertforgeError(f"token id {i} is outside the vocabulary (size {len(self._vocab)})")
+        return self._id_to_token[i]
+
+
+def check_texts(text, text_pair, batch=True) -> tuple[list[str], list[str] | None]:
+    """The texts (and pair texts) as lists, or a BertforgeError naming the argument that is not a string."""
+    if isinstance(text, str):
+        if text_pair is not None and not isinstance(text_pair, str):
+            raise BertforgeError(f"text_pair is {type(text_pair).__name__}, expected str (as text is)")
+        return [text], None if text_pair is None else [text_pair]
+    if not batch or not isinstance(text, (list, tuple)):
+        raise BertforgeError(f"text is {type(text).__name__}, expected str" + (" or list of str" if batch else ""))
+    for name, values in (("text", text), ("text_pair", text_pair)):
+        if values is None:
+            continue
+        if not isinstance(values, (list, tuple)):
+            raise BertforgeError(f"{name} is {type(values).__name__}, expected list of str (as text is)")
+        for i, value in enumerate(values):
+            if not isinstance(value, str):
+                raise BertforgeError(f"{name}[{i}] is {type(value).__name__}, expected str")
+    if text_pair is not None and len(text_pair) != len(text):
+        raise BertforgeError(f"text has {len(text)} items but text_pair has {len(text_pair)}")
+    return list(text), None if text_pair is None else list(text_pair)
+
+
+def truncated_lengths(n1: int, n2: int, is_pair: bool, budget: int, strategy, max_length: int) -> tuple[int, int]:
+    """How many tokens of the text (n1) and of the pair text (n2) to keep so that together they fit in `budget`.
+
+    longest_first trims the longer text; when both must be cut, the budget is split evenly and the odd token goes
+    to the text that was longer. That is the Hugging Face rule; Google's one-token-at-a-time loop gives the odd
+    token to the first text instead.
+    """
+    if budget < 0:
+        raise BertforgeError(f"max_length={max_length} leaves no room for the special tokens")
+    if n1 + n2 <= budget:
+        return n1, n2
+    if strategy in (True, "longest_first"):
+        if not is_pair:
+            return budget, 0
+        short = min(n1, n2)
+        keep_short, keep_long = (short, budget - short) if 2 * short <= budget else (budget // 2, budget - budget // 2)
+        return (keep_long, keep_short) if n1 > n2 else (keep_short, keep_long)
+    if strategy == "only_second" and not is_pair:
+        raise BertforgeError(f"truncation='only_second' needs text_pair: the text alone is {n1} tokens, "
+                             f"over max_length={max_length}")
+    other = n2 if strategy == "only_first" else n1
+    if budget - other <= 0:
+        raise BertforgeError(f"truncation={strategy!r} cannot fit max_length={max_length}: the other text alone "
+                             f"is {other} tokens")
+    return (budget - other, n2) if strategy == "only_first" else (n1, budget - other)
+
+
+def as_list(ids):
+    """Python ints from a tensor or array; anything else unchanged."""
+    return ids.tolist() if hasattr(ids, "tolist") else ids
+
+
+def find_text_files(files) -> list[Path]:
+    """Files as given, and inside folders every *.txt or extensionless file (hidden ones aside), sorted."""
+    found = []
+    for f in map(Path, files):
+        if f.is_dir():
+            found += sorted(p for p in f.rglob("*") if p.is_file() and p.suffix in ("", ".txt")
+                            and not p.name.startswith("."))
+        elif f.is_file():
+            found.append(f)
+        else:
+            raise BertforgeError(f"{f}: no such file or folder")
+    if not found:
+        raise BertforgeError(f"no text files (*.txt or without extension) in {' '.join(map(str, files))}")
+    return found
+
+
+def train_vocab(files, vocab_size=30522, out_dir=None, lowercase=True, min_frequency=2, limit_alphabet=1000,
+                encoding="utf-8") -> BertTokenizer:
+    """Train a WordPiece vocabulary; special tokens take ids 0-4. Saved with save_pretrained when out_dir is given."""
+    paths = find_text_files(files)
+    backend = build_backend({}, lowercase)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
+        special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##", show_progress=False,
+    )
+    backend.train_from_iterator((read_text(p, encoding) for p in paths), trainer)
+    tokenizer = BertTokenizer(backend.get_vocab(), do_lower_case=lowercase)
+    if out_dir is not None:
+        tokenizer.save_pretrained(out_dir)
+    return tokenizer
+
+
+def add_tokenizer_arguments(parser):
+    sub = parser.add_subparsers(dest="tokenizer_command", required=True)
+    train = sub.add_parser("train", help="train a WordPiece vocabulary on text files")
+    train.add_argument("--files", nargs="+", required=True, help="text files or folders (*.txt, no extension)")
+    train.add_argument("--vocab-size", type=int, default=30522)
+    train.add_argument("--out", required=True, help="folder for vocab.txt, tokenizer.json, tokenizer_config.json")
+    train.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case)")
+    train.add_argument("--min-frequency", type=int, default=2)
+    train.add_argument("--encoding", default="utf-8", help="encoding of the text files")
+    encode = sub.add_parser("encode", help="show how a text (or text pair) is tokenized")
+    encode.add_argument("--vocab", required=True, help="vocab.txt or a checkpoint folder")
+    case = encode.add_mutually_exclusive_group()
+    case.add_argument("--cased", dest="do_lower_case", action="store_false", default=None)
+    case.add_argument("--uncased", dest="do_lower_case", action="store_true", default=None)
+    encode.add_argument("--max-length", type=int, help="truncate the input to this many tokens")
+    encode.add_argument("text")
+    encode.add_argument("text_pair", nargs="?")
+
+
+SAMPLES = ["The quick brown fox jumps over the lazy dog.", "Tokenization splits unfamiliar words into pieces."]
+
+
+def run_tokenizer(args) -> int:
+    if args.tokenizer_command == "train":
+        t0 = time.time()
+        tokenizer = train_vocab(args.files, args.vocab_size, args.out, lowercase=not args.cased,
+                                min_frequency=args.min_frequency, encoding=args.encoding)
+        print(f"trained a {tokenizer.vocab_size:,}-token {'cased' if args.cased else 'uncased'} vocabulary "
+              f"in {time.time() - t0:.1f} s, saved to {args.out}")
+        for text in SAMPLES:
+            print(f"  {text}\n    -> {' '.join(tokenizer.tokenize(text))}")
+        return 0
+
+    tokenizer = BertTokenizer.from_pretrained(args.vocab, do_lower_case=args.do_lower_case)
+    enc = tokenizer(args.text, args.text_pair, truncation=args.max_length is not None, max_length=args.max_length,
+                    return_offsets_mapping=True)
+    texts = (args.text, args.text_pair)
+    tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"])
+    width = max(len(t) for t in tokens + ["token"])
+    print(f"{'#':>4}  {'token':<{width}}  {'id':>6}  segment  offsets  text")
+    for i, (token, id_, segment, (start, end)) in enumerate(
+            zip(tokens, enc["input_ids"], enc["token_type_ids"], enc["offset_mapping"])):
+        span = f"{start}:{end}" if end > start else "-"
+        source = repr(texts[segment][start:end]) if end > start else ""
+        print(f"{i:>4}  {token:<{width}}  {id_:>6}  {segment:>7}  {span:>7}  {source}")
+    return 0

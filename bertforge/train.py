@@ -1,0 +1,337 @@
+"""The one training loop that pre-training and fine-tuning share.
+
+A job supplies a `Task`: the batch for a given step (a deterministic function of the step, so that a resumed
+run sees exactly the data an uninterrupted one would), how many units each loss term averages over, an
+evaluation, and how to save the model. The loop does the rest: AdamW with warm-up and linear decay, gradient
+accumulation, clipping, bf16 autocast, DDP, a JSONL log, progress with rate and ETA, atomic checkpoints,
+exact resume, and a clean stop on SIGINT/SIGTERM.
+
+Losses are combined so that the result does not depend on how a global batch is split across processes and
+accumulation steps: each term (e.g. masked-LM, averaged over masked tokens) is weighted by its units in the
+micro-batch over its units in the whole global batch.
+"""
+
+import json
+import math
+import os
+import shutil
+import signal
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm import tqdm
+
+from .checkpoint import write_text_atomic
+from .errors import BertforgeError
+from .optim import linear_schedule, make_optimizer
+
+STATE_FILE = "training_state.pt"
+
+
+@dataclass
+class TrainArgs:
+    out: Path
+    steps: int
+    batch_size: int  # global: all processes and accumulation steps together
+    lr: float
+    warmup: float = 0.1  # a fraction of the steps when below 1, else a number of steps
+    weight_decay: float = 0.01
+    adam_eps: float = 1e-6
+    bias_correction: bool = True  # False: Google's Adam without bias correction
+    max_grad_norm: float = 1.0
+    grad_accum: int = 1
+    bf16: bool = False
+    seed: int = 0
+    log_every: int = 1
+    eval_every: int = 0
+    save_every: int = 0
+    keep: int = 2  # step checkpoints kept on disk (the final and best ones are extra)
+    resume: bool = False
+    progress: bool = True
+    extra: dict = field(default_factory=dict)  # recorded in the run's args.json, not used by the loop
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(self.warmup * self.steps) if self.warmup < 1 else int(self.warmup)
+
+
+class Task(Protocol):
+    loss_units: dict[str, Callable[[dict], int]]  # output loss key -> units its mean is over in a batch
+    best_metric: str | None  # evaluation figure that picks RUN/best (higher is better), or None
+
+    def batch(self, step: int, rank: int, world: int) -> dict: ...
+    def evaluate(self, model: nn.Module) -> dict[str, float]: ...
+    def save(self, model: nn.Module, folder: Path) -> None: ...
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Processes
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
+        if self.world > 1:
+            dist.all_reduce(t)
+        return t
+
+
+def setup_distributed(device: str | None = None) -> Dist:
+    """One process, or one of several started by torchrun (gloo on CPU, nccl on GPU)."""
+    cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
+    if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) == 1:
+        return Dist(device=torch.device(device or ("cuda" if cuda else "cpu")))
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    if cuda:
+        torch.cuda.set_device(local)
+    return Dist(dist.get_rank(), dist.get_world_size(), torch.device(f"cuda:{local}" if cuda else "cpu"))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def step_folder(out: Path, step: int) -> Path:
+    return out / f"step-{step:07d}"
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    done = sorted(p for p in out.glob("step-*") if (p / STATE_FILE).is_file())
+    return done[-1] if done else None
+
+
+def replace_folder(tmp: Path, final: Path):
+    """Move a fully written folder into place; an older folder of that name goes only after."""
+    old = final.with_name(f".{final.name}.old")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+class Checkpointer:
+    def __init__(self, args: TrainArgs, task: Task, ctx: Dist):
+        self.args, self.task, self.ctx = args, task, ctx
+
+    def rng_states(self) -> list[dict]:
+        state = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state()
+        if self.ctx.world == 1:
+            return [state]
+        states = [None] * self.ctx.world
+        dist.all_gather_object(states, state)
+        return states
+
+    def save(self, model, optimizer, scheduler, step: int, name: str | None = None, full: bool = True):
+        """Write a checkpoint folder atomically (rank 0); `full` adds what resuming needs."""
+        rngs = self.rng_states() if full else None
+        if not self.ctx.main:
+            return
+        final = self.args.out / name if name else step_folder(self.args.out, step)
+        tmp = final.with_name(f".{final.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.task.save(model, tmp)
+        if full:
+            torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                        "rng": rngs}, tmp / STATE_FILE)
+        replace_folder(tmp, final)
+        if full and name is None:
+            for old in sorted(self.args.out.glob("step-*"))[:-self.args.keep]:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def restore(self, model, optimizer, scheduler) -> int:
+        """Load the latest complete checkpoint; returns the step to continue from (0 if none)."""
+        folder = latest_checkpoint(self.args.out)
+        if folder is None:
+            return 0
+        model.load_weights(folder)
+        try:
+            state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise BertforgeError(f"{folder / STATE_FILE}: cannot be read ({str(e).splitlines()[0]})") from None
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if len(state["rng"]) != self.ctx.world:
+            raise BertforgeError(f"{folder}: saved by {len(state['rng'])} processes, resumed with {self.ctx.world}")
+        rng = state["rng"][self.ctx.rank]
+        torch.set_rng_state(rng["torch"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state(rng["cuda"])
+        return state["step"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Logging
+
+
+class MetricsLog:
+    """RUN/metrics.jsonl, one object per logged step; on resume, rows past the checkpoint are dropped."""
+
+    def __init__(self, path: Path, start_step: int, enabled: bool):
+        self.path, self.enabled = path, enabled
+        if not enabled:
+            return
+        rows = []
+        if start_step and path.exists():
+            rows = [r for r in path.read_text(encoding="utf-8").splitlines()
+                    if r.strip() and json.loads(r)["step"] <= start_step]
+        write_text_atomic(path, "".join(r + "\n" for r in rows))
+
+    def write(self, row: dict):
+        if self.enabled:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+class StopRequest:
+    """SIGINT/SIGTERM ask the loop to save and stop at the end of the current step."""
+
+    def __init__(self):
+        self.requested = False
+        self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def handle(self, signum, frame):
+        self.requested = True
+
+    def restore(self):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The loop
+
+
+def split_rows(batch: dict, parts: int) -> list[dict]:
+    """Split a batch into `parts` micro-batches by rows, each trimmed to its own longest row."""
+    rows = next(iter(batch.values())).shape[0]
+    if parts > rows:
+        raise BertforgeError(f"gradient accumulation of {parts} needs at least {parts} rows per process, got {rows}")
+    chunks = [{k: batch[k].tensor_split(parts)[i] for k in batch} for i in range(parts)]
+    return [trim(c) for c in chunks]
+
+
+def trim(batch: dict) -> dict:
+    """Drop padding columns past the longest row (keys whose second axis is the sequence)."""
+    mask = batch.get("attention_mask")
+    if mask is None or mask.dim() != 2:
+        return batch
+    longest = int(mask.sum(1).max())
+    length = mask.shape[1]
+    return {k: v[:, :longest] if v.dim() >= 2 and v.shape[1] == length and k != "choice_mask" else v
+            for k, v in batch.items()}
+
+
+def fit(model: nn.Module, task: Task, args: TrainArgs, ctx: Dist | None = None) -> dict:
+    """Train `model` on `task`; returns the last evaluation (empty if none ran)."""
+    ctx = ctx or Dist()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(args.seed + ctx.rank)
+    model.to(ctx.device)
+    optimizer = make_optimizer(model, args.lr, args.weight_decay, args.adam_eps, bias_correction=args.bias_correction)
+    scheduler = linear_schedule(optimizer, args.warmup_steps, args.steps)
+    ckpt = Checkpointer(args, task, ctx)
+    start = ckpt.restore(model, optimizer, scheduler) if args.resume else 0
+    if ctx.main:
+        write_text_atomic(args.out / "args.json", json.dumps(asdict(args), indent=2, default=str) + "\n")
+    log = MetricsLog(args.out / "metrics.jsonl", start, ctx.main)
+    trained = nn.parallel.DistributedDataParallel(model) if ctx.world > 1 else model
+    stop = StopRequest()
+    bar = tqdm(total=args.steps, initial=start, disable=not (args.progress and ctx.main), unit="step",
+               dynamic_ncols=True)
+    last_eval, best = {}, -math.inf
+    tokens_since, clock = 0, time.perf_counter()
+    try:
+        for step in range(start, args.steps):
+            model.train()
+            stats = train_step(trained, task, args, ctx, step, optimizer)
+            scheduler.step()
+            tokens_since += stats.pop("tokens")
+            done = step + 1
+            row = {"step": done, **stats, "lr": scheduler.get_last_lr()[0]}
+            evaluated = False
+            if args.eval_every and (done % args.eval_every == 0 or done == args.steps):
+                last_eval, evaluated = evaluate_on_main(model, task, ctx), True
+                row.update(last_eval)
+                if task.best_metric and last_eval.get(task.best_metric, -math.inf) > best:
+                    best = last_eval[task.best_metric]
+                    ckpt.save(model, optimizer, scheduler, done, name="best", full=False)
+            if done % args.log_every == 0 or done == args.steps or evaluated:
+                elapsed = time.perf_counter() - clock
+                row["tokens_per_s"] = round(tokens_since / elapsed, 1) if elapsed else None
+                tokens_since, clock = 0, time.perf_counter()
+                log.write(row)
+                bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s'] or 0:.0f}")
+            bar.update(1)
+            stop_now = bool(ctx.all_reduce(torch.tensor([float(stop.requested)])).item())
+            if (args.save_every and done % args.save_every == 0) or stop_now:
+                ckpt.save(model, optimizer, scheduler, done)
+            if stop_now:
+                if ctx.main:
+                    tqdm.write(f"stopped at step {done}: checkpoint saved; continue with --resume")
+                return last_eval
+        ckpt.save(model, optimizer, scheduler, args.steps)
+        ckpt.save(model, optimizer, scheduler, args.steps, name="final", full=False)
+    finally:
+        bar.close()
+        stop.restore()
+    return last_eval
+
+
+def train_step(model, task: Task, args: TrainArgs, ctx: Dist, step: int, optimizer) -> dict:
+    micro = split_rows(task.batch(step, ctx.rank, ctx.world), args.grad_accum)
+    micro = [{k: v.to(ctx.device, non_blocking=True) for k, v in m.items()} for m in micro]
+    terms = list(task.loss_units)
+    local_units = torch.tensor([[float(task.loss_units[t](m)) for t in terms] for m in micro])
+    total_units = ctx.all_reduce(local_units.sum(0))
+    sums = torch.zeros(len(terms) + 1, dtype=torch.float64)  # weighted term means, then real tokens
+    for i, batch in enumerate(micro):
+        sync = i == len(micro) - 1 or ctx.world == 1
+        with model.no_sync() if not sync else nullcontext():
+            with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=args.bf16):
+                out = model(**batch)
+            weights = local_units[i] / total_units.clamp(min=1)
+            loss = sum(out[t] * w for t, w in zip(terms, weights) if w > 0)
+            (loss * ctx.world).backward()
+        sums[:-1] += torch.tensor([float(out[t].detach()) * w if w > 0 else 0.0 for t, w in zip(terms, weights)],
+                                  dtype=torch.float64)
+        sums[-1] += float(batch["attention_mask"].sum()) if "attention_mask" in batch else 0.0
+    if args.max_grad_norm:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    sums = ctx.all_reduce(sums)
+    stats = {t: float(v) for t, v in zip(terms, sums[:-1])}
+    stats["loss"] = sum(stats.values()) if "loss" not in stats else stats["loss"]
+    stats["tokens"] = float(sums[-1])
+    return stats
+
+
+def evaluate_on_main(model, task: Task, ctx: Dist) -> dict:
+    result = {}
+    if ctx.main:
+        model.eval()
+        with torch.no_grad():
+            result = task.evaluate(model)
+    if ctx.world > 1:
+        dist.barrier()
+    return result

@@ -1,0 +1,134 @@
+import json
+
+import pytest
+
+from bertforge.errors import BertforgeError
+from bertforge.tasks.multiple_choice import MultipleChoiceExample, encode_multiple_choice, read_multiple_choice
+from bertforge.tokenizer import BertTokenizer
+from tests.conftest import require_shared
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return BertTokenizer.from_pretrained(require_shared("models", "all-MiniLM-L6-v2"))
+
+
+# (task, folder, file stems, counts, choices per question): the README's table.
+REAL = [
+    ("commonsenseqa", "commonsenseqa", ("train_rand_split", "dev_rand_split", "test_rand_split_no_answers"),
+     (9_741, 1_221, 1_140), {5}),
+    ("openbookqa", "openbookqa", ("train", "validation", "test"), (4_957, 500, 500), {4}),
+    ("arc", "arc_easy", ("train", "validation", "test"), (2_251, 570, 2_376), {3, 4, 5}),
+    ("copa", "copa", ("train", "validation", "test"), (400, 100, 500), {2}),
+]
+
+
+@pytest.mark.parametrize("task,folder,stems,counts,choices", REAL)
+def test_real_counts(task, folder, stems, counts, choices):
+    root = require_shared("data", "multiple_choice", folder)
+    for stem, count in zip(stems, counts):
+        examples = read_multiple_choice(task, root / f"{stem}.jsonl")
+        assert len(examples) == count
+        assert {len(e.endings) for e in examples} <= choices
+        unlabelled = task in ("commonsenseqa", "copa") and stem.startswith("test")
+        assert all((e.label is None) == unlabelled for e in examples)
+        assert all(e.label is None or 0 <= e.label < len(e.endings) for e in examples)
+
+
+def test_real_arc_digit_keys():
+    path = require_shared("data", "multiple_choice", "arc_easy", "train.jsonl")
+    records = {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+    digits = [e for e in read_multiple_choice("arc", path) if records[e.guid]["choices"]["label"][0] == "1"]
+    assert digits and all(e.label == int(records[e.guid]["answerKey"]) - 1 for e in digits)
+
+
+def test_real_copa_and_swag():
+    copa = read_multiple_choice("copa", require_shared("data", "multiple_choice", "copa", "train.jsonl"))[0]
+    assert copa == MultipleChoiceExample("0", "My body cast a shadow over the grass.", "What was the cause?",
+                                         ["The sun was rising.", "The grass was cut."], 0)
+    swag_dir = require_shared("data", "multiple_choice", "swag_sample")
+    swag = read_multiple_choice("swag", next(swag_dir.glob("*.jsonl")))
+    assert len(swag) == 10 and swag[0].question == "A drum line" and swag[0].label == 0
+
+
+def test_swag_csv(tmp_path):
+    header = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3"
+    row = "0,lsmdc0001,17,She sits. He,She sits.,He,gold,stands.,runs.,\"sleeps, then wakes.\",eats."
+    (tmp_path / "val.csv").write_text(f"{header},label\n{row},2\n")
+    (tmp_path / "test.csv").write_text(f"{header}\n{row}\n")
+    example = read_multiple_choice("swag", tmp_path / "val.csv")[0]
+    endings = ["stands.", "runs.", "sleeps, then wakes.", "eats."]
+    assert example == MultipleChoiceExample("0", "She sits.", "He", endings, 2)
+    assert read_multiple_choice("swag", tmp_path / "test.csv")[0].label is None
+    records = [{"sent1": "s", "sent2": "t", "ending0": "a", "ending1": "b", "ending2": "c", "ending3": "d"}] * 2
+    (tmp_path / "swag.json").write_text(json.dumps(records, indent=1))
+    assert [e.label for e in read_multiple_choice("swag", tmp_path / "swag.json")] == [None, None]
+    (tmp_path / "swag.json").write_text(json.dumps([*records, []]))
+    with pytest.raises(BertforgeError, match=r"swag.json\[2\]: expected a JSON object$"):
+        read_multiple_choice("swag", tmp_path / "swag.json")
+    (tmp_path / "short.csv").write_text(f"{header},label\n{row}\n")
+    with pytest.raises(BertforgeError, match=r"short.csv:2: expected 12 columns$"):
+        read_multiple_choice("swag", tmp_path / "short.csv")
+
+
+def test_official_qa_layout(tmp_path):
+    record = {"id": "q1", "answerKey": "2", "question": {"stem": "Which?", "choices": [
+        {"label": "1", "text": "this"}, {"label": "2", "text": "that"}, {"label": "3", "text": "neither"}]}}
+    (tmp_path / "arc.jsonl").write_text(json.dumps(record) + "\n")
+    assert read_multiple_choice("arc", tmp_path / "arc.jsonl") == [
+        MultipleChoiceExample("q1", "Which?", "", ["this", "that", "neither"], 1)]
+
+
+@pytest.mark.parametrize("task,lines,error", [
+    ("commonsenseqa", ['{"answerKey": "F", "question": {"stem": "?", "choices": [{"label": "A", "text": "a"}]}}'],
+     "1: answerKey 'F' is not one of the choice labels A"),
+    ("copa", ['{"premise": "p", "choice1": "a", "choice2": "b", "question": "cause", "label": 0}', "{oops"],
+     "2: not valid JSON (Expecting property name enclosed in double quotes)"),
+    ("copa", ['{"premise": "p", "choice1": "a", "question": "effect", "label": 1}'], "1: missing field 'choice2'"),
+    ("copa", ['{"premise": "p", "choice1": "a", "choice2": "b", "question": "why", "label": 1}'],
+     "1: question 'why' is not cause or effect"),
+    ("swag", ['{"sent1": "s", "sent2": "t", "ending0": "a", "ending1": "b", "ending2": "c", "ending3": "d", '
+              '"label": 4}'], "1: label 4 is not one of 0..3"),
+    ("openbookqa", ["[1]"], "1: expected a JSON object"),
+])
+def test_bad_records_name_file_and_line(tmp_path, task, lines, error):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(BertforgeError) as e:
+        read_multiple_choice(task, path)
+    assert str(e.value) == f"{path}:{error}"
+
+
+def test_empty_file_and_unknown_task(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(BertforgeError, match="empty.jsonl: no examples"):
+        read_multiple_choice("copa", tmp_path / "empty.jsonl")
+    with pytest.raises(BertforgeError, match="unknown multiple-choice task 'race'"):
+        read_multiple_choice("race", tmp_path / "empty.jsonl")
+
+
+def test_encode_layout_and_choice_padding(tokenizer):
+    examples = [
+        MultipleChoiceExample("a", "The man turned on the faucet.", "What was the effect?",
+                              ["Water flowed.", "It froze."], 1),
+        MultipleChoiceExample("b", "Which is a mammal?", "", ["whale", "shark", "trout"], 0),
+    ]
+    features = encode_multiple_choice(examples, tokenizer, max_length=64)
+    assert features["choice_mask"] == [[1, 1, 0], [1, 1, 1]] and features["labels"] == [1, 0]
+    assert [len(choices) for choices in features["input_ids"]] == [3, 3]
+    first = tokenizer.decode(features["input_ids"][0][0], skip_special_tokens=False)
+    assert first == "[CLS] the man turned on the faucet. [SEP] what was the effect? water flowed. [SEP]"
+    last = tokenizer.decode(features["input_ids"][1][2], skip_special_tokens=False)
+    assert last == "[CLS] which is a mammal? [SEP] trout [SEP]"
+    ids, types = features["input_ids"][1][0], features["token_type_ids"][1][0]
+    assert types == [0] * (ids.index(tokenizer.sep_token_id) + 1) + [1] * 2  # "whale [SEP]"
+
+    unlabelled = [MultipleChoiceExample("c", "x", "", ["a", "b"], None)]
+    assert "labels" not in encode_multiple_choice(unlabelled, tokenizer, max_length=64)
+
+
+def test_encode_real_arc_truncates(tokenizer):
+    path = require_shared("data", "multiple_choice", "arc_easy", "validation.jsonl")
+    features = encode_multiple_choice(read_multiple_choice("arc", path), tokenizer, max_length=32)
+    assert {len(c) for c in features["input_ids"]} == {5} and {sum(m) for m in features["choice_mask"]} == {3, 4, 5}
+    assert max(len(ids) for choices in features["input_ids"] for ids in choices) == 32
