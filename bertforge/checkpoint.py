@@ -59,23 +59,29 @@ def write_text_atomic(path, text: str):
         tmp.write_text(text, encoding="utf-8")
 
 
+def weight_files(folder: Path) -> list[Path]:
+    """The weights files of a checkpoint folder (or the file itself): safetensors, its shards, or else a pickle."""
+    if folder.is_file():
+        return [folder]
+    if (folder / SAFETENSORS).is_file():
+        return [folder / SAFETENSORS]
+    if (folder / SAFETENSORS_INDEX).is_file():
+        try:
+            index = json.loads((folder / SAFETENSORS_INDEX).read_text(encoding="utf-8"))
+            return [folder / name for name in sorted(set(index["weight_map"].values()))]
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise BertforgeError(f"{folder / SAFETENSORS_INDEX}: not a valid shard index ({e!r})") from None
+    if (folder / PICKLE).is_file():
+        return [folder / PICKLE]
+    if not folder.exists():
+        raise BertforgeError(f"{folder}: no such checkpoint folder")
+    raise BertforgeError(f"{folder}: no {SAFETENSORS} (or {PICKLE}) in this folder")
+
+
 def read_weights(folder, trust_pickle: bool = False) -> tuple[dict[str, torch.Tensor], Path]:
     """The tensors of a checkpoint folder (or a weights file) and the file they came from."""
     folder = Path(folder)
-    if folder.is_file():
-        files = [folder]
-    elif (folder / SAFETENSORS).is_file():
-        files = [folder / SAFETENSORS]
-    elif (folder / SAFETENSORS_INDEX).is_file():
-        index = json.loads((folder / SAFETENSORS_INDEX).read_text(encoding="utf-8"))
-        files = [folder / name for name in sorted(set(index["weight_map"].values()))]
-    elif (folder / PICKLE).is_file():
-        files = [folder / PICKLE]
-    elif not folder.exists():
-        raise BertforgeError(f"{folder}: no such checkpoint folder")
-    else:
-        raise BertforgeError(f"{folder}: no {SAFETENSORS} (or {PICKLE}) in this folder")
-
+    files = weight_files(folder)
     weights = {}
     for file in files:
         if file.suffix == ".bin":
@@ -148,7 +154,7 @@ class PretrainedMixin:
     @classmethod
     def from_pretrained(cls, folder, trust_pickle: bool = False, config: BertConfig | None = None,
                         **config_overrides):
-        """Build the model from `folder/config.json` (or `config`) and load the folder's weights.
+        """Build the model from `folder/config.json` (or `config`) and load the folder's weights; in eval mode.
 
         `config_overrides` replace config fields, e.g. `id2label={0: "neg", 1: "pos"}` for a new classifier.
         """
@@ -158,7 +164,7 @@ class PretrainedMixin:
             config = BertConfig.from_dict({**config.to_dict(), **config_overrides})
         model = cls(config)
         model.load_weights(folder, trust_pickle=trust_pickle)
-        return model
+        return model.eval()
 
     def load_weights(self, folder, trust_pickle: bool = False) -> list[str]:
         """Load a checkpoint's tensors into this model; returns (and logs) the plain-words report."""

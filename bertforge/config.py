@@ -78,7 +78,8 @@ class BertConfig:
         """From a Hugging Face config.json dictionary; unknown fields are kept in `extra`."""
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: v for k, v in d.items() if k in names}
-        extra = {k: v for k, v in d.items() if k not in names and k not in ("label2id", "num_labels")}
+        # label2id and num_labels follow from id2label; model_type is always "bert" (to_dict writes it).
+        extra = {k: v for k, v in d.items() if k not in names and k not in ("label2id", "num_labels", "model_type")}
         if "id2label" not in known and "num_labels" in d:
             known["id2label"] = {i: f"LABEL_{i}" for i in range(d["num_labels"])}
         return cls(**known, extra=extra)

@@ -13,12 +13,11 @@ import numpy as np
 import torch
 
 from .config import BertConfig
-from .data.masking import mask_batch
 from .data.shards import check_vocab, load_pretraining_data
 from .errors import BertforgeError
 from .model import BertForPreTraining
 from .tokenizer import BertTokenizer
-from .train import TrainArgs, fit, setup_distributed
+from .train import TrainArgs, fit, setup_distributed, trim
 
 EVAL_STEP = 2**40  # seeds the held-out masks: the same at every evaluation, unlike any training step's
 
@@ -45,42 +44,26 @@ class PretrainTask:
         self.tokenizer = tokenizer
         self.train = load_pretraining_data(data_dir, "train")
         check_vocab(self.train.index, tokenizer)
-        try:
-            self.eval = load_pretraining_data(data_dir, "eval")
-        except BertforgeError:
-            self.eval = None
+        held_out = (Path(data_dir) / "eval" / "index.json").is_file()
+        self.eval = load_pretraining_data(data_dir, "eval") if held_out else None
         self.batch_size, self.seed = batch_size, seed
         self.eval_rows = min(eval_rows, len(self.eval)) if self.eval is not None else 0
         self.steps_per_epoch = len(self.train) // batch_size
         if self.steps_per_epoch == 0:
             raise BertforgeError(f"{data_dir}: {len(self.train)} training instances, fewer than one batch of {batch_size}")
-        settings = self.train.index
-        self.masking = dict(masked_lm_prob=settings.get("masked_lm_prob", 0.15),
-                            max_predictions=settings.get("max_predictions", 20))
 
     def rows_of(self, data, indices, first_row: int, step: int) -> dict:
-        """Load instances and give them [B, L] masked-LM labels, masking now when the data is unmasked."""
-        b = data.batch(indices)
-        if "mlm_positions" in b:
-            b["labels"] = labels_from_positions(b["input_ids"], b.pop("mlm_positions"), b.pop("mlm_labels"))
-            return b
-        ids, labels = [], []
-        special = self.special_mask(b["input_ids"], b["attention_mask"])
-        lengths = b["attention_mask"].sum(1)
-        for j in range(len(indices)):
-            rng = np.random.default_rng([self.seed, step, first_row + j])
-            masked, positions, row_labels = mask_batch(
-                b["input_ids"][j:j + 1], special[j:j + 1], rng, self.tokenizer.vocab_size,
-                self.tokenizer.mask_token_id, lengths=lengths[j:j + 1], **self.masking)
-            ids.append(torch.as_tensor(masked))
-            labels.append(labels_from_positions(b["input_ids"][j:j + 1], torch.as_tensor(positions),
-                                                torch.as_tensor(row_labels)))
-        b["input_ids"], b["labels"] = torch.cat(ids), torch.cat(labels)
+        """Instances with [B, L] masked-LM labels; unmasked data is masked now, row by row (see module doc)."""
+        if data.static_masked:
+            b = data.batch(indices)
+        else:
+            rows = [data.batch([i], rng=np.random.default_rng([self.seed, step, first_row + j]),
+                               pad_to=data.max_seq_length) for j, i in enumerate(indices)]
+            b = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
+        b.pop("special_tokens_mask")
+        b = trim(b)
+        b["labels"] = labels_from_positions(b["input_ids"], b.pop("mlm_positions"), b.pop("mlm_labels"))
         return b
-
-    def special_mask(self, ids, attention_mask):
-        t = self.tokenizer
-        return (ids == t.cls_token_id) | (ids == t.sep_token_id) | (attention_mask == 0)
 
     def batch(self, step: int, rank: int, world: int) -> dict:
         epoch, i = divmod(step, self.steps_per_epoch)

@@ -200,6 +200,9 @@ def test_gradients_agree_in_train_mode(name, num_labels, tmp_path):
     ref_params = dict(ref.named_parameters())
     for key, p in ours.named_parameters():
         ref_grad = ref_params[key].grad
+        if key.endswith("attention.self.key.bias"):  # zero in exact arithmetic: softmax ignores q . b_k
+            assert p.grad.norm() < 1e-6 and ref_grad.norm() < 1e-6, key
+            continue
         relative = ((p.grad - ref_grad).norm() / ref_grad.norm()).item()
         assert relative <= 1e-4, f"gradient of {key} differs by {relative:.2e} (relative)"
 
@@ -212,6 +215,8 @@ def test_minilm_matches_reference_on_sst2_dev():
         sentences = [row["sentence"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
     assert len(sentences) == 872
     tokenizer = transformers.BertTokenizerFast.from_pretrained(model_dir)
+    # Batches of similar lengths keep the reference's work on padding small; most still hold some padding.
+    sentences.sort(key=lambda s: len(tokenizer.tokenize(s)))
     ours = bf.BertModel.from_pretrained(model_dir).eval()
     ref = transformers.BertModel.from_pretrained(model_dir).eval()
     worst = {}

@@ -99,9 +99,10 @@ def cased(tmp_path_factory):
     tokens = read_vocab(require_shared("models", "all-MiniLM-L6-v2", "vocab.txt"))
     words = [t for t in tokens if t.isalpha() and t.isascii()]
     extra = [w.capitalize() for w in words] + [w.upper() for w in words[:2000]]
-    extra += ["##" + w.capitalize() for w in words[:500]] + ["Héllo", "Wörld", "café", "##é", "Straße", "İstanbul"]
-    vocab_file = tmp_path_factory.mktemp("cased") / "vocab.txt"
+    extra += ["##" + w.capitalize() for w in words[:500]]
+    extra += ["Héllo", "Wörld", "café", "##é", "Straße", "İstanbul"]
     extra = [t for t in dict.fromkeys(extra) if t not in tokens]
+    vocab_file = tmp_path_factory.mktemp("cased") / "vocab.txt"
     vocab_file.write_text("".join(t + "\n" for t in [*tokens, *extra]), encoding="utf-8")
     tokenizer = BertTokenizer.from_pretrained(vocab_file)  # no tokenizer_config.json: cased is guessed
     assert tokenizer.do_lower_case is False
@@ -135,12 +136,21 @@ def test_sst2_and_conll_match_transformers(both):
 
 
 @pytest.mark.slow
-def test_squad_contexts_and_pairs_match_transformers(both):
-    ours, ref = both
+def test_squad_contexts_and_pairs_match_transformers(uncased):
+    ours, ref = uncased
     contexts, questions, their_contexts = squad()
     assert_same(ours, ref, contexts)
-    assert_same(ours, ref, questions, their_contexts)
     assert_same(ours, ref, questions, their_contexts, truncation="only_second", max_length=384)
+
+
+@pytest.mark.slow
+def test_squad_cased_matches_transformers(cased):
+    """Every context, but only the first question of each (transformers takes ~10 s for all 10,570 pairs)."""
+    ours, ref = cased
+    contexts, questions, their_contexts = squad()
+    assert_same(ours, ref, contexts)
+    firsts = {c: q for q, c in zip(questions[::-1], their_contexts[::-1])}
+    assert_same(ours, ref, list(firsts.values()), list(firsts), truncation="only_second", max_length=384)
 
 
 def test_hard_strings_match_transformers(both):
@@ -154,10 +164,10 @@ def test_hard_strings_match_transformers(both):
         assert ours.tokenize(text) == ref.tokenize(text), text
 
 
-@pytest.mark.parametrize("max_length", [2, 3, 4, 6, 9, 24])
+@pytest.mark.parametrize("max_length", [2, 3, 4, 8, 24])
 @pytest.mark.parametrize("truncation", [True, "longest_first"])
-def test_batch_padding_and_truncation_match_transformers(both, truncation, max_length):
-    ours, ref = both
+def test_batch_padding_and_truncation_match_transformers(uncased, truncation, max_length):
+    ours, ref = uncased
     firsts = sst2_sentences()[:40] + HARD_STRINGS
     seconds = sst2_sentences()[40:80][::-1] + HARD_STRINGS[::-1]
     for padding in [True, "longest", "max_length"]:

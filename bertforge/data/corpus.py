@@ -20,8 +20,11 @@ tokenizes to nothing is dropped, and so is a document left without sentences.
 """
 
 import codecs
+import collections
+import io
 import itertools
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,22 +35,38 @@ from bertforge.errors import BertforgeError, where
 
 TEXT_SUFFIXES = {".txt", ".raw", ".text"}  # what is read when recursing into a folder
 ENCODE_BATCH_CHARS = 1 << 21  # text per encode_batch call: enough to keep the tokenizer's threads busy
+BLOCK_BYTES = 1 << 22  # files are read in blocks of this size (ending at a line end)
 GUTENBERG_HEADER_LINES = 400  # the START marker is looked for this far
 FORMAT_SAMPLE_LINES = 200
 LINES_FINAL_SHARE = 0.6  # detect_format: in Google's format most lines end a sentence...
 RAW_LINE_SHARE = 0.2  # ...and few look wrapped or hold several sentences
 
-GUTENBERG_START = re.compile(r"^\s*\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG", re.I)
-GUTENBERG_END = re.compile(r"^\s*(\*\*\*\s*END OF (THE|THIS) PROJECT GUTENBERG|End of (the )?Project Gutenberg)", re.I)
-WIKI_HEADING = re.compile(r"^((?:= )+).*?(?: =)+$")
+GUTENBERG_START = re.compile(r"^[^\S\n]*\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG.*$", re.I | re.M)
+GUTENBERG_END = re.compile(r"^[^\S\n]*(\*\*\*\s*END OF (THE|THIS) PROJECT GUTENBERG|End of (the )?Project Gutenberg)",
+                           re.I | re.M)
+WIKI_HEADING = re.compile(r"((?:= )+)[^\n]*?(?: =)+")
+PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n")
 
-# A sentence ends at . ! ? (and closing quotes/brackets) followed by whitespace, then an opening
-# quote/bracket or a capital letter (checked in split_sentences: `re` has no Unicode upper-case class).
-SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*\s+(?=[\"'“‘(\[]|[^\W\d_])")
+ABBREVIATIONS = ["mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "rev", "hon", "gen", "col", "capt", "lt", "sgt",
+                 "gov", "sen", "rep", "mt", "messrs", "mme", "mlle", "vs", "cf", "viz"]
+
+
+def _sentence_end() -> re.Pattern:
+    """``.``/``!``/``?`` (repeated, then closing quotes or brackets), whitespace, then an opening quote or
+    bracket, an ASCII capital or any non-ASCII letter (checked in split_sentences: `re` has no Unicode
+    upper-case class). A period does not count after an abbreviation, an initial or a dotted word."""
+    by_length = {}
+    for word in ABBREVIATIONS:
+        by_length.setdefault(len(word), []).append(word)
+    # Look-behinds must have a fixed width: one per abbreviation length, each including the period.
+    not_after = "".join(rf"(?<!\b(?i:{'|'.join(words)})\.)" for words in by_length.values())
+    not_after += r"(?<!\b[A-Z]\.)(?<!\.\w\.)"  # "H. G. Wells", "e.g.", "U.S."
+    return re.compile(rf"(?:[!?]|\.{not_after})[.!?]*[\"'”’)\]]*\s+(?=[\"'“‘(\[A-Z]|[^\x00-\x7f])")
+
+
+SENTENCE_END = _sentence_end()
 OPENERS = "\"'“‘(["
 SENTENCE_FINAL = ".!?\"'”’)]"
-ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "rev", "hon", "gen", "col", "capt", "lt",
-                 "sgt", "gov", "sen", "rep", "mt", "messrs", "mme", "mlle", "vs", "cf", "viz"}
 
 
 def split_sentences(text: str) -> list[str]:
@@ -60,16 +79,11 @@ def split_sentences(text: str) -> list[str]:
     """
     sentences, start = [], 0
     for m in SENTENCE_END.finditer(text):
-        nxt = text[m.end()]
-        if nxt not in OPENERS and not nxt.isupper():
+        end = m.end()
+        if text[end] >= "\x80" and not text[end].isupper() and text[end] not in OPENERS:
             continue
-        if text[m.start()] == ".":
-            before = text[max(start, m.start() - 24):m.start()].rsplit(None, 1)
-            word = before[-1].lstrip(OPENERS) if before else ""
-            if word.lower() in ABBREVIATIONS or "." in word or (len(word) == 1 and word.isupper()):
-                continue
-        sentences.append(text[start:m.end()].rstrip())
-        start = m.end()
+        sentences.append(text[start:end].rstrip())
+        start = end
     if start < len(text):
         sentences.append(text[start:].rstrip())
     return sentences
@@ -114,11 +128,12 @@ def list_input_files(inputs) -> tuple[list[Path], int]:
     return files, skipped
 
 
-def decoded_lines(path: Path, encoding: str = "utf-8", progress=None):
-    """The file's lines, decoded strictly; a bad byte is an error naming the file, line and byte offset.
+def decoded_blocks(path: Path, encoding: str = "utf-8", progress=None):
+    """The file's text in blocks of about ``BLOCK_BYTES`` that end at a line end, decoded strictly.
 
-    ``encoding`` may list fallbacks, tried in order for each line: ``utf-8,latin-1`` reads a mix of UTF-8
-    and ISO-8859-1 files (a Latin-1 line is almost never valid UTF-8).
+    ``encoding`` may list fallbacks, tried in order for each line of a block that does not decode:
+    ``utf-8,latin-1`` reads a mix of UTF-8 and ISO-8859-1 files (a Latin-1 line is almost never valid
+    UTF-8). A line no encoding decodes is an error naming the file, line and byte offset.
     """
     encodings = encoding.split(",")
     for name in encodings:
@@ -126,74 +141,85 @@ def decoded_lines(path: Path, encoding: str = "utf-8", progress=None):
             codecs.lookup(name)
         except LookupError:
             raise BertforgeError(f"--encoding {encoding}: unknown encoding {name!r}") from None
-    offset = 0
+    offset = lines = 0
     with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
+        while raw := f.read(BLOCK_BYTES):
+            raw += f.readline()
             try:
-                line = raw.decode(encodings[0])
-            except UnicodeDecodeError as e:
-                line = _decode_fallback(raw, encodings[1:])
-                if line is None:
-                    raise BertforgeError(
-                        f"{where(path, number)}: byte {offset + e.start} (0x{raw[e.start]:02x}) is not valid "
-                        f"{encodings[0]}; pass --encoding (e.g. latin-1, or utf-8,latin-1 for a mix)") from None
+                text = raw.decode(encodings[0])
+            except UnicodeDecodeError:
+                text = _decode_by_line(raw, encodings, path, offset, lines)
+            yield text[1:] if offset == 0 and text.startswith("\ufeff") else text
             offset += len(raw)
+            lines += raw.count(b"\n")
             if progress is not None:
                 progress.update(len(raw))
-            yield line.lstrip("\ufeff") if number == 1 else line
 
 
-def _decode_fallback(raw: bytes, encodings) -> str | None:
-    for name in encodings:
-        try:
-            return raw.decode(name)
-        except UnicodeDecodeError:
-            pass
-    return None
+def _decode_by_line(raw: bytes, encodings, path, offset: int, lines: int) -> str:
+    """Decode a block line by line, each line with the first encoding that decodes it."""
+    text = []
+    for number, line in enumerate(io.BytesIO(raw), lines + 1):
+        for name in encodings:
+            try:
+                text.append(line.decode(name))
+                break
+            except UnicodeDecodeError as e:
+                if name == encodings[0]:
+                    bad = offset + e.start, line[e.start]
+        else:
+            raise BertforgeError(f"{where(path, number)}: byte {bad[0]} (0x{bad[1]:02x}) is not valid {encodings[0]}; "
+                                 "pass --encoding (e.g. latin-1, or utf-8,latin-1 for a mix)")
+        offset += len(line)
+    return "".join(text)
 
 
-def strip_gutenberg(lines):
+def strip_gutenberg(blocks):
     """Drop a Project Gutenberg header and footer, when the file has a START marker near its top."""
-    head = list(itertools.islice(lines, GUTENBERG_HEADER_LINES))
-    start = next((i for i, line in enumerate(head) if GUTENBERG_START.match(line)), None)
+    first = next(blocks, "")
+    top = len("\n".join(first.split("\n", GUTENBERG_HEADER_LINES)[:GUTENBERG_HEADER_LINES]))
+    start = GUTENBERG_START.search(first, 0, top)
     if start is None:
-        yield from head
-        yield from lines
+        yield first
+        yield from blocks
         return
-    for line in itertools.chain(head[start + 1:], lines):
-        if GUTENBERG_END.match(line):
+    for block in itertools.chain([first[start.end():]], blocks):
+        end = GUTENBERG_END.search(block)
+        if end is not None:
+            yield block[:end.start()]
             return
-        yield line
+        yield block
 
 
 def file_sentences(path: Path, fmt: str = "auto", encoding: str = "utf-8", progress=None):
     """``(format, sentences)``: the file's format and an iterator over its sentences, None between documents."""
-    lines = strip_gutenberg(decoded_lines(path, encoding, progress))
+    blocks = strip_gutenberg(decoded_blocks(path, encoding, progress))
     if fmt == "auto":
-        head = list(itertools.islice(lines, FORMAT_SAMPLE_LINES))
-        fmt = detect_format(head)
-        lines = itertools.chain(head, lines)
-    return fmt, (_line_sentences(lines) if fmt == "lines" else _raw_sentences(lines))
+        first = next(blocks, "")
+        fmt = detect_format(first.split("\n", FORMAT_SAMPLE_LINES)[:FORMAT_SAMPLE_LINES])
+        blocks = itertools.chain([first], blocks)
+    return fmt, (_line_sentences(blocks) if fmt == "lines" else _raw_sentences(blocks))
 
 
-def _line_sentences(lines):
-    for line in lines:
-        yield line.strip() or None
+def _line_sentences(blocks):
+    for block in blocks:
+        for line in block.removesuffix("\n").split("\n"):
+            yield line.strip() or None
 
 
-def _raw_sentences(lines):
-    paragraph = []
-    for line in itertools.chain(lines, [""]):
-        text = line.strip()
-        heading = WIKI_HEADING.match(text)
-        if text and not heading:
-            paragraph.append(text)
-            continue
-        if paragraph:
-            yield from split_sentences(" ".join(paragraph))
-            paragraph = []
-        if heading and heading.group(1) == "= ":
-            yield None
+def _raw_sentences(blocks):
+    carry = ""  # the last paragraph of a block may go on in the next one
+    for block in itertools.chain(blocks, [None]):
+        paragraphs = PARAGRAPH_BREAK.split(carry + (block or ""))
+        carry = paragraphs.pop() if block is not None else ""
+        for paragraph in paragraphs:
+            paragraph = paragraph.strip()
+            heading = WIKI_HEADING.fullmatch(paragraph)
+            if heading:
+                if heading.group(1) == "= ":
+                    yield None
+            elif paragraph:
+                yield from split_sentences(paragraph.replace("\n", " "))
 
 
 @dataclass
@@ -256,51 +282,36 @@ def read_corpus(inputs, tokenizer, token_file: Path, fmt: str = "auto", encoding
     if not files:
         raise BertforgeError(f"{' '.join(map(str, inputs))}: no text files found")
     encoder = corpus_encoder(tokenizer)
-    encode = getattr(encoder, "encode_batch_fast", encoder.encode_batch)  # same ids, skips offsets
     dtype = token_dtype(tokenizer.vocab_size)
     stats = {"files": len(files), "skipped_files": skipped, "empty_files": 0, "formats": {"lines": 0, "raw": 0}}
-    lengths, doc_ids = [], []  # per encode batch: sentence token counts and document numbers
-    texts, text_docs, chars = [], [], 0
+    lengths, doc_ids = [], []  # per batch: sentence token counts and document numbers
 
-    def flush(out):
-        encodings = encode(texts, add_special_tokens=False)
-        ids = [e.ids for e in encodings]
+    def encode(texts, docs):  # in a worker thread: the tokenizer releases the GIL while it encodes
+        ids = [e.ids for e in encoder.encode_batch_fast(texts, add_special_tokens=False)]
         n = np.fromiter(map(len, ids), np.int64, count=len(ids))
-        np.fromiter(itertools.chain.from_iterable(ids), dtype, count=int(n.sum())).tofile(out)
-        keep = n > 0  # Google drops sentences that tokenize to nothing
-        lengths.append(n[keep])
-        doc_ids.append(np.array(text_docs, np.int64)[keep])
-        texts.clear()
-        text_docs.clear()
+        return np.fromiter(itertools.chain.from_iterable(ids), dtype, count=int(n.sum())), n, np.array(docs)
 
-    doc = 0
+    def write(encoded, out):
+        tokens, n, docs = encoded.result()
+        tokens.tofile(out)
+        lengths.append(n[n > 0])  # Google drops sentences that tokenize to nothing
+        doc_ids.append(docs[n > 0])
+
     bar = tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, desc="read+tokenize",
                disable=not progress)
-    with open(token_file, "wb") as out, bar:
-        for path in files:
-            fmt_used, sentences = file_sentences(path, fmt, encoding, bar)
-            doc += 1
-            found = False
-            for sentence in sentences:
-                if sentence is None:
-                    doc += 1
-                    continue
-                texts.append(sentence)
-                text_docs.append(doc)
-                chars += len(sentence)
-                found = True
-                if chars >= ENCODE_BATCH_CHARS:
-                    flush(out)
-                    chars = 0
-            stats["formats"][fmt_used] += found
-            stats["empty_files"] += not found
-        if texts:
-            flush(out)
+    pending = collections.deque()
+    with ThreadPoolExecutor(1) as pool, open(token_file, "wb") as out, bar:
+        for texts, docs in _batches(files, fmt, encoding, stats, bar):
+            pending.append(pool.submit(encode, texts, docs))
+            if len(pending) == 2:  # read the next batch while this one is encoded
+                write(pending.popleft(), out)
+        while pending:
+            write(pending.popleft(), out)
 
     lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-    doc_ids = np.concatenate(doc_ids) if doc_ids else np.zeros(0, np.int64)
     if not len(lengths):
         raise BertforgeError(f"{' '.join(map(str, inputs))}: no text found (all files empty)")
+    doc_ids = np.concatenate(doc_ids)
     new_doc = np.flatnonzero(np.diff(doc_ids, prepend=-1))
     corpus = Corpus(
         tokens=np.memmap(token_file, dtype=dtype, mode="r"),
@@ -309,3 +320,27 @@ def read_corpus(inputs, tokenizer, token_file: Path, fmt: str = "auto", encoding
     )
     stats.update(documents=corpus.num_documents, sentences=corpus.num_sentences, tokens=int(len(corpus.tokens)))
     return corpus, stats
+
+
+def _batches(files, fmt: str, encoding: str, stats: dict, progress):
+    """``(sentences, document numbers)`` in batches of about ``ENCODE_BATCH_CHARS`` characters."""
+    texts, docs, chars, doc = [], [], 0, 0
+    for path in files:
+        fmt_used, sentences = file_sentences(path, fmt, encoding, progress)
+        doc += 1
+        found = False
+        for sentence in sentences:
+            if sentence is None:
+                doc += 1
+                continue
+            texts.append(sentence)
+            docs.append(doc)
+            chars += len(sentence)
+            found = True
+            if chars >= ENCODE_BATCH_CHARS:
+                yield texts, docs
+                texts, docs, chars = [], [], 0
+        stats["formats"][fmt_used] += found
+        stats["empty_files"] += not found
+    if texts:
+        yield texts, docs

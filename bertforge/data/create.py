@@ -152,6 +152,10 @@ def _split_stats(c: Counter, documents: int, passes: int, shards: int) -> dict:
     stats = {
         "documents": documents, "passes": passes, "shards": shards, "instances": c["instances"], "tokens": c["tokens"],
         "random_next_share": c["random_next"] / max(c["instances"], 1),
+        # Google forces random next for one-sentence chunks and flips a coin for the others.
+        "forced_random_next_share": c["forced_random_next"] / max(c["instances"], 1),
+        "random_next_share_of_coin_flips": (c["random_next"] - c["forced_random_next"]) /
+                                           max(c["instances"] - c["forced_random_next"], 1),
         "short_target_share_of_documents": c["short_target_documents"] / max(c["documents"], 1),
     }
     if c["masked"]:
@@ -172,7 +176,9 @@ def format_report(stats: dict) -> str:
             s = stats[split]
             lines.append(
                 f"{split}: {s['documents']:,} documents x {s['passes']} passes -> {s['instances']:,} instances, "
-                f"{s['tokens']:,} tokens in {s['shards']} shards; random next {s['random_next_share']:.1%}, "
+                f"{s['tokens']:,} tokens in {s['shards']} shards; random next {s['random_next_share']:.1%} "
+                f"({s['forced_random_next_share']:.1%} forced by one-sentence chunks, "
+                f"{s['random_next_share_of_coin_flips']:.1%} of the others), "
                 f"short target {s['short_target_share_of_documents']:.1%} of documents")
             if "masked_share_of_non_special" in s:
                 lines.append(

@@ -71,8 +71,9 @@ def iter_spans(corpus, documents, max_seq_length: int, short_seq_prob: float, dr
     """Google's instances for each document of ``documents`` in that order, yielded in blocks of ``Spans``.
 
     ``documents`` (an array of document numbers) is also the pool random-next B is drawn from, so held-out
-    documents never leak into training pairs. ``counts`` (a Counter) gets ``documents`` and
-    ``short_target_documents``; ``progress`` (a tqdm bar) is advanced by each document's tokens.
+    documents never leak into training pairs. ``counts`` (a Counter) gets ``documents``,
+    ``short_target_documents`` and ``forced_random_next`` (one-sentence chunks, whose B must be random);
+    ``progress`` (a tqdm bar) is advanced by each document's tokens.
     """
     sent_off, doc_off = corpus.sentence_offsets, corpus.document_offsets
     max_num_tokens = max_seq_length - 3
@@ -90,7 +91,10 @@ def iter_spans(corpus, documents, max_seq_length: int, short_seq_prob: float, dr
             # The chunk ends at the first sentence that reaches the target, or at the document's end.
             c_end = min(bisect.bisect_left(offs, offs[i] + target, i + 1), n)
             a_end = i + (draws.randint(1, c_end - i - 1) if c_end - i >= 2 else 1)
-            if c_end - i == 1 or draws.random() < 0.5:
+            forced = c_end - i == 1
+            if forced or draws.random() < 0.5:
+                if counts is not None:
+                    counts["forced_random_next"] += forced
                 target_b = target - (offs[a_end] - offs[i])
                 for _ in range(10):
                     r = int(documents[draws.randint(0, len(documents) - 1)])

@@ -94,7 +94,7 @@ def mask_batch(input_ids, special_mask, rng, vocab_size: int, mask_token_id: int
     # Chosen columns first, in increasing order (stable sort), then pad.
     positions = np.argsort(~chosen, axis=1, kind="stable")[:, :max_predictions]
     valid = np.arange(positions.shape[1]) < chosen.sum(1, keepdims=True)
-    labels = np.where(valid, np.take_along_axis(ids, positions, axis=1), -100).astype(np.int64)
+    labels = np.where(valid, np.take_along_axis(ids, positions, axis=1).astype(np.int64), -100)
     positions = np.where(valid, positions, 0)
     if positions.shape[1] < max_predictions:  # L < max_predictions
         pad = max_predictions - positions.shape[1]

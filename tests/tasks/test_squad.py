@@ -94,13 +94,25 @@ def test_agrees_with_transformers_squad_metrics():
 # ---------------------------------------------------------------------------------------------------------
 # Reading
 
-def test_read_shared_files():
-    dev = read_squad(require_shared("data", "squad", "dev-v1.1.json"))
+@pytest.fixture(scope="module")
+def dev():
+    return read_squad(require_shared("data", "squad", "dev-v1.1.json"))
+
+
+@pytest.fixture(scope="module")
+def dev_v2():
+    return read_squad(require_shared("data", "squad", "dev-v2.0.rebuilt.json"))
+
+
+@pytest.fixture(scope="module")
+def train():
+    return read_squad(require_shared("data", "squad", "train-v1.1.rebuilt.json"))
+
+
+def test_read_shared_files(dev, dev_v2, train):
     assert len(dev) == 10570 and not any(ex.is_impossible for ex in dev)
-    v2 = read_squad(require_shared("data", "squad", "dev-v2.0.rebuilt.json"))
-    assert len(v2) == 11873 and sum(ex.is_impossible for ex in v2) == 5945
-    assert all(ex.answer_texts == [] for ex in v2 if ex.is_impossible)
-    train = read_squad(require_shared("data", "squad", "train-v1.1.rebuilt.json"))
+    assert len(dev_v2) == 11873 and sum(ex.is_impossible for ex in dev_v2) == 5945
+    assert all(ex.answer_texts == [] for ex in dev_v2 if ex.is_impossible)
     assert len(train) == 87599
     for ex in dev[:500] + train[::200]:
         for text, start in zip(ex.answer_texts, ex.answer_starts):
@@ -158,11 +170,10 @@ def tokenizer():
 
 
 @pytest.fixture(scope="module")
-def dev_sample():
+def dev_sample(dev):
     """~300 dev-v1.1 questions: a spread over the file plus the longest passages (several windows)."""
-    examples = read_squad(require_shared("data", "squad", "dev-v1.1.json"))
-    longest = sorted(range(len(examples)), key=lambda i: -len(examples[i].context))[:100]
-    return [examples[i] for i in sorted(set(longest) | set(range(0, len(examples), 50)))]
+    longest = sorted(range(len(dev)), key=lambda i: -len(dev[i].context))[:100]
+    return [dev[i] for i in sorted(set(longest) | set(range(0, len(dev), 50)))]
 
 
 def passage_tokens(tokenizer, context):
@@ -230,8 +241,8 @@ def test_gold_logits_give_gold_answers(tokenizer, dev_sample, max_length, doc_st
     assert not (tmp_path / "null_odds.json").exists()
 
 
-def test_v2_null_answers(tokenizer, tmp_path):
-    examples = read_squad(require_shared("data", "squad", "dev-v2.0.rebuilt.json"))[::40]
+def test_v2_null_answers(tokenizer, dev_v2, tmp_path):
+    examples = dev_v2[::40]
     windows = featurize(examples, tokenizer)
     result = postprocess(examples, windows, one_hot(windows, "start_position"), one_hot(windows, "end_position"),
                          version_2=True)
@@ -252,8 +263,8 @@ def test_long_question_is_cut_to_64_tokens(tokenizer):
     assert windows[0].start_position == 67 and windows[1].start_position == 0  # "rained": passage token 1
 
 
-def test_train_sample_featurizes(tokenizer):
-    train = read_squad(require_shared("data", "squad", "train-v1.1.rebuilt.json"))[::300]
+def test_train_sample_featurizes(tokenizer, train):
+    train = train[::300]
     windows = featurize(train, tokenizer)
     found = [w for w in windows if w.start_position]
     assert len(found) >= len(train)

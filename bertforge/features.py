@@ -1,0 +1,461 @@
+"""Feature-based use (spec section 7): hidden states of chosen layers, per token, per word or per sentence.
+
+No fine-tuning: the encoder runs once over the texts and the hidden states of the chosen layers are combined
+(the paper's best CoNLL NER feature set concatenates the last four). Layers index the encoder's hidden states:
+0 is the embedding output, 1..L the layers, -1 the last layer.
+
+- token level: per text an array [tokens, dim], [CLS] and [SEP] included (as Google's extract_features).
+- word level: per text an array [words, dim], one row per whitespace-separated word of the input (punctuation
+  that BERT splits off stays with its word), from the word's first piece (the paper's NER setup) or the mean of
+  its pieces. A word the tokenizer drops entirely (e.g. only control characters) gets a zero row.
+- sentence level: per text a vector [dim]: the mean over all real tokens ([CLS] and [SEP] included, as
+  sentence-transformers' mean pooling) or the [CLS] row, of the combined layers.
+
+Texts longer than `max_length` are cut into overlapping windows, each starting `stride` tokens past the last
+(Google's doc_stride), and each token is taken from the window where it has the most context on both sides (as
+Google's SQuAD code scores it); [CLS] comes from the first window, the final [SEP] from the last. Text pairs
+("A ||| B") are instead truncated, longest first, and the truncated pairs counted in one warning.
+Windows are sorted by length before batching, so that batches carry little padding.
+"""
+
+import bisect
+import json
+import logging
+import re
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .checkpoint import atomic_path
+from .config import BertConfig
+from .errors import BertforgeError
+from .model import BertModel
+from .tasks.squad import _max_context_window, _spans
+from .tokenizer import BertTokenizer, read_text, truncated_lengths
+
+log = logging.getLogger("bertforge")
+
+LEVELS = ("token", "word", "sentence")
+COMBINES = ("concat", "sum", "mean")
+POOLINGS = ("mean", "cls")
+WORD_VECTORS = ("first", "mean")
+PAIR_SEPARATOR = re.compile(r"^(.*) \|\|\| (.*)$")  # Google's extract_features input format
+WORD = re.compile(r"\S+")  # the words of str.split()
+
+
+@dataclass
+class Features:
+    """What `extract_features` returns.
+
+    `vectors`: token/word level, a list with one float32 array [tokens or words, dim] per text; sentence level,
+    one float32 array [texts, dim]. `tokens`: per text its tokens (token level) or words (word level); None at
+    sentence level. `texts`: the inputs, a pair as "A ||| B".
+    """
+
+    level: str
+    layers: tuple[int, ...]
+    combine: str
+    vectors: list[np.ndarray] | np.ndarray
+    tokens: list[list[str]] | None
+    texts: list[str]
+    dim: int
+    windowed: int = 0  # texts cut into several windows
+    truncated: int = 0  # pairs truncated to max_length
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+@dataclass
+class _Item:
+    """One text: its windows, and where each of its output tokens is found in them."""
+
+    windows: list[int]  # global window indices, in order
+    gather: np.ndarray  # [tokens, 2]: (window number within this text, position in that window)
+    tokens: list[str]
+    starts: np.ndarray  # [tokens] character offset of each token in its own text; -1 for special tokens
+    segments: np.ndarray  # [tokens] 0 for text A (and [CLS], the first [SEP]), 1 for text B
+    text_a: str
+    text_b: str | None
+    remaining: int = 0  # windows not yet run
+
+
+class FeatureExtractor:
+    """A loaded model and tokenizer; `extract(texts, ...)` may be called many times."""
+
+    def __init__(self, model_dir, device: str | None = None):
+        folder = Path(model_dir)
+        if not folder.is_dir():
+            raise BertforgeError(f"{folder}: no such model folder")
+        self.folder = folder
+        self.tokenizer = BertTokenizer.from_pretrained(folder)
+        self.model = load_encoder(folder)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model.to(self.device)
+        self.config = self.model.config
+
+    def check_layers(self, layers) -> tuple[int, ...]:
+        layers = tuple(int(layer) for layer in layers)
+        n = self.config.num_hidden_layers
+        if not layers:
+            raise BertforgeError("no layers chosen: give at least one hidden-state index (0 = embeddings, -1 = last)")
+        for layer in layers:
+            if not -(n + 1) <= layer <= n:
+                raise BertforgeError(
+                    f"{self.folder / 'config.json'}: layer {layer} does not exist: the model has {n} layers, so "
+                    f"hidden-state indices run from 0 (embeddings) to {n}, or from -{n + 1} to -1 (last layer)")
+        return layers
+
+    @torch.no_grad()
+    def extract(self, texts, layers=(-1, -2, -3, -4), combine="concat", level="token", pooling="mean",
+                word_vector="first", max_length=512, stride=None, batch_size=32, bf16=False) -> Features:
+        """Features of `texts` (strings, or (A, B) pairs whose B may be None); see the module docstring."""
+        for name, value, allowed in (("combine", combine, COMBINES), ("level", level, LEVELS),
+                                     ("pooling", pooling, POOLINGS), ("word_vector", word_vector, WORD_VECTORS)):
+            if value not in allowed:
+                raise BertforgeError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        layers = self.check_layers(layers)
+        pairs = _as_pairs(texts)
+        limit = self.config.max_position_embeddings
+        if not 3 <= max_length <= limit:
+            raise BertforgeError(f"max_length must be between 3 and {limit} (the model's positions), not {max_length}")
+        room = max_length - 2
+        stride = max(1, room // 2) if stride is None else stride
+        if stride < 1:
+            raise BertforgeError(f"stride must be at least 1, not {stride}")
+        if batch_size < 1:
+            raise BertforgeError(f"batch_size must be at least 1, not {batch_size}")
+
+        items, windows, truncated = self._plan(pairs, max_length, stride)
+        if truncated:
+            log.warning(f"{truncated} of {sum(b is not None for _, b in pairs)} text pairs were longer than "
+                        f"max_length={max_length} and were truncated (longest text first)")
+        windowed = sum(len(item.windows) > 1 for item in items)
+        if windowed:
+            log.info(f"{windowed} texts longer than max_length={max_length} were read in overlapping windows "
+                     f"(stride {stride}); each token comes from the window where it has the most context")
+
+        results = [None] * len(items)
+        empty_words = 0
+        store = {}
+        owner = [i for i, item in enumerate(items) for _ in item.windows]
+        order = sorted(range(len(windows)), key=lambda w: len(windows[w][0]))
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            combined = self._run([windows[w] for w in batch], layers, combine, bf16)
+            for j, w in enumerate(batch):
+                store[w] = combined[j, :len(windows[w][0])]
+                item = items[owner[w]]
+                item.remaining -= 1
+                if item.remaining == 0:
+                    matrix = _stitch(item, [store.pop(v) for v in item.windows])
+                    if level == "token":
+                        results[owner[w]] = matrix
+                    elif level == "sentence":
+                        results[owner[w]] = matrix[0].copy() if pooling == "cls" else matrix.mean(0)
+                    else:
+                        results[owner[w]], item.tokens, missing = _word_vectors(item, matrix, word_vector)
+                        empty_words += missing
+        if empty_words:
+            log.warning(f"{empty_words} words had no tokens (the tokenizer drops their characters); "
+                        f"their word vectors are zeros")
+
+        dim = self.config.hidden_size * (len(layers) if combine == "concat" else 1)
+        vectors = np.stack(results).reshape(len(items), dim) if level == "sentence" else results
+        return Features(level=level, layers=layers, combine=combine, vectors=vectors,
+                        tokens=None if level == "sentence" else [item.tokens for item in items],
+                        texts=[a if b is None else f"{a} ||| {b}" for a, b in pairs], dim=dim,
+                        windowed=windowed, truncated=truncated)
+
+    def _plan(self, pairs, max_length: int, stride: int):
+        """Tokenize, and cut each text into windows: [CLS] A [SEP] (windows of a long A) or [CLS] A [SEP] B [SEP]."""
+        backend = self.tokenizer.backend_tokenizer
+        firsts = backend.encode_batch([a for a, _ in pairs], add_special_tokens=False)
+        seconds = dict(zip([i for i, (_, b) in enumerate(pairs) if b is not None],
+                           backend.encode_batch([b for _, b in pairs if b is not None], add_special_tokens=False)))
+        cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        room = max_length - 2
+        items, windows, truncated = [], [], 0
+        for i, ((a, b), first) in enumerate(zip(pairs, firsts)):
+            n = len(first.ids)
+            starts_a = np.array([s for s, _ in first.offsets], dtype=np.int64)
+            if b is None:
+                spans = [(0, n)] if n <= room else _spans(n, room, stride)
+                best = np.zeros(n, dtype=np.intp) if len(spans) == 1 else _max_context_window(n, spans)
+                span_start = np.array([s for s, _ in spans])
+                gather = np.concatenate([[[0, 0]],
+                                         np.stack([best, 1 + np.arange(n) - span_start[best]], 1).reshape(n, 2),
+                                         [[len(spans) - 1, spans[-1][1] + 1]]]).astype(np.intp)
+                ids = [([cls, *first.ids[s:s + length], sep], [0] * (length + 2)) for s, length in spans]
+                tokens = ["[CLS]", *first.tokens, "[SEP]"]
+                starts = np.concatenate([[-1], starts_a, [-1]])
+                segments = np.zeros(n + 2, dtype=np.int64)
+            else:
+                second = seconds[i]
+                m = len(second.ids)
+                n1, n2 = truncated_lengths(n, m, True, max_length - 3, "longest_first", max_length)
+                truncated += (n1, n2) != (n, m)
+                row = [cls, *first.ids[:n1], sep, *second.ids[:n2], sep]
+                ids = [(row, [0] * (n1 + 2) + [1] * (n2 + 1))]
+                gather = np.stack([np.zeros(len(row), dtype=np.intp), np.arange(len(row))], 1)
+                tokens = ["[CLS]", *first.tokens[:n1], "[SEP]", *second.tokens[:n2], "[SEP]"]
+                starts_b = np.array([s for s, _ in second.offsets[:n2]], dtype=np.int64)
+                starts = np.concatenate([[-1], starts_a[:n1], [-1], starts_b, [-1]])
+                segments = np.array(ids[0][1])
+            items.append(_Item(list(range(len(windows), len(windows) + len(ids))), gather, tokens, starts,
+                               segments, a, b, remaining=len(ids)))
+            windows += ids
+        return items, windows, truncated
+
+    def _run(self, rows, layers, combine: str, bf16: bool) -> np.ndarray:
+        """The combined hidden states [B, L, dim] of a batch of windows (padding rows are zeros)."""
+        length = max(len(ids) for ids, _ in rows)
+        input_ids = torch.full((len(rows), length), self.tokenizer.pad_token_id, dtype=torch.long)
+        token_type_ids = torch.zeros_like(input_ids)
+        attention_mask = torch.zeros_like(input_ids)
+        for j, (ids, types) in enumerate(rows):
+            input_ids[j, :len(ids)] = torch.tensor(ids)
+            token_type_ids[j, :len(ids)] = torch.tensor(types)
+            attention_mask[j, :len(ids)] = 1
+        device = self.device
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            out = self.model(input_ids.to(device), attention_mask.to(device), token_type_ids.to(device),
+                             output_hidden_states=True)
+        chosen = [out.hidden_states[layer].float() for layer in layers]
+        if combine == "concat":
+            combined = torch.cat(chosen, -1)
+        else:
+            combined = torch.stack(chosen).sum(0)
+            if combine == "mean":
+                combined /= len(chosen)
+        return combined.cpu().numpy()
+
+
+@contextmanager
+def _no_random_init():
+    """torch.nn.init's initialisers as no-ops (as transformers' no_init_weights): the checkpoint overwrites them."""
+    names = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
+             "xavier_normal_", "zeros_", "ones_", "constant_")
+    saved = {name: getattr(nn.init, name) for name in names}
+    try:
+        for name in names:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(nn.init, name, function)
+
+
+def load_encoder(folder: Path) -> BertModel:
+    """The checkpoint's encoder, in eval mode, without first drawing random initial weights.
+
+    Random initialisation of a base-sized embedding table takes seconds on a CPU and every value is overwritten
+    by the checkpoint, so the model is built with the initialisers switched off and zero-filled instead; a part
+    the checkpoint lacks (only the pooler can be: load_weights refuses missing encoder parts) stays zero and is
+    never used here.
+    """
+    config = BertConfig.from_json_file(folder / "config.json")
+    with _no_random_init():
+        model = BertModel(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.zero_()
+    model.load_weights(folder)
+    return model.eval()
+
+
+def _as_pairs(texts) -> list[tuple[str, str | None]]:
+    if isinstance(texts, str):
+        raise BertforgeError("texts must be a list of strings (or of (text, pair) tuples), not a single string")
+    pairs = []
+    for i, text in enumerate(texts):
+        if isinstance(text, str):
+            pairs.append((text, None))
+        elif isinstance(text, (tuple, list)) and len(text) == 2 and isinstance(text[0], str) \
+                and (text[1] is None or isinstance(text[1], str)):
+            pairs.append((text[0], text[1]))
+        else:
+            raise BertforgeError(f"texts[{i}] is {type(text).__name__}, expected str or a (text, pair) tuple")
+    if not pairs:
+        raise BertforgeError("no texts to extract features from (empty input)")
+    return pairs
+
+
+def _stitch(item: _Item, matrices: list[np.ndarray]) -> np.ndarray:
+    """The text's [tokens, dim] matrix, each token from its chosen window (a copy, not a view of the batch)."""
+    if len(matrices) == 1 and len(matrices[0]) == len(item.gather):
+        return matrices[0].copy()
+    base = np.cumsum([0] + [len(m) for m in matrices[:-1]])
+    return np.concatenate(matrices)[base[item.gather[:, 0]] + item.gather[:, 1]]
+
+
+def _word_vectors(item: _Item, matrix: np.ndarray, how: str) -> tuple[np.ndarray, list[str], int]:
+    """[words, dim] rows for the whitespace words of A (then B), the words, and how many words had no tokens."""
+    spans = [[(m.start(), m.group()) for m in WORD.finditer(text)] if text is not None else []
+             for text in (item.text_a, item.text_b)]
+    words = [w for seg in spans for _, w in seg]
+    starts = [[s for s, _ in seg] for seg in spans]
+    word_of = np.full(len(item.tokens), -1, dtype=np.intp)
+    for t, (start, segment) in enumerate(zip(item.starts, item.segments)):
+        if start >= 0:
+            index = bisect.bisect_right(starts[segment], start) - 1
+            word_of[t] = index + (len(spans[0]) if segment == 1 else 0)
+    real = word_of >= 0
+    counts = np.bincount(word_of[real], minlength=len(words))
+    out = np.zeros((len(words), matrix.shape[1]), dtype=np.float32)
+    if how == "first":
+        present, first = np.unique(word_of[real], return_index=True)
+        out[present] = matrix[np.flatnonzero(real)[first]]
+    else:
+        np.add.at(out, word_of[real], matrix[real])
+        out[counts > 0] /= counts[counts > 0, None]
+    return out, words, int((counts == 0).sum())
+
+
+def extract_features(model_dir, texts, layers=(-1, -2, -3, -4), combine="concat", level="token", pooling="mean",
+                     word_vector="first", max_length=512, stride=None, batch_size=32, bf16=False,
+                     device=None) -> Features:
+    """Load the model in `model_dir` and return the features of `texts`; see the module docstring.
+
+    For many calls on one model, build a `FeatureExtractor` once and call its `extract`.
+    """
+    return FeatureExtractor(model_dir, device).extract(
+        texts, layers=layers, combine=combine, level=level, pooling=pooling, word_vector=word_vector,
+        max_length=max_length, stride=stride, batch_size=batch_size, bf16=bf16)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Input and output files
+
+
+def read_texts(path, pair: bool = False) -> list:
+    """One text per line of a file (or stdin for "-"), stripped; with `pair`, "A ||| B" lines become (A, B)."""
+    name = "<stdin>" if str(path) == "-" else str(path)
+    data = sys.stdin.read() if str(path) == "-" else read_text(path)
+    lines = data.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    lines = [line.strip() for line in lines]
+    if not any(lines):
+        raise BertforgeError(f"{name}: no text (empty input)")
+    if not pair:
+        return lines
+    out = []
+    for line in lines:
+        m = PAIR_SEPARATOR.match(line)
+        out.append((m.group(1), m.group(2)) if m else (line, None))
+    return out
+
+
+def check_output(path, level: str) -> str:
+    """The output format named by the file's suffix, or an error before any work is done."""
+    suffix = Path(path).suffix.lower()
+    allowed = (".npy", ".npz", ".jsonl") if level == "sentence" else (".npz", ".jsonl")
+    if suffix not in allowed:
+        hint = "" if level == "sentence" or suffix != ".npy" else \
+            f" ({level}-level features are one array per text, so .npy cannot hold them)"
+        raise BertforgeError(f"{path}: output must end with {', '.join(allowed)}{hint}")
+    return suffix
+
+
+def _rounded(values: np.ndarray) -> list:
+    return np.round(values.astype(np.float64), 6).tolist()  # as Google's extract_features writes them
+
+
+def write_features(features: Features, path) -> Path:
+    """Write `features` to .npy (sentence level), .npz or .jsonl, atomically; see the module docstring."""
+    path = Path(path)
+    suffix = check_output(path, features.level)
+    name = "tokens" if features.level == "token" else "words"
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        if suffix == ".npy":
+            np.save(f, features.vectors)
+        elif suffix == ".npz":
+            meta = dict(level=np.array(features.level), combine=np.array(features.combine),
+                        layers=np.array(features.layers, dtype=np.int64))
+            if features.level == "sentence":
+                np.savez(f, features=features.vectors, **meta)
+            else:
+                arrays = {}
+                for i, (vectors, tokens) in enumerate(zip(features.vectors, features.tokens)):
+                    arrays[f"features_{i}"] = vectors
+                    arrays[f"{name}_{i}"] = np.array(tokens, dtype=str)
+                np.savez(f, **arrays, **meta)
+        else:
+            for i, text in enumerate(features.texts):
+                if features.level == "sentence":
+                    record = {"index": i, "text": text, "vector": _rounded(features.vectors[i])}
+                else:
+                    key = name[:-1]
+                    record = {"linex_index": i, "features": [
+                        {key: token, "layers": _layer_entries(features, row)}
+                        for token, row in zip(features.tokens[i], features.vectors[i])]}
+                f.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+    return path
+
+
+def _layer_entries(features: Features, row: np.ndarray) -> list[dict]:
+    """Google's per-layer entries; a sum or mean of layers is one entry listing the layers it combines."""
+    if features.combine == "concat":
+        size = len(row) // len(features.layers)
+        return [{"index": layer, "values": _rounded(row[k * size:(k + 1) * size])}
+                for k, layer in enumerate(features.layers)]
+    return [{"index": list(features.layers), "combine": features.combine, "values": _rounded(row)}]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The command
+
+
+def _layer_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BertforgeError(f"--layers: expected comma-separated integers such as -1,-2,-3,-4, not {text!r}") \
+            from None
+
+
+def add_features_arguments(parser):
+    # "-1,-2,-3,-4" is a value, not an option: let this parser read such lists as it reads negative numbers.
+    parser._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*$|^-\d*\.\d+$")
+    parser.add_argument("--model", required=True, help="checkpoint folder (config.json, weights, vocab.txt)")
+    parser.add_argument("--input", required=True, help="text file, one text per line, or - for stdin")
+    parser.add_argument("--out", required=True,
+                        help="output file: .npz or .jsonl (token/word level), .npy, .npz or .jsonl (sentence level)")
+    parser.add_argument("--pair", action="store_true", help='lines are text pairs "A ||| B" (Google\'s format)')
+    parser.add_argument("--layers", default="-1,-2,-3,-4",
+                        help="hidden states to use, 0 = embeddings, -1 = last layer (default -1,-2,-3,-4)")
+    parser.add_argument("--combine", choices=COMBINES, default="concat", help="how the layers are combined")
+    parser.add_argument("--level", choices=LEVELS, default="token")
+    parser.add_argument("--pooling", choices=POOLINGS, default="mean", help="sentence level: mean of tokens or [CLS]")
+    parser.add_argument("--word-vector", choices=WORD_VECTORS, default="first",
+                        help="word level: the first piece's vector (as the paper's NER) or the mean of the pieces")
+    parser.add_argument("--max-length", type=int, default=512, help="window length in tokens")
+    parser.add_argument("--stride", type=int,
+                        help="longer texts: each window starts this many tokens past the last (default: half a window)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--bf16", action="store_true", help="run the encoder under bfloat16 autocast")
+    parser.add_argument("--device", help="e.g. cpu or cuda:0 (default: cuda when available)")
+
+
+def run_features(args) -> int:
+    t0 = time.time()
+    check_output(args.out, args.level)
+    layers = _layer_list(args.layers)
+    texts = read_texts(args.input, pair=args.pair)
+    features = extract_features(args.model, texts, layers=layers, combine=args.combine, level=args.level,
+                                pooling=args.pooling, word_vector=args.word_vector, max_length=args.max_length,
+                                stride=args.stride, batch_size=args.batch_size, bf16=args.bf16, device=args.device)
+    out = write_features(features, args.out)
+    rows = {"token": "tokens", "word": "words"}.get(args.level)
+    shape = f"[{len(features)}, {features.dim}]" if rows is None else \
+        f"{len(features)} arrays of [{rows}, {features.dim}]"
+    print(f"{len(features)} texts -> {args.level}-level features {shape} (layers {','.join(map(str, layers))}, "
+          f"{args.combine}) written to {out} in {time.time() - t0:.1f} s")
+    return 0

@@ -1,0 +1,111 @@
+"""`bertforge info DIR`: what a checkpoint folder holds, from its config and the weights' headers alone.
+
+Only the safetensors headers are read (names, shapes, dtypes), so this is instant even for large models.
+"""
+
+import json
+from math import prod
+from pathlib import Path
+
+from safetensors import SafetensorError, safe_open
+
+from .checkpoint import PART_NAMES, normalise_keys, part_name, weight_files
+from .config import BertConfig
+from .errors import BertforgeError
+from .tokenizer import looks_uncased
+
+DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64"}
+
+
+def add_info_arguments(parser):
+    parser.add_argument("dir", metavar="DIR", type=Path, help="checkpoint folder (config.json, model.safetensors)")
+
+
+def read_header(files: list[Path]) -> dict[str, tuple[list[int], str]]:
+    """(shape, dtype) of each tensor, by name, without reading the tensors."""
+    header = {}
+    for file in files:
+        try:
+            with safe_open(file, "pt") as f:
+                for key in f.keys():
+                    tensor = f.get_slice(key)
+                    header[key] = tensor.get_shape(), DTYPES.get(tensor.get_dtype(), tensor.get_dtype())
+        except (SafetensorError, OSError) as e:
+            raise BertforgeError(f"{file}: not a valid safetensors file ({e})") from None
+    return header
+
+
+def vocabulary(folder: Path, config: BertConfig) -> str:
+    """Its size, and whether vocab.txt (when present) agrees with the embedding table."""
+    vocab = folder / "vocab.txt"
+    if not vocab.is_file():
+        return f"{config.vocab_size} tokens"
+    lines = len(vocab.read_text(encoding="utf-8").splitlines())
+    agrees = "as vocab.txt" if lines == config.vocab_size else f"but vocab.txt has {lines}"
+    return f"{config.vocab_size} tokens ({agrees})"
+
+
+def vocabulary_case(folder: Path) -> str:
+    """"cased" or "uncased", and where that came from: tokenizer_config.json, tokenizer.json, or vocab.txt."""
+    for name, find in (("tokenizer_config.json", lambda d: d.get("do_lower_case")),
+                       ("tokenizer.json", lambda d: (d.get("normalizer") or {}).get("lowercase"))):
+        path = folder / name
+        if path.is_file():
+            try:
+                lower = find(json.loads(path.read_text(encoding="utf-8")))
+            except json.JSONDecodeError as e:
+                raise BertforgeError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+            if lower is not None:
+                return f"{'uncased' if lower else 'cased'} ({name})"
+    vocab = folder / "vocab.txt"
+    if vocab.is_file():
+        if looks_uncased(vocab.read_text(encoding="utf-8").splitlines()):
+            return "uncased (guessed: vocab.txt has no capitals)"
+        return "cased (guessed: vocab.txt has capitals)"
+    return "unknown (no tokenizer files in the folder)"
+
+
+def describe(folder: Path) -> list[str]:
+    """The lines `bertforge info` prints."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BertforgeError(f"{folder}: no such checkpoint folder")
+    config = BertConfig.from_json_file(folder / "config.json")
+    files = weight_files(folder)
+    if files[0].suffix == ".bin":
+        raise BertforgeError(f"{files[0]}: info reads safetensors headers only; convert a pickle you trust first "
+                             f"(`bertforge convert {folder} OUT`)")
+    # Without the prefix, the position-ids buffer, and the reference's second names for the tied decoder.
+    header = normalise_keys(read_header(files), "bert", wants_prefix=False)
+    dtypes = sorted({dtype for _, dtype in header.values()})
+
+    counts = {"embeddings": 0, "encoder": 0, "heads": 0}
+    for key, (shape, _) in header.items():
+        group = key.split(".")[0]
+        counts[group if group in ("embeddings", "encoder") else "heads"] += prod(shape)
+    parts = {part_name(key) for key in header}
+    heads = [part for part in PART_NAMES.values() if part in parts]
+    if "classifier" in parts:
+        outputs = header["classifier.bias"][0][0]
+        labels = f": {', '.join(config.id2label.values())}" if config.num_labels == outputs else ""
+        heads[heads.index("classifier")] = f"classifier ({outputs} output{'s' if outputs != 1 else ''}{labels})"
+
+    architecture = ", ".join(config.extra.get("architectures", [])) or "not stated in config.json"
+    size = sum(f.stat().st_size for f in files)
+    return [
+        f"folder:        {folder}",
+        f"architecture:  {architecture}",
+        f"sizes:         {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+        f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}, "
+        f"{config.max_position_embeddings} positions, vocabulary {config.vocab_size}",
+        f"parameters:    {sum(counts.values()):,} total: embeddings {counts['embeddings']:,}, "
+        f"encoder {counts['encoder']:,}, heads {counts['heads']:,}",
+        f"heads:         {', '.join(heads) or 'none (the bare encoder)'}",
+        f"weights:       {', '.join(f.name for f in files)}, {', '.join(dtypes)}, {size / 2**20:.1f} MiB",
+        f"vocabulary:    {vocabulary(folder, config)}, {vocabulary_case(folder)}",
+    ]
+
+
+def run_info(args) -> int:
+    print("\n".join(describe(args.dir)))
+    return 0

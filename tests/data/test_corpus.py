@@ -1,0 +1,130 @@
+import itertools
+
+import pytest
+
+from bertforge.data.corpus import detect_format, file_sentences, list_input_files, split_sentences
+from bertforge.errors import BertforgeError
+from tests.conftest import require_shared
+
+HEADER = """\ufeffThe Project Gutenberg EBook of A Book, by Someone
+
+This eBook is for the use of anyone anywhere at no cost.
+
+*** START OF THIS PROJECT GUTENBERG EBOOK A BOOK ***
+
+
+
+
+Produced by volunteers.
+
+It was a dark night. The rain fell.
+"""
+FOOTER = """
+
+End of the Project Gutenberg EBook of A Book, by Someone
+
+*** END OF THIS PROJECT GUTENBERG EBOOK A BOOK ***
+
+***** This file should be named 1234.txt *****
+Section 1. General Terms of Use.
+"""
+
+
+def sentences(path, **kw):
+    return list(file_sentences(path, **kw)[1])
+
+
+def test_split_sentences():
+    text = ('Mr. Smith met Dr. Watson at St. Paul\'s. They talked, e.g. about H. G. Wells and the U.S. Navy. '
+            '"Really?" she asked. "Yes!" He left... Then it rained! (It did.) the end. In 1999. Fin')
+    assert split_sentences(text) == [
+        "Mr. Smith met Dr. Watson at St. Paul's.",
+        "They talked, e.g. about H. G. Wells and the U.S. Navy.",
+        '"Really?" she asked.',
+        '"Yes!"',
+        "He left...",
+        "Then it rained!",
+        "(It did.) the end.",  # not followed by a capital
+        "In 1999.",
+        "Fin",
+    ]
+
+
+def test_detect_format():
+    google = ["The cat sat on the mat.", "It was happy there.", "", "A second document starts.", "It ends here."]
+    wrapped = ["It was the best of times, it was the worst", "of times, it was the age of wisdom, it was",
+               "the age of foolishness.", "", "There were a king with a large jaw and a queen"]
+    paragraphs = ["First paragraph. It has two sentences.", "", "Second one. Also two.", "", "Third. Yes."]
+    assert detect_format(google) == "lines"
+    assert detect_format(wrapped) == "raw"
+    assert detect_format(paragraphs) == "raw"
+    assert detect_format(["A stanza line,", "another line;", "", "a second stanza,", "and its end."]) == "raw"
+
+
+def test_gutenberg_header_and_footer_dropped(tmp_path):
+    path = tmp_path / "book.txt"
+    path.write_text(HEADER + "He waited for\nthe morning. It came.\n" + FOOTER, encoding="utf-8")
+    got = sentences(path)
+    assert got == ["Produced by volunteers.", "It was a dark night.", "The rain fell.", "He waited for the morning.",
+                   "It came."]
+
+
+def test_gutenberg_real_book():
+    folder = require_shared("data", "corpus", "gutenberg_books")
+    path = folder / "11-0.txt"
+    got = sentences(path)
+    text = " ".join(got)
+    assert "Gutenberg" not in text and "gutenberg" not in text
+    assert got[0].startswith("ALICE") and "Alice" in text
+
+
+def test_lines_format_documents(tmp_path):
+    path = tmp_path / "google.txt"
+    path.write_text("One sentence.\nTwo sentences here.\n\n\nOnly one.\n\nThird doc.\nEnd.", encoding="utf-8")
+    assert sentences(path, fmt="lines") == ["One sentence.", "Two sentences here.", None, None, "Only one.", None,
+                                            "Third doc.", "End."]
+
+
+def test_raw_format_and_wikitext_headings(tmp_path):
+    path = tmp_path / "wiki.raw"
+    path.write_text(" \n = Lobster = \n \n The lobster is blue . It is big . \n \n = = Life = = \n \n"
+                    " It lives long . \n \n = Crab = \n \n Crabs walk sideways . \n", encoding="utf-8")
+    assert sentences(path) == [None, "The lobster is blue .", "It is big .", "It lives long .", None,
+                               "Crabs walk sideways ."]
+
+
+def test_non_utf8_is_an_error_naming_file_line_and_offset(tmp_path):
+    path = tmp_path / "latin.txt"
+    path.write_bytes(b"Hello there.\n\nCaf\xe9 au lait. Good.\n")
+    with pytest.raises(BertforgeError, match=r"latin\.txt:3: byte 17 \(0xe9\) is not valid utf-8; pass --encoding"):
+        sentences(path)
+    assert sentences(path, encoding="latin-1")[-2:] == ["Café au lait.", "Good."]
+    assert sentences(path, encoding="utf-8,latin-1")[-2:] == ["Café au lait.", "Good."]
+    with pytest.raises(BertforgeError, match="unknown encoding"):
+        sentences(path, encoding="nope")
+
+
+def test_real_latin1_file():
+    path = require_shared("data", "corpus", "state_union", "1954-Eisenhower.txt")
+    with pytest.raises(BertforgeError, match=r"1954-Eisenhower\.txt:\d+: byte \d+ \(0x[0-9a-f]{2}\) is not valid utf-8"):
+        sentences(path)
+
+
+def test_list_input_files(tmp_path):
+    (tmp_path / "a").mkdir()
+    for name in ["a/x.txt", "a/y.raw", "a/README", "a/books.json", "b.dat", "a/.hidden.txt"]:
+        (tmp_path / name).write_text("Text.")
+    files, skipped = list_input_files([tmp_path / "a", tmp_path / "b.dat"])
+    assert [f.name for f in files] == ["x.txt", "y.raw", "b.dat"] and skipped == 2
+    with pytest.raises(BertforgeError, match="no such file or folder"):
+        list_input_files([tmp_path / "missing"])
+
+
+def test_blocks_do_not_split_paragraphs(tmp_path, monkeypatch):
+    monkeypatch.setattr("bertforge.data.corpus.BLOCK_BYTES", 16)
+    path = tmp_path / "raw.txt"
+    path.write_text("This paragraph is wrapped\nover three lines and\nends here. Next one.\n\nSecond paragraph.\n")
+    assert sentences(path, fmt="raw") == ["This paragraph is wrapped over three lines and ends here.", "Next one.",
+                                          "Second paragraph."]
+    assert list(itertools.islice(sentences(path, fmt="lines"), 2)) == ["This paragraph is wrapped",
+                                                                       "over three lines and"]

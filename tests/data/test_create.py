@@ -1,0 +1,194 @@
+import argparse
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge.data import check_vocab, create_pretraining_data, load_pretraining_data, vocab_sha256
+from bertforge.data.create import add_data_create_arguments, run_data_create
+from bertforge.errors import BertforgeError
+from bertforge.tokenizer import BertTokenizer
+from tests.conftest import require_shared
+
+STORY = ("The old lighthouse stood on the rocks above the harbour. Every night its keeper climbed the stairs. "
+         "He lit the great lamp and watched the ships. Storms came often in the winter months. "
+         "One evening a small boat appeared in the fog. The keeper rang the bell again and again. ")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return BertTokenizer.from_pretrained(require_shared("models", "all-MiniLM-L6-v2", "vocab.txt"))
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for i in range(6):
+        (folder / f"story{i}.txt").write_text(f"Chapter {i}.\n\n" + STORY * (i + 2) + "\n", encoding="utf-8")
+    (folder / "empty.txt").write_text("")
+    (folder / "blank.txt").write_text("\n  \n\n")
+    # Google's format: the second document has a single sentence, the third a sentence longer than 128 tokens.
+    long_sentence = "It went on and on, " * 60 + "and then it stopped."
+    (folder / "google.txt").write_text("First document, first sentence.\nIt has a second one.\nAnd a third.\n\n"
+                                       "A lonely one-sentence document.\n\n" + long_sentence + "\nShort end.\n")
+    return folder
+
+
+def make(corpus, tokenizer, out, **kw):
+    kw = {"max_seq_length": 32, "max_predictions": 5, "dupe_factor": 3, "seed": 7, **kw}
+    return create_pretraining_data([corpus], tokenizer, out, **kw)
+
+
+def test_end_to_end_files_and_reader(corpus, tokenizer, tmp_path):
+    out = tmp_path / "out"
+    stats = make(corpus, tokenizer, out, eval_docs=2)
+    c = stats["corpus"]
+    assert (c["files"], c["empty_files"], c["formats"]) == (9, 2, {"lines": 1, "raw": 6})
+    assert c["documents"] == 9 and c["eval_documents"] == 2  # 6 stories + 3 documents in google.txt
+    index = json.loads((out / "index.json").read_text())
+    vocab_file = require_shared("models", "all-MiniLM-L6-v2", "vocab.txt")
+    assert index["vocab_sha256"] == hashlib.sha256(vocab_file.read_bytes()).hexdigest()
+    assert (index["vocab_size"], index["do_lower_case"], index["max_seq_length"], index["seed"]) == (30522, True, 32, 7)
+    assert index["masked"] and index["max_predictions"] == 5 and index["masked_lm_prob"] == 0.15
+    assert sum(s["instances"] for s in index["shards"]) == index["instances"] == stats["train"]["instances"]
+    assert (out / "vocab.txt").read_bytes() == vocab_file.read_bytes()  # the data folder carries its vocabulary
+
+    train, held_out = load_pretraining_data(out), load_pretraining_data(out, "eval")
+    assert len(train) == stats["train"]["instances"] and len(held_out) == stats["eval"]["instances"] > 0
+    assert held_out.index["dupe_factor"] == 1
+    b = train.batch(np.arange(len(train)))
+    ids, types, attention = b["input_ids"], b["token_type_ids"], b["attention_mask"]
+    positions, labels = b["mlm_positions"], b["mlm_labels"]
+    lengths = attention.sum(1)
+    assert ids.shape[1] == int(lengths.max()) <= 32 and positions.shape == labels.shape == (len(train), 5)
+    assert (ids[:, 0] == tokenizer.cls_token_id).all()
+    for row, n, t, s in zip(ids, lengths, types, b["special_tokens_mask"]):
+        seps = (row[:n] == tokenizer.sep_token_id).nonzero().flatten().tolist()
+        assert len(seps) == 2 and seps[1] == n - 1  # [CLS] A [SEP] B [SEP]: no [SEP] inside the text
+        assert t[:seps[0] + 1].eq(0).all() and t[seps[0] + 1:n].eq(1).all() and t[n:].eq(0).all()
+        assert (row[n:] == tokenizer.pad_token_id).all()
+        assert s.nonzero().flatten().tolist() == [0, seps[0]] + list(range(n - 1, len(row)))
+    valid = labels != -100
+    expected = torch.clamp(torch.round(lengths * 0.15), 1, 5)  # round half to even, as Python 3
+    assert (valid.sum(1) == expected).all()
+    assert not b["special_tokens_mask"].gather(1, positions)[valid].any()
+    assert (positions[~valid] == 0).all()
+    one = train[3]
+    assert one["input_ids"].shape == (int(lengths[3]),) and one["next_sentence_label"].shape == ()
+    assert torch.equal(one["input_ids"], ids[3, :lengths[3]])
+
+
+def test_statistics_on_real_corpus(tokenizer, tmp_path):
+    corpus = require_shared("data", "corpus")
+    out = tmp_path / "out"
+    stats = create_pretraining_data([corpus / "state_union", corpus / "inaugural"], tokenizer, out, dupe_factor=3,
+                                    encoding="utf-8,latin-1", seed=1)
+    s = stats["train"]
+    assert stats["corpus"]["documents"] == 120
+    assert abs(s["random_next_share_of_coin_flips"] - 0.5) < 0.01
+    assert abs(s["short_target_share_of_documents"] - 0.1) < 0.03
+    assert abs(s["mask_token_share"] - 0.8) < 0.01
+    assert abs(s["random_token_share"] - 0.1) < 0.01 and abs(s["kept_share"] - 0.1) < 0.01
+    data = load_pretraining_data(out)
+    b = data.batch(np.arange(len(data)))
+    lengths, masked = b["attention_mask"].sum(1), (b["mlm_labels"] != -100).sum(1)
+    assert torch.equal(masked, torch.clamp(torch.round(lengths * 0.15), 1, 20))  # Google's count, row by row
+    full = lengths == 128  # 19 of 125 non-special tokens: 15.2%
+    assert full.float().mean() > 0.5
+    assert abs(masked[full].sum() / (lengths[full] - 3).sum() - 0.15) < 0.005
+    assert abs(s["masked_share_of_non_special"] - masked.sum() / (lengths - 3).sum()) < 1e-9
+
+
+def test_deterministic(corpus, tokenizer, tmp_path):
+    for name, seed in [("a", 7), ("b", 7), ("c", 8)]:
+        make(corpus, tokenizer, tmp_path / name, seed=seed, eval_docs=1, whole_word_mask=True)
+    files = sorted(p.name for p in (tmp_path / "a").rglob("*.npy"))
+    assert files and files == sorted(p.name for p in (tmp_path / "b").rglob("*.npy"))
+    for sub in ["", "eval/"]:
+        for f in (tmp_path / "a" / sub).glob("*.npy"):
+            assert f.read_bytes() == (tmp_path / "b" / sub / f.name).read_bytes()
+        assert (tmp_path / "a" / sub / "index.json").read_text() == (tmp_path / "b" / sub / "index.json").read_text()
+    a, c = (tmp_path / "a" / "shard-00000.tokens.npy").read_bytes(), (tmp_path / "c" / "shard-00000.tokens.npy").read_bytes()
+    assert a != c
+
+
+def test_unmasked_data_and_dynamic_masking(corpus, tokenizer, tmp_path):
+    make(corpus, tokenizer, tmp_path / "out", mask=False, whole_word_mask=True)
+    data = load_pretraining_data(tmp_path / "out")
+    assert not data.static_masked and not list((tmp_path / "out").glob("*.mlm_*.npy"))
+    plain = data.batch([0, 1, 2])
+    assert "mlm_positions" not in plain and (plain["input_ids"] != tokenizer.mask_token_id).all()
+    m1 = data.batch([0, 1, 2], rng=np.random.default_rng(0), pad_to=40)
+    m2 = data.batch([0, 1, 2], rng=np.random.default_rng(0), pad_to=40)
+    assert m1["input_ids"].shape == (3, 40) and torch.equal(m1["input_ids"], m2["input_ids"])
+    changed = m1["input_ids"][:, :plain["input_ids"].shape[1]] != plain["input_ids"]
+    assert changed.any() and (m1["mlm_labels"] != -100).any()
+
+
+def test_one_sentence_documents_only_random_next(tokenizer, tmp_path):
+    path = tmp_path / "one.txt"
+    path.write_text("The first document has only this sentence.\n\nThe second one too.\n\nAnd the third.\n")
+    stats = create_pretraining_data([path], tokenizer, tmp_path / "out", fmt="lines", dupe_factor=2)
+    assert stats["corpus"]["documents"] == 3
+    assert stats["train"]["instances"] == 6 and stats["train"]["random_next_share"] == 1.0
+    assert (load_pretraining_data(tmp_path / "out").batch(range(6))["next_sentence_label"] == 1).all()
+
+
+def test_corrupted_and_truncated_shards(corpus, tokenizer, tmp_path):
+    out = tmp_path / "out"
+    make(corpus, tokenizer, out, dupe_factor=1)
+    tokens = out / "shard-00000.tokens.npy"
+    original = tokens.read_bytes()
+    tokens.write_bytes(original[:-10])
+    with pytest.raises(BertforgeError, match=r"shard-00000\.tokens\.npy: corrupted or truncated shard") as e:
+        load_pretraining_data(out)
+    assert "\n" not in str(e.value)
+    tokens.write_bytes(b"garbage" + original[7:])
+    with pytest.raises(BertforgeError, match=r"shard-00000\.tokens\.npy: corrupted"):
+        load_pretraining_data(out)
+    tokens.write_bytes(original)
+    offsets = out / "shard-00000.offsets.npy"
+    values = np.load(offsets)
+    values[3] = values[5] + 1  # a negative length
+    np.save(offsets, values)
+    with pytest.raises(BertforgeError, match=r"shard-00000\.offsets\.npy: corrupted shard"):
+        load_pretraining_data(out)
+    (out / "index.json").unlink()
+    with pytest.raises(BertforgeError, match=r"index\.json: not found"):
+        load_pretraining_data(out)
+
+
+def test_vocab_mismatch_detected(corpus, tokenizer, tmp_path):
+    out = tmp_path / "out"
+    make(corpus, tokenizer, out, dupe_factor=1)
+    data = load_pretraining_data(out)
+    check_vocab(data, tokenizer)
+    check_vocab(data.index, tokenizer)
+    assert data.vocab_sha256 == vocab_sha256(tokenizer.vocab)
+    vocab = dict(tokenizer.vocab)
+    vocab["hello"], vocab["world"] = vocab["world"], vocab["hello"]
+    other = BertTokenizer(vocab, do_lower_case=True)
+    with pytest.raises(BertforgeError, match=r"index\.json: made with another vocabulary") as e:
+        check_vocab(out, other)
+    assert "\n" not in str(e.value)
+
+
+def test_cli_functions(corpus, tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    add_data_create_arguments(parser)
+    vocab = require_shared("models", "all-MiniLM-L6-v2")
+    args = parser.parse_args(["--input", str(corpus / "story1.txt"), str(corpus / "google.txt"), "--vocab", str(vocab),
+                              "--out", str(tmp_path / "out"), "--dupe-factor", "2", "--max-seq-length", "64",
+                              "--eval-docs", "0.25", "--no-mask"])
+    assert args.dupe_factor == 2 and args.eval_docs == 0.25 and args.no_mask
+    assert run_data_create(args) is None
+    report = capsys.readouterr().out
+    assert "4 documents" in report and "1 documents held out" in report and "random next" in report
+    assert load_pretraining_data(tmp_path / "out", "eval").index["split"] == "eval"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--input", "x", "--vocab", "v", "--out", "o", "--eval-docs", "2.5"])
+    with pytest.raises(BertforgeError, match="only 4 documents"):
+        create_pretraining_data([corpus / "story1.txt", corpus / "google.txt"], vocab, tmp_path / "o2", eval_docs=4)

@@ -1,0 +1,225 @@
+"""Checkpoint folders: loading across classes, refusing pickles by default, and one-line errors for bad input."""
+
+import json
+import logging
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import bertforge.model as bf
+from bertforge.checkpoint import PICKLE, SAFETENSORS, SAFETENSORS_INDEX
+from bertforge.config import BertConfig
+from bertforge.errors import BertforgeError
+
+TINY = dict(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256)
+
+
+def save(model_class, folder, **config):
+    torch.manual_seed(0)
+    model = model_class(BertConfig(**{**TINY, **config})).eval()
+    model.save_pretrained(folder)
+    return model
+
+
+def encoder_weights(model) -> dict:
+    bert = model if isinstance(model, bf.BertModel) else model.bert
+    return {k: v for k, v in bert.state_dict().items() if not k.startswith("pooler.")}
+
+
+def assert_same_encoder(a, b):
+    wa, wb = encoder_weights(a), encoder_weights(b)
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def bertforge_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "bertforge"]
+
+
+def one_line_error(excinfo, *names) -> str:
+    """The message of a BertforgeError: one line that names each of `names` (file names)."""
+    message = str(excinfo.value)
+    assert "\n" not in message, message
+    for name in names:
+        assert str(name) in message, message
+    return message
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading across classes
+
+
+def test_pretraining_folder_into_classifier_says_what_is_fresh_and_unused(tmp_path, caplog):
+    source = save(bf.BertForPreTraining, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        model = bf.BertForSequenceClassification.from_pretrained(tmp_path)
+    assert_same_encoder(model, source)
+    assert torch.equal(model.bert.pooler.dense.weight, source.bert.pooler.dense.weight)
+    assert sorted(bertforge_warnings(caplog)) == [
+        "classifier initialised fresh: fine-tune it before use",
+        "masked-LM head in the checkpoint is not used by BertForSequenceClassification",
+        "next-sentence head in the checkpoint is not used by BertForSequenceClassification",
+    ]
+
+
+def test_bare_encoder_folder_into_head_class(tmp_path, caplog):
+    source = save(bf.BertModel, tmp_path)  # keys without the "bert." prefix
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        model = bf.BertForTokenClassification.from_pretrained(tmp_path, id2label={0: "O", 1: "B-PER", 2: "I-PER"})
+    assert_same_encoder(model, source)
+    assert model.classifier.out_features == 3
+    assert bertforge_warnings(caplog) == ["classifier initialised fresh: fine-tune it before use",
+                                          "pooler in the checkpoint is not used by BertForTokenClassification"]
+    ids = torch.tensor([[2, 40, 41, 3, 0]])
+    with torch.no_grad():
+        assert torch.allclose(model.bert(ids, ids.ne(0)).last_hidden_state, source(ids, ids.ne(0)).last_hidden_state)
+
+
+def test_head_folder_into_bare_encoder(tmp_path, caplog):
+    source = save(bf.BertForMaskedLM, tmp_path)  # keys with the "bert." prefix, and no pooler
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        model = bf.BertModel.from_pretrained(tmp_path)
+    assert_same_encoder(model, source)
+    assert bertforge_warnings(caplog) == ["pooler initialised fresh: fine-tune it before use",
+                                          "masked-LM head in the checkpoint is not used by BertModel"]
+
+
+def test_same_class_loads_silently(tmp_path, caplog):
+    source = save(bf.BertForPreTraining, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        model = bf.BertForPreTraining.from_pretrained(tmp_path)
+    assert bertforge_warnings(caplog) == []
+    theirs = source.state_dict()
+    assert all(torch.equal(v, theirs[k]) for k, v in model.state_dict().items())
+
+
+def test_old_layernorm_names_and_sharded_weights_load(tmp_path):
+    """gamma/beta LayerNorm names (old checkpoints), split over two files with an index (large checkpoints)."""
+    source = save(bf.BertForPreTraining, tmp_path)
+    weights = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+               for k, v in load_file(tmp_path / SAFETENSORS).items()}
+    (tmp_path / SAFETENSORS).unlink()
+    names = sorted(weights)
+    shards = {"model-00001-of-00002.safetensors": names[:20], "model-00002-of-00002.safetensors": names[20:]}
+    for file, keys in shards.items():
+        save_file({k: weights[k] for k in keys}, tmp_path / file)
+    index = {"metadata": {}, "weight_map": {k: file for file, keys in shards.items() for k in keys}}
+    (tmp_path / SAFETENSORS_INDEX).write_text(json.dumps(index))
+    model = bf.BertForPreTraining.from_pretrained(tmp_path)
+    theirs = source.state_dict()
+    assert all(torch.equal(v, theirs[k]) for k, v in model.state_dict().items())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pickles run code when loaded: refused unless trusted
+
+
+def test_pickle_only_folder_is_refused_unless_trusted(tmp_path):
+    source = save(bf.BertForSequenceClassification, tmp_path)
+    torch.save(source.state_dict(), tmp_path / PICKLE)
+    (tmp_path / SAFETENSORS).unlink()
+    with pytest.raises(BertforgeError) as excinfo:
+        bf.BertForSequenceClassification.from_pretrained(tmp_path)
+    assert "trust" in one_line_error(excinfo, tmp_path / PICKLE)
+
+    model = bf.BertForSequenceClassification.from_pretrained(tmp_path, trust_pickle=True).eval()
+    ids = torch.tensor([[2, 40, 41, 3, 50, 3], [2, 7, 3, 0, 0, 0]])
+    types = torch.tensor([[0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0]])
+    with torch.no_grad():
+        assert torch.equal(model(ids, ids.ne(0), types).logits, source(ids, ids.ne(0), types).logits)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bad input: one line naming the file and the problem
+
+
+def test_missing_folder(tmp_path):
+    with pytest.raises(BertforgeError) as excinfo:
+        bf.BertModel.from_pretrained(tmp_path / "nowhere")
+    one_line_error(excinfo, tmp_path / "nowhere")
+
+
+def test_folder_without_weights(tmp_path):
+    BertConfig(**TINY).save(tmp_path / "config.json")
+    with pytest.raises(BertforgeError) as excinfo:
+        bf.BertModel.from_pretrained(tmp_path)
+    assert SAFETENSORS in one_line_error(excinfo, tmp_path)
+
+
+def test_invalid_json_config(tmp_path):
+    save(bf.BertModel, tmp_path)
+    (tmp_path / "config.json").write_text('{\n  "hidden_size": 64,\n  "num_hidden_layers": 2\n  "vocab_size": 500\n}\n')
+    with pytest.raises(BertforgeError) as excinfo:
+        bf.BertModel.from_pretrained(tmp_path)
+    assert "JSON" in one_line_error(excinfo, f"{tmp_path / 'config.json'}:4")
+
+
+def edit_config(folder, **changes):
+    path = folder / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+@pytest.mark.parametrize("changes,problem", [
+    (dict(hidden_size=128, num_attention_heads=2), "has shape"),
+    (dict(intermediate_size=512), "has shape"),
+    (dict(vocab_size=600), "has shape"),
+    (dict(num_hidden_layers=4), "layer 2, layer 3 not in the weights"),
+    (dict(num_hidden_layers=1), "weights have layer 1 beyond the config"),
+])
+def test_config_that_contradicts_the_weights(tmp_path, changes, problem):
+    save(bf.BertForPreTraining, tmp_path)
+    edit_config(tmp_path, **changes)
+    with pytest.raises(BertforgeError) as excinfo:
+        bf.BertForPreTraining.from_pretrained(tmp_path)
+    message = one_line_error(excinfo, tmp_path / SAFETENSORS)
+    assert problem in message and "config.json does not describe these weights" in message
+
+
+def test_missing_embeddings_are_an_error_not_fresh(tmp_path):
+    save(bf.BertModel, tmp_path)
+    weights = load_file(tmp_path / SAFETENSORS)
+    del weights["embeddings.word_embeddings.weight"]
+    save_file(weights, tmp_path / SAFETENSORS)
+    with pytest.raises(BertforgeError) as excinfo:
+        bf.BertModel.from_pretrained(tmp_path)
+    assert "embeddings.word_embeddings not in the weights" in one_line_error(excinfo, tmp_path / SAFETENSORS)
+
+
+def test_tensor_with_wrong_shape(tmp_path):
+    save(bf.BertModel, tmp_path)
+    weights = load_file(tmp_path / SAFETENSORS)
+    weights["encoder.layer.1.attention.self.value.weight"] = torch.zeros(64, 32)
+    save_file(weights, tmp_path / SAFETENSORS)
+    with pytest.raises(BertforgeError) as excinfo:
+        bf.BertModel.from_pretrained(tmp_path)
+    message = one_line_error(excinfo, tmp_path / SAFETENSORS, "encoder.layer.1.attention.self.value.weight")
+    assert "(64, 32)" in message and "(64, 64)" in message
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_corrupted_safetensors(tmp_path, damage):
+    save(bf.BertModel, tmp_path)
+    path = tmp_path / SAFETENSORS
+    data = path.read_bytes()
+    path.write_bytes({"truncated": data[:len(data) // 2], "garbage": b"not a tensor file " * 10, "empty": b""}[damage])
+    with pytest.raises(BertforgeError) as excinfo:
+        bf.BertModel.from_pretrained(tmp_path)
+    assert "not a valid safetensors file" in one_line_error(excinfo, path)
+
+
+def test_invalid_shard_index(tmp_path):
+    save(bf.BertModel, tmp_path)
+    (tmp_path / SAFETENSORS).unlink()
+    (tmp_path / SAFETENSORS_INDEX).write_text('{"weight_map": ')
+    with pytest.raises(BertforgeError) as excinfo:
+        bf.BertModel.from_pretrained(tmp_path)
+    one_line_error(excinfo, tmp_path / SAFETENSORS_INDEX)
+
+
+def test_save_pretrained_round_trip_keeps_config(tmp_path):
+    source = save(bf.BertForSequenceClassification, tmp_path, id2label={0: "neg", 1: "pos"}, hidden_act="gelu_new")
+    model = bf.BertForSequenceClassification.from_pretrained(tmp_path)
+    assert model.config.to_dict() == {**source.config.to_dict(), "architectures": ["BertForSequenceClassification"]}
+    assert not model.training  # ready for inference, as the reference library's models are
+    assert not list(tmp_path.glob("*.tmp"))  # atomic writes leave nothing behind

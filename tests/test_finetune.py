@@ -1,0 +1,122 @@
+"""Fine-tuning end to end on a few dozen real examples per task family, with a tiny random encoder.
+
+These prove the paths (reading, featurising, training, evaluating, best checkpoint, submission files); the
+accuracy of real fine-tuning is measured by benchmarks/ and recorded in BENCHMARKS.md.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge import BertConfig, BertForPreTraining, BertTokenizer
+from bertforge.cli import main
+from bertforge.finetune import finetune, length_grouped_order, pad_batch
+from bertforge.model import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
+from tests.conftest import require_shared
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A tiny pre-training checkpoint with the real uncased vocabulary."""
+    vocab = require_shared("models", "all-MiniLM-L6-v2", "vocab.txt")
+    folder = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    tokenizer = BertTokenizer.from_pretrained(vocab)
+    BertForPreTraining(BertConfig.from_name("tiny", vocab_size=tokenizer.vocab_size)).save_pretrained(folder, tokenizer)
+    return folder
+
+
+def run(task, model, data, out, **kw):
+    options = dict(epochs=1, batch_size=8, max_train_examples=32, max_eval_examples=24, lr=1e-3, progress=False)
+    return finetune(task, model, data, out, **{**options, **kw})
+
+
+def test_glue_classification_writes_results_and_best(tiny_model, tmp_path):
+    data = require_shared("data", "glue", "SST-2")
+    result = run("sst2", tiny_model, data, tmp_path / "run", epochs=2)
+    saved = json.loads((tmp_path / "run" / "eval_results.json").read_text())
+    assert saved["accuracy"] == result["accuracy"] and 0 <= saved["accuracy"] <= 1
+    assert len(saved["history"]) == 2 and saved["train_examples"] == 32
+    best = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "best")
+    assert best.config.id2label == {0: "0", 1: "1"}
+    assert (tmp_path / "run" / "best" / "vocab.txt").is_file()
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 8 and "accuracy" in rows[-1]
+
+
+def test_glue_regression_and_submission(tiny_model, tmp_path):
+    data = require_shared("data", "glue", "STS-B")
+    result = run("stsb", tiny_model, data, tmp_path / "run")
+    assert {"pearson", "spearman"} <= set(result)
+    assert main(["predict", "stsb", "--model", str(tmp_path / "run" / "best"), "--data", str(data),
+                 "--out", str(tmp_path / "pred"), "--max-eval-examples", "5"]) == 0
+    lines = (tmp_path / "pred" / "STS-B_test.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 6
+    float(lines[1].split("\t")[1])
+
+
+def test_ner_scores_valid_and_test_and_writes_columns(tiny_model, tmp_path):
+    data = require_shared("data", "conll2003")
+    result = run("conll2003", tiny_model, data, tmp_path / "run")
+    assert {"f1", "precision", "recall", "test_f1"} <= set(result)
+    model = BertForTokenClassification.from_pretrained(tmp_path / "run" / "best")
+    assert "B-PER" in model.config.id2label.values()
+    assert main(["predict", "conll2003", "--model", str(tmp_path / "run" / "best"), "--data", str(data),
+                 "--out", str(tmp_path / "pred"), "--max-eval-examples", "3"]) == 0
+    first = (tmp_path / "pred" / "conll_test_predictions.txt").read_text().splitlines()[0].split()
+    assert len(first) == 3 and first[2] in model.config.id2label.values()
+
+
+def test_multiple_choice(tiny_model, tmp_path):
+    data = require_shared("data", "multiple_choice", "commonsenseqa")
+    result = run("commonsenseqa", tiny_model, data, tmp_path / "run")
+    assert 0 <= result["accuracy"] <= 1
+    assert BertForMultipleChoice.from_pretrained(tmp_path / "run" / "best").classifier.out_features == 1
+
+
+@pytest.mark.parametrize("task, data", [("squad", "squad"), ("squad_v2", "squad/dev-v2.0.rebuilt.json")])
+def test_squad(tiny_model, tmp_path, task, data):
+    data = require_shared("data", *data.split("/"))
+    result = run(task, tiny_model, data, tmp_path / "run", max_train_examples=16, max_eval_examples=16)
+    assert 0 <= result["exact_match"] <= 100 and 0 <= result["f1"] <= 100
+    if task == "squad_v2":
+        assert {"HasAns_f1", "NoAns_f1"} <= set(result)
+    assert main(["evaluate", task, "--model", str(tmp_path / "run" / "best"), "--data", str(data),
+                 "--max-eval-examples", "8"]) == 0
+
+
+def test_evaluate_reproduces_the_best_epoch(tiny_model, tmp_path, capsys):
+    data = require_shared("data", "glue", "SST-2")
+    result = run("sst2", tiny_model, data, tmp_path / "run")
+    capsys.readouterr()
+    main(["evaluate", "sst2", "--model", str(tmp_path / "run" / "best"), "--data", str(data),
+          "--max-eval-examples", "24"])
+    assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(result["accuracy"])
+
+
+def test_unknown_task_is_one_line(tmp_path, capsys):
+    assert main(["finetune", "nosuch", "--model", str(tmp_path), "--data", str(tmp_path), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bertforge: error: unknown task 'nosuch'") and "\n" not in err
+
+
+def test_length_grouped_batches_cover_every_row_once_with_little_padding():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 128, size=1000)
+    batches = length_grouped_order(lengths, 32, np.random.default_rng(1))
+    rows = np.concatenate(batches)
+    assert sorted(rows.tolist()) == list(range(1000))
+    padded = sum(len(b) * lengths[b].max() for b in batches)
+    assert lengths.sum() / padded > 0.9  # random batches of these lengths are about 50% padding
+    assert [b.tolist() for b in batches] == [b.tolist() for b in length_grouped_order(lengths, 32, np.random.default_rng(1))]
+
+
+def test_pad_batch_pads_tokens_and_token_labels():
+    features = {"input_ids": [[101, 5, 102], [101, 102]], "attention_mask": [[1, 1, 1], [1, 1]],
+                "labels": [[-100, 3, -100], [-100, -100]]}
+    batch = pad_batch(features, [0, 1], pad_id=0)
+    assert batch["input_ids"].tolist() == [[101, 5, 102], [101, 102, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert batch["labels"].tolist() == [[-100, 3, -100], [-100, -100, -100]]
