@@ -113,8 +113,11 @@ class PretrainTask:
         model.save_pretrained(folder, tokenizer=self.tokenizer)
 
 
-def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | None, dropout: float | None):
+def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | None, dropout: float | None,
+                data_index: dict | None = None):
     if init_from:
+        if data_index is not None and (Path(init_from) / "vocab.txt").is_file():
+            check_vocab(data_index, BertTokenizer.from_pretrained(init_from))
         model = BertForPreTraining.from_pretrained(init_from)
         if model.config.vocab_size != tokenizer.vocab_size:
             raise BertforgeError(f"{init_from}: the model's vocabulary has {model.config.vocab_size} entries, "
@@ -136,7 +139,7 @@ def pretrain(data: str, out: str, config: str = "mini", steps: int = 1000, batch
     tokenizer = BertTokenizer.from_pretrained(data)
     task = PretrainTask(data, tokenizer, batch_size, seed, eval_rows)
     torch.manual_seed(seed)
-    model = build_model(config, tokenizer, init_from, dropout)
+    model = build_model(config, tokenizer, init_from, dropout, task.train.index)
     args = TrainArgs(out=Path(out), steps=steps, batch_size=batch_size, lr=lr, seed=seed, **train_options)
     result = fit(model, task, args, ctx)
     return {**result, **task.baselines()} if ctx.main else result

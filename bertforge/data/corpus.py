@@ -1,6 +1,6 @@
 """Reading a text corpus into documents of tokenized sentences, stored as flat token arrays.
 
-Two input formats, chosen per file (``auto``) or forced:
+Two input formats, chosen per file (``auto``) or forced; every file starts a new document:
 
 - ``lines``: Google's format, one sentence per line, blank lines between documents.
 - ``raw``: running text, paragraphs wrapped over lines or one per line, blank lines between paragraphs.
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from bertforge.errors import BertforgeError, where
@@ -255,11 +256,9 @@ class Corpus:
         )
 
 
-def corpus_encoder(tokenizer):
+def corpus_encoder(tokenizer) -> Tokenizer:
     """A copy of the tokenizer's backend that reads ``[SEP]`` etc. in text as ordinary text (as Google's
     tokenizer does) and never truncates or pads."""
-    from tokenizers import Tokenizer
-
     backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
     backend.encode_special_tokens = True
     backend.no_truncation()
@@ -282,12 +281,13 @@ def read_corpus(inputs, tokenizer, token_file: Path, fmt: str = "auto", encoding
     if not files:
         raise BertforgeError(f"{' '.join(map(str, inputs))}: no text files found")
     encoder = corpus_encoder(tokenizer)
+    encode_batch = getattr(encoder, "encode_batch_fast", encoder.encode_batch)  # _fast (tokenizers>=0.20): no offsets
     dtype = token_dtype(tokenizer.vocab_size)
     stats = {"files": len(files), "skipped_files": skipped, "empty_files": 0, "formats": {"lines": 0, "raw": 0}}
     lengths, doc_ids = [], []  # per batch: sentence token counts and document numbers
 
     def encode(texts, docs):  # in a worker thread: the tokenizer releases the GIL while it encodes
-        ids = [e.ids for e in encoder.encode_batch_fast(texts, add_special_tokens=False)]
+        ids = [e.ids for e in encode_batch(texts, add_special_tokens=False)]
         n = np.fromiter(map(len, ids), np.int64, count=len(ids))
         return np.fromiter(itertools.chain.from_iterable(ids), dtype, count=int(n.sum())), n, np.array(docs)
 

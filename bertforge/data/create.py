@@ -7,10 +7,10 @@ stream them, truncated, assembled, masked (:mod:`bertforge.data.masking`) and sh
 to shards of up to ``SHARD_INSTANCES`` instances (:mod:`bertforge.data.shards`).
 
 Memory: the corpus tokens live in a memory-mapped file in ``DIR`` (2 bytes per token for vocabularies up
-to 65,536; deleted at the end), paged by the OS; resident are the sentence offsets (8 bytes per sentence,
-about 0.4 bytes per token for ~20-token sentences, plus 8 more per sentence while reading) and one shard
-in the making (a few hundred MB at most), so resident memory is about 1 byte per corpus token plus a
-constant, whatever the corpus size.
+to 65,536; deleted at the end), paged in and out by the OS. Resident are 24 bytes per sentence while
+reading and 8 after (sentence offsets: about 1 and 0.3 bytes per corpus token for 25-token sentences),
+plus a constant of a few hundred MB at most: two encode batches of ``ENCODE_BATCH_CHARS`` characters in
+flight, and one shard of ``SHARD_INSTANCES`` instances in the making, masked ``MASK_ROWS`` rows at a time.
 
 The output is a deterministic function of the inputs (file contents and order), the arguments and the
 seed: each pass draws from its own ``np.random.default_rng([seed, split, pass])``.
@@ -25,9 +25,9 @@ import numpy as np
 from tqdm import tqdm
 
 from bertforge.data.corpus import read_corpus, token_dtype
-from bertforge.data.instances import Draws, assemble, iter_spans, to_padded, truncate_pairs
+from bertforge.data.instances import Draws, assemble, iter_spans, special_positions, to_padded, truncate_pairs
 from bertforge.data.masking import continuation_table, mask_batch, word_starts
-from bertforge.data.shards import ShardWriter, vocab_sha256
+from bertforge.data.shards import ShardWriter, clear_data, vocab_sha256
 from bertforge.errors import BertforgeError
 from bertforge.tokenizer import BertTokenizer
 
@@ -77,11 +77,13 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
         }
         continuation = continuation_table(tokenizer.vocab)
         stats = {"corpus": {**read_stats, "eval_documents": n_eval}}
-        for split, key, docs, passes, directory in [("train", 1, np.flatnonzero(~is_eval), dupe_factor, out),
-                                                    ("eval", 2, held_out, 1, out / "eval")]:
-            if len(docs):
-                stats[split] = _write_split(corpus, docs, directory, {**header, "split": split, "dupe_factor": passes},
-                                            continuation, [seed, key], passes, progress)
+        train = {**header, "split": "train", "dupe_factor": dupe_factor}
+        stats["train"] = _write_split(corpus, np.flatnonzero(~is_eval), out, train, continuation, [seed, 1], progress)
+        if n_eval:
+            held = {**header, "split": "eval", "dupe_factor": 1}
+            stats["eval"] = _write_split(corpus, held_out, out / "eval", held, continuation, [seed, 2], progress)
+        else:
+            clear_data(out / "eval")  # no stale held-out data from an earlier run
         (out / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
         tokenizer.save_pretrained(out)
     finally:
@@ -90,8 +92,10 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
     return stats
 
 
-def _write_split(corpus, documents, directory: Path, header: dict, continuation: np.ndarray, seed_key: list,
-                 passes: int, progress: bool) -> dict:
+def _write_split(corpus, documents, directory: Path, header: dict, continuation: np.ndarray, seed: list,
+                 progress: bool) -> dict:
+    """``header["dupe_factor"]`` passes of instances over ``documents``, as shards in ``directory``; statistics."""
+    passes = header["dupe_factor"]
     writer = ShardWriter(directory)
     if header["whole_word_mask"]:
         np.save(directory / "continuation.npy", continuation, allow_pickle=False)
@@ -102,7 +106,7 @@ def _write_split(corpus, documents, directory: Path, header: dict, continuation:
                disable=not progress)
     with bar:
         for p in range(passes):
-            rng = np.random.default_rng(seed_key + [p])
+            rng = np.random.default_rng(seed + [p])
             for spans in iter_spans(corpus, rng.permutation(documents), header["max_seq_length"],
                                     header["short_seq_prob"], Draws(rng), SHARD_INSTANCES, counts, bar):
                 writer.write(_make_shard(corpus, spans[rng.permutation(len(spans))], header, continuation, rng, counts))
@@ -126,19 +130,19 @@ def _make_shard(corpus, spans, header: dict, continuation: np.ndarray, rng, coun
         return arrays
     positions, labels, mlm_counts = [], [], []
     for lo in range(0, len(spans), MASK_ROWS):
-        n, a = lengths[lo:lo + MASK_ROWS], a_lengths[lo:lo + MASK_ROWS, None]
-        padded = to_padded(ids[offsets[lo]:offsets[lo + len(n)]], n, L, special_ids["pad"])
-        cols = np.arange(L)
-        special = (cols == 0) | (cols == a + 1) | (cols >= n[:, None] - 1)
-        masked, pos, lab = mask_batch(
-            padded, special, rng, header["vocab_size"], special_ids["mask"], lengths=n,
-            masked_lm_prob=header["masked_lm_prob"], max_predictions=header["max_predictions"],
-            whole_word_starts=word_starts(padded, continuation) if header["whole_word_mask"] else None)
+        hi = min(lo + MASK_ROWS, len(spans))
+        n, rows = lengths[lo:hi], slice(offsets[lo], offsets[hi])
+        padded = to_padded(ids[rows], n, L, special_ids["pad"])
+        whole_words = word_starts(padded, continuation) if header["whole_word_mask"] else None
+        masked, pos, lab = mask_batch(padded, special_positions(n, a_lengths[lo:hi], L), rng, header["vocab_size"],
+                                      special_ids["mask"], masked_lm_prob=header["masked_lm_prob"],
+                                      max_predictions=header["max_predictions"], whole_word_starts=whole_words,
+                                      lengths=n)
         valid = lab != -100
-        new = masked[np.arange(len(n))[:, None], pos][valid]
+        new = masked[np.arange(hi - lo)[:, None], pos][valid]
         counts.update(masked=int(valid.sum()), mask_token=int((new == special_ids["mask"]).sum()),
                       kept=int((new == lab[valid]).sum()))
-        ids[offsets[lo]:offsets[lo + len(n)]] = masked[cols < n[:, None]]
+        ids[rows] = masked[np.arange(L) < n[:, None]]
         positions.append(pos[valid])
         labels.append(lab[valid])
         mlm_counts.append(valid.sum(1))
@@ -213,7 +217,8 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--whole-word-mask", action="store_true", help="mask all pieces of a word together")
     parser.add_argument("--no-mask", action="store_true", help="write unmasked instances (the trainer masks dynamically)")
     parser.add_argument("--eval-docs", type=_eval_docs, default=0, metavar="N",
-                        help="hold out N documents (or this fraction, if below 1) for evaluation, written to OUT/eval")
+                        help="hold out N documents (or this fraction, if below 1) for evaluation: one pass, "
+                             "written to OUT/eval, never used in training pairs")
     parser.add_argument("--encoding", default="utf-8", help="text encoding of the input files (e.g. latin-1)")
     parser.add_argument("--format", choices=("auto", "lines", "raw"), default="auto",
                         help="lines: one sentence per line, blank line between documents (Google's); "

@@ -19,6 +19,7 @@ corpus, before and after truncation.
 """
 
 import bisect
+from collections import Counter
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -75,6 +76,7 @@ def iter_spans(corpus, documents, max_seq_length: int, short_seq_prob: float, dr
     ``short_target_documents`` and ``forced_random_next`` (one-sentence chunks, whose B must be random);
     ``progress`` (a tqdm bar) is advanced by each document's tokens.
     """
+    counts = Counter() if counts is None else counts
     sent_off, doc_off = corpus.sentence_offsets, corpus.document_offsets
     max_num_tokens = max_seq_length - 3
     rows = []
@@ -84,8 +86,7 @@ def iter_spans(corpus, documents, max_seq_length: int, short_seq_prob: float, dr
         target = max_num_tokens
         if draws.random() < short_seq_prob:
             target = draws.randint(2, max_num_tokens)
-            if counts is not None:
-                counts["short_target_documents"] += 1
+            counts["short_target_documents"] += 1
         i = 0
         while i < n:
             # The chunk ends at the first sentence that reaches the target, or at the document's end.
@@ -93,8 +94,7 @@ def iter_spans(corpus, documents, max_seq_length: int, short_seq_prob: float, dr
             a_end = i + (draws.randint(1, c_end - i - 1) if c_end - i >= 2 else 1)
             forced = c_end - i == 1
             if forced or draws.random() < 0.5:
-                if counts is not None:
-                    counts["forced_random_next"] += forced
+                counts["forced_random_next"] += forced
                 target_b = target - (offs[a_end] - offs[i])
                 for _ in range(10):
                     r = int(documents[draws.randint(0, len(documents) - 1)])
@@ -111,8 +111,7 @@ def iter_spans(corpus, documents, max_seq_length: int, short_seq_prob: float, dr
             if len(rows) == block_size:
                 yield _spans(rows)
                 rows = []
-        if counts is not None:
-            counts["documents"] += 1
+        counts["documents"] += 1
         if progress is not None:
             progress.update(offs[-1] - offs[0])
     if rows:
@@ -153,6 +152,12 @@ def assemble(tokens: np.ndarray, spans: Spans, cls_id: int, sep_id: int) -> tupl
     ids[index == -1] = cls_id
     ids[index == -2] = sep_id
     return ids, np.concatenate([[0], np.cumsum(la + lb + 3)])
+
+
+def special_positions(lengths: np.ndarray, a_lengths: np.ndarray, width: int) -> np.ndarray:
+    """[n, width] bool: the [CLS] and two [SEP] of each ``[CLS] A [SEP] B [SEP]`` row, and its padding."""
+    cols = np.arange(width)
+    return (cols == 0) | (cols == a_lengths[:, None] + 1) | (cols >= lengths[:, None] - 1)
 
 
 def ragged_arange(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

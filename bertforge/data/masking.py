@@ -69,7 +69,7 @@ def mask_batch(input_ids, special_mask, rng, vocab_size: int, mask_token_id: int
     word_len = np.bincount((np.arange(B)[:, None] * L + word_start_col)[candidate], minlength=B * L).reshape(B, L)
 
     # Shuffle the words: sort start columns by a random key (non-starts last, with a length that never fits).
-    order = np.argsort(np.where(starts, rng.random((B, L)), 2.0), axis=1)
+    order = np.argsort(np.where(starts, rng.random((B, L), dtype=np.float32), 2.0), axis=1)
     sorted_len = np.take_along_axis(np.where(starts, word_len, L + 1), order, axis=1)
     taken = np.zeros((B, L), bool)
     count = np.zeros(B, np.int64)
@@ -83,7 +83,7 @@ def mask_batch(input_ids, special_mask, rng, vocab_size: int, mask_token_id: int
     np.put_along_axis(start_taken, order, taken, axis=1)
     chosen = candidate & np.take_along_axis(start_taken, word_start_col, axis=1)
 
-    rows, cols_m = np.nonzero(chosen)
+    rows, cols_m = np.nonzero(chosen)  # row by row, columns increasing
     original = ids[rows, cols_m]
     n = len(rows)
     replacement = np.where(rng.random(n) < 0.8, mask_token_id,
@@ -91,15 +91,12 @@ def mask_batch(input_ids, special_mask, rng, vocab_size: int, mask_token_id: int
     masked_ids = ids.copy()
     masked_ids[rows, cols_m] = replacement
 
-    # Chosen columns first, in increasing order (stable sort), then pad.
-    positions = np.argsort(~chosen, axis=1, kind="stable")[:, :max_predictions]
-    valid = np.arange(positions.shape[1]) < chosen.sum(1, keepdims=True)
-    labels = np.where(valid, np.take_along_axis(ids, positions, axis=1).astype(np.int64), -100)
-    positions = np.where(valid, positions, 0)
-    if positions.shape[1] < max_predictions:  # L < max_predictions
-        pad = max_predictions - positions.shape[1]
-        positions = np.pad(positions, ((0, 0), (0, pad)))
-        labels = np.pad(labels, ((0, 0), (0, pad)), constant_values=-100)
+    per_row = chosen.sum(1)
+    slot = np.arange(n) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+    positions = np.zeros((B, max_predictions), np.int64)
+    labels = np.full((B, max_predictions), -100, np.int64)
+    positions[rows, slot] = cols_m
+    labels[rows, slot] = original
     if as_torch:
         device = input_ids.device
         return (torch.from_numpy(masked_ids).to(device), torch.from_numpy(positions).to(device),

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertforge.data.instances import ragged_arange, to_padded
+from bertforge.data.instances import ragged_arange, special_positions, to_padded
 from bertforge.data.masking import mask_batch, word_starts
 from bertforge.errors import BertforgeError
 
@@ -44,15 +44,20 @@ def vocab_sha256(vocab: dict) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def clear_data(directory) -> None:
+    """Remove the data files of an earlier run from ``directory`` (index first, so no half state is readable)."""
+    directory = Path(directory)
+    for stale in [directory / "index.json", *directory.glob("shard-*.npy"), directory / "continuation.npy"]:
+        stale.unlink(missing_ok=True)
+
+
 class ShardWriter:
     """Writes shards into a directory, then ``index.json`` last (a directory without it is incomplete)."""
 
     def __init__(self, directory):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        for stale in [*self.directory.glob("shard-*.npy"), self.directory / "index.json",
-                      self.directory / "continuation.npy"]:
-            stale.unlink(missing_ok=True)
+        clear_data(self.directory)
         self.shards = []
 
     def write(self, arrays: dict) -> None:
@@ -183,7 +188,7 @@ class PretrainingShards:
         ids = ids[:, :width]
         cols = np.arange(width)
         attention = cols < lengths[:, None]
-        special = (cols == 0) | (cols == a_lengths[:, None] + 1) | (cols >= lengths[:, None] - 1)
+        special = special_positions(lengths, a_lengths, width)
         out = {
             "input_ids": ids,
             "token_type_ids": ((cols > a_lengths[:, None] + 1) & attention).astype(np.int64),

@@ -32,7 +32,8 @@ def corpus(tmp_path):
     (folder / "blank.txt").write_text("\n  \n\n")
     # Google's format: the second document has a single sentence, the third a sentence longer than 128 tokens.
     long_sentence = "It went on and on, " * 60 + "and then it stopped."
-    (folder / "google.txt").write_text("First document, first sentence.\nIt has a second one.\nAnd a third.\n\n"
+    # Special tokens typed in text are ordinary text, as for Google's tokenizer.
+    (folder / "google.txt").write_text("First document, first sentence.\nIt writes [SEP] and [MASK].\nAnd a third.\n\n"
                                        "A lonely one-sentence document.\n\n" + long_sentence + "\nShort end.\n")
     return folder
 
@@ -126,6 +127,16 @@ def test_unmasked_data_and_dynamic_masking(corpus, tokenizer, tmp_path):
     assert m1["input_ids"].shape == (3, 40) and torch.equal(m1["input_ids"], m2["input_ids"])
     changed = m1["input_ids"][:, :plain["input_ids"].shape[1]] != plain["input_ids"]
     assert changed.any() and (m1["mlm_labels"] != -100).any()
+
+
+def test_rerun_replaces_earlier_output(corpus, tokenizer, tmp_path):
+    out = tmp_path / "out"
+    make(corpus, tokenizer, out, eval_docs=1, dupe_factor=3)
+    make(corpus, tokenizer, out, dupe_factor=1)
+    index = json.loads((out / "index.json").read_text())
+    assert sorted(p.name for p in out.glob("shard-*.tokens.npy")) == [s["name"] + ".tokens.npy" for s in index["shards"]]
+    assert not (out / "eval" / "index.json").exists() and not list((out / "eval").glob("*.npy"))
+    assert not (out / "corpus-tokens.tmp").exists()
 
 
 def test_one_sentence_documents_only_random_next(tokenizer, tmp_path):

@@ -1,0 +1,146 @@
+"""Pre-training through the command line: the log contract, exact resume after SIGKILL, SIGTERM, DDP, accumulation.
+
+The corpus is the demo's (standard-library docstrings), so these run without ../shared.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from itertools import islice
+
+import pytest
+
+from bertforge.cli import main
+from bertforge.data.create import create_pretraining_data
+from bertforge.demo import module_documents
+from bertforge.tokenizer import train_vocab
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pretrain")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    for name, text in islice(module_documents(), 40):
+        (corpus / f"{name}.txt").write_text(text, encoding="utf-8")
+    train_vocab([corpus], vocab_size=2000, out_dir=root / "vocab")
+    create_pretraining_data([corpus], root / "vocab", root / "data", max_seq_length=64, max_predictions=10,
+                            dupe_factor=2, mask=False, eval_docs=4, seed=1)
+    return root / "data"
+
+
+def cli(data_dir, out, *extra, steps=16):
+    return ["--data", str(data_dir), "--config", "tiny", "--out", str(out), "--steps", str(steps),
+            "--batch-size", "8", "--seed", "3", "--save-every", "4", "--eval-every", "0", "--log-every", "1",
+            "--no-progress", "--lr", "1e-3", *extra]
+
+
+def losses(run):
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: (r["loss"], r["mlm_loss"], r["nsp_loss"]) for r in rows}
+
+
+def test_log_contract_checkpoints_and_final(data_dir, tmp_path):
+    run = tmp_path / "run"
+    assert main(["pretrain", *cli(data_dir, run, "--eval-every", "8", "--eval-rows", "16", "--keep", "2")]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 17))
+    for r in rows:
+        assert r["loss"] == pytest.approx(r["mlm_loss"] + r["nsp_loss"])
+    evaluated = [r for r in rows if "eval_mlm_accuracy" in r]
+    assert [r["step"] for r in evaluated] == [8, 16]
+    assert {"eval_mlm_loss", "eval_mlm_perplexity", "eval_nsp_accuracy"} <= set(evaluated[0])
+    assert sorted(p.name for p in run.glob("step-*")) == ["step-0000012", "step-0000016"]  # --keep 2
+    for folder in (run / "step-0000016", run / "final"):
+        assert {"config.json", "model.safetensors", "vocab.txt"} <= {p.name for p in folder.iterdir()}
+    assert not list(run.glob(".*tmp"))
+
+
+def test_sigkill_then_resume_gives_the_uninterrupted_losses(data_dir, tmp_path):
+    """Dropout stays on: the random state is part of what a checkpoint restores.
+
+    All three runs are processes with the same settings: float sums depend on the number of threads.
+    """
+    command = [sys.executable, "-m", "bertforge", "pretrain"]
+    subprocess.run(command + cli(data_dir, tmp_path / "whole", steps=40), env=ENV, check=True, capture_output=True)
+    run = tmp_path / "killed"
+    proc = subprocess.Popen(command + cli(data_dir, run, steps=40), env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (run / "step-0000008" / "training_state.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    running = proc.poll() is None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert running, "the run ended before it could be killed"
+    subprocess.run(command + cli(data_dir, run, "--resume", steps=40), env=ENV, check=True, capture_output=True)
+    whole, resumed = losses(tmp_path / "whole"), losses(run)
+    assert sorted(resumed) == list(range(1, 41))
+    assert resumed == whole
+
+
+def test_sigterm_saves_and_resume_finishes(data_dir, tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "bertforge", "pretrain",
+                             *cli(data_dir, run, "--save-every", "1000", steps=2000)],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while (not (run / "metrics.jsonl").exists() or len((run / "metrics.jsonl").read_text().splitlines()) < 3) \
+            and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output
+    saved = sorted(run.glob("step-*"))
+    assert len(saved) == 1 and "continue with --resume" in output
+    stopped_at = int(saved[0].name.split("-")[1])
+    assert 3 <= stopped_at < 2000
+    assert main(["pretrain", *cli(data_dir, run, "--resume", steps=stopped_at + 2)]) == 0
+    assert max(losses(run)) == stopped_at + 2
+
+
+def test_two_processes_match_one(data_dir, tmp_path):
+    """Same global batch over 2 gloo processes: the same loss curve as one process (dropout off)."""
+    one = tmp_path / "one"
+    assert main(["pretrain", *cli(data_dir, one, "--dropout", "0", steps=6)]) == 0
+    two = tmp_path / "two"
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "bertforge", "pretrain", *cli(data_dir, two, "--dropout", "0", steps=6)],
+                          env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    a, b = losses(one), losses(two)
+    assert sorted(a) == sorted(b) == list(range(1, 7))
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-5)
+
+
+def test_gradient_accumulation_matches_one_pass(data_dir, tmp_path):
+    assert main(["pretrain", *cli(data_dir, tmp_path / "one", "--dropout", "0", steps=4)]) == 0
+    assert main(["pretrain", *cli(data_dir, tmp_path / "acc", "--dropout", "0", "--grad-accum", "4", steps=4)]) == 0
+    a, b = losses(tmp_path / "one"), losses(tmp_path / "acc")
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-5)
+
+
+def test_data_from_another_vocabulary_is_refused(data_dir, tmp_path, capsys):
+    other = tmp_path / "other"
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("Some words here. And more words there.\n", encoding="utf-8")
+    train_vocab([corpus], vocab_size=200, out_dir=other)
+    (other / "config.json").write_text(json.dumps({"vocab_size": 200, "hidden_size": 8, "num_hidden_layers": 1,
+                                                   "num_attention_heads": 2, "intermediate_size": 16}))
+    assert main(["pretrain", *cli(data_dir, tmp_path / "run", "--init-from", str(other), steps=2)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "vocabulary" in err
+
+
+def test_missing_data_folder_is_one_line(tmp_path, capsys):
+    assert main(["pretrain", *cli(tmp_path / "nowhere", tmp_path / "run", steps=2)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "nowhere" in err
