@@ -1,9 +1,15 @@
 """BERT (Devlin et al., 2019), top to bottom: embeddings, encoder, pooler, pre-training heads, task heads.
 
 Parameter names follow the Hugging Face layout, so their checkpoints load without a renaming table.
-One departure in how the work is done, not in the numbers: when a batch has padding, every layer except
-the attention product runs on the real tokens alone (packed into one [tokens, hidden] matrix), and the
-masked-LM head scores only the masked positions when labels are given.
+Departures in how the work is done, not in the numbers:
+- when a batch has padding, every layer except the attention product runs on the real tokens alone (packed
+  into one [tokens, hidden] matrix), from the embedding look-up on; the masked-LM head scores only the
+  masked positions when labels are given, and the pre-training and sequence heads read their rows straight
+  from the packed matrix;
+- in training with dropout, the keep masks of a whole forward pass are drawn at once (uniform draws compared
+  with p, pre-scaled by 1/(1-p)), and applied fused with the residual add (addcmul) and after the attention
+  softmax, with the attention products written out (baddbmm, softmax, bmm) since CPU SDPA has no fused
+  dropout path. Eval, and training without dropout, use SDPA.
 """
 
 import math
@@ -40,6 +46,46 @@ ACT = {
 # Padding: where the real tokens are
 
 
+class _ScatterRows(torch.autograd.Function):
+    """out = zeros(shape); out.permute(perm)[index] = src. Its gradient is the matching gather.
+
+    Unlike index_copy/index_put under autograd, neither direction clones the zeros or scatter-adds.
+    """
+
+    @staticmethod
+    def forward(ctx, src, shape, perm, *index):
+        ctx.save_for_backward(*index)
+        ctx.perm = perm
+        out = src.new_zeros(shape)
+        out.permute(perm)[index] = src
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (grad.permute(ctx.perm)[ctx.saved_tensors], None, None) + (None,) * len(ctx.saved_tensors)
+
+
+class _GatherRows(torch.autograd.Function):
+    """x.permute(perm)[index], the indexed positions distinct. Its gradient is the matching scatter into zeros."""
+
+    @staticmethod
+    def forward(ctx, x, perm, *index):
+        ctx.save_for_backward(*index)
+        ctx.perm, ctx.shape = perm, x.shape
+        return x.permute(perm)[index]
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = grad.new_zeros(ctx.shape)
+        out.permute(ctx.perm)[ctx.saved_tensors] = grad
+        return (out, None) + (None,) * len(ctx.saved_tensors)
+
+
+def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x[index] along the first axis, for distinct indices (the gradient is copied back, not scatter-added)."""
+    return _GatherRows.apply(x, tuple(range(x.dim())), index)
+
+
 @dataclass
 class Packing:
     """Maps between a padded batch [B, L, ...] and its real tokens packed as [T, ...]."""
@@ -59,12 +105,80 @@ class Packing:
         indices = mask.flatten().nonzero().squeeze(1)
         return cls(indices, batch, length, mask[:, None, None, :])
 
+    def __post_init__(self):
+        self.rows = torch.div(self.indices, self.length, rounding_mode="floor")  # [T] row of each real token
+        self.cols = self.indices - self.rows * self.length  # [T] its position in the row
+        self._bias = {}
+
     def pack(self, x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.indices)
+        """[B, L, ...] -> [T, ...]"""
+        return _GatherRows.apply(x, tuple(range(x.dim())), self.rows, self.cols)
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
-        out = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy(0, self.indices, x)
-        return out.view(self.batch, self.length, *x.shape[1:])
+        """[T, ...] -> [B, L, ...], zeros at the padding."""
+        shape = (self.batch, self.length, *x.shape[1:])
+        return _ScatterRows.apply(x, shape, tuple(range(len(shape))), self.rows, self.cols)
+
+    def unpack_heads(self, qkv: torch.Tensor, heads: int) -> torch.Tensor:
+        """Packed [T, 3 H] projections -> [3, B * heads, L, head_size], zeros at the padding (no copies after)."""
+        size = qkv.shape[1] // (3 * heads)
+        out = _ScatterRows.apply(qkv.view(-1, 3, heads, size), (3, self.batch, heads, self.length, size),
+                                 (1, 3, 0, 2, 4), self.rows, self.cols)
+        return out.view(3, self.batch * heads, self.length, size)
+
+    def pack_heads(self, context: torch.Tensor) -> torch.Tensor:
+        """Attention output [B, heads, L, head_size] (any strides) -> packed [T, H]."""
+        return _GatherRows.apply(context, (0, 2, 1, 3), self.rows, self.cols).flatten(1)
+
+    def key_bias(self, heads: int, dtype: torch.dtype) -> torch.Tensor:
+        """[B * heads, 1, L] additive mask: 0 for real keys, the dtype's lowest value for padding."""
+        if (heads, dtype) not in self._bias:
+            bias = torch.zeros(self.key_mask.shape, dtype=dtype, device=self.indices.device)
+            bias.masked_fill_(~self.key_mask, torch.finfo(dtype).min)
+            self._bias[heads, dtype] = bias.expand(-1, heads, -1, -1).reshape(self.batch * heads, 1, self.length)
+        return self._bias[heads, dtype]
+
+    def packed_index(self, flat_positions: torch.Tensor) -> torch.Tensor | None:
+        """Rows of the packed matrix holding these positions of the flattened [B * L]; None if any is padding."""
+        real = torch.zeros(self.batch * self.length, dtype=torch.bool, device=self.indices.device)
+        real[self.indices] = True
+        if not bool(real[flat_positions].all()):
+            return None
+        return torch.cumsum(real, 0)[flat_positions] - 1
+
+
+class DropoutNoise:
+    """Pre-scaled keep masks (0 or 1/(1-p)) for every dropout site of one forward pass, drawn in one call each
+    for the hidden sites and the attention sites: a site's mask is a slice, applied with one multiply.
+
+    Each element is kept with probability 1 - p, independently, as nn.Dropout does.
+    """
+
+    def __init__(self, hidden_shape, hidden_sites: int, hidden_p: float, attention_shape, attention_sites: int,
+                 attention_p: float, device):
+        self.hidden = self.draw(hidden_sites, hidden_shape, hidden_p, device)
+        self.attention = self.draw(attention_sites, attention_shape, attention_p, device)
+        self.next_hidden = self.next_attention = 0
+
+    @staticmethod
+    def draw(sites, shape, p, device):
+        if not sites or p <= 0:
+            return None
+        if p >= 1:
+            return torch.zeros(sites, *shape, device=device)
+        return torch.rand(sites, *shape, device=device).ge_(p).mul_(1 / (1 - p))
+
+    def take_hidden(self):
+        if self.hidden is None:
+            return None
+        self.next_hidden += 1
+        return self.hidden[self.next_hidden - 1]
+
+    def take_attention(self):
+        if self.attention is None:
+            return None
+        self.next_attention += 1
+        return self.attention[self.next_attention - 1]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -80,10 +194,12 @@ class BertEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids, token_type_ids, position_ids):
+    def forward(self, input_ids, token_type_ids, position_ids, noise: DropoutNoise | None = None):
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(position_ids)
-        return self.dropout(self.LayerNorm(x))
+        x = self.LayerNorm(x)
+        mask = noise.take_hidden() if noise is not None else None
+        return x * mask if mask is not None else self.dropout(x)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -100,20 +216,37 @@ class BertSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_prob = config.attention_probs_dropout_prob
 
-    def forward(self, x: torch.Tensor, packing: Packing | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, packing: Packing | None, noise: DropoutNoise | None = None) -> torch.Tensor:
         # One matmul for Q, K and V: the three projections keep their own (reference) parameter names.
         weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
         bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
         qkv = F.linear(x, weight, bias)
-        mask = None
+        heads, size = self.num_heads, self.head_size
+        batch, length = (packing.batch, packing.length) if packing is not None else qkv.shape[:2]
+        drop = noise.take_attention() if noise is not None else None
         if packing is not None:
-            qkv, mask = packing.unpack(qkv), packing.key_mask
-        batch, length = qkv.shape[:2]
-        q, k, v = qkv.view(batch, length, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)
-        p = self.dropout_prob if self.training else 0.0
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        context = context.transpose(1, 2).reshape(batch, length, -1)
-        return packing.pack(context) if packing is not None else context
+            q, k, v = packing.unpack_heads(qkv, heads)  # each [B * heads, L, size], contiguous, zero padding
+        elif drop is not None:
+            q, k, v = qkv.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4).reshape(
+                3, batch * heads, length, size)
+        else:
+            q, k, v = qkv.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4)
+        if drop is not None:  # written out: CPU SDPA with dropout runs this product anyway, with slower masks
+            if packing is not None:
+                scores = torch.baddbmm(packing.key_bias(heads, q.dtype), q, k.transpose(1, 2),
+                                       alpha=1 / math.sqrt(size))
+            else:
+                scores = torch.baddbmm(q.new_zeros(1, 1, 1), q, k.transpose(1, 2), beta=0.0,
+                                       alpha=1 / math.sqrt(size))
+            context = torch.bmm(torch.softmax(scores, dim=-1) * drop, v).view(batch, heads, length, size)
+        else:
+            p = self.dropout_prob if self.training else 0.0
+            mask = packing.key_mask if packing is not None else None
+            q, k, v = (t.view(batch, heads, length, size) for t in (q, k, v))
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        if packing is not None:
+            return packing.pack_heads(context)
+        return context.transpose(1, 2).reshape(batch, length, -1)
 
 
 class BertSelfOutput(nn.Module):
@@ -123,7 +256,10 @@ class BertSelfOutput(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, h, residual):
+    def forward(self, h, residual, noise: DropoutNoise | None = None):
+        mask = noise.take_hidden() if noise is not None else None
+        if mask is not None:
+            return self.LayerNorm(torch.addcmul(residual, self.dense(h), mask))
         return self.LayerNorm(residual + self.dropout(self.dense(h)))
 
 
@@ -133,8 +269,8 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config)
 
-    def forward(self, x, packing):
-        return self.output(self.self(x, packing), x)
+    def forward(self, x, packing, noise=None):
+        return self.output(self.self(x, packing, noise), x, noise)
 
 
 class BertIntermediate(nn.Module):
@@ -154,7 +290,10 @@ class BertOutput(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, h, residual):
+    def forward(self, h, residual, noise: DropoutNoise | None = None):
+        mask = noise.take_hidden() if noise is not None else None
+        if mask is not None:
+            return self.LayerNorm(torch.addcmul(residual, self.dense(h), mask))
         return self.LayerNorm(residual + self.dropout(self.dense(h)))
 
 
@@ -165,9 +304,9 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, x, packing):
-        x = self.attention(x, packing)
-        return self.output(self.intermediate(x), x)
+    def forward(self, x, packing, noise=None):
+        x = self.attention(x, packing, noise)
+        return self.output(self.intermediate(x), x, noise)
 
 
 class BertEncoder(nn.Module):
@@ -175,10 +314,10 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
 
-    def forward(self, x, packing, output_hidden_states=False):
+    def forward(self, x, packing, output_hidden_states=False, noise=None):
         states = [x] if output_hidden_states else None
         for layer in self.layer:
-            x = layer(x, packing)
+            x = layer(x, packing, noise)
             if output_hidden_states:
                 states.append(x)
         return x, states
@@ -192,11 +331,23 @@ class BertPooler(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, sequence):
-        return torch.tanh(self.dense(sequence[:, 0]))
+        return self.pool(sequence[:, 0])
+
+    def pool(self, first_tokens):
+        """From the [CLS] vectors [B, H] alone."""
+        return torch.tanh(self.dense(first_tokens))
 
 
 # ---------------------------------------------------------------------------------------------------------
 # The shared base: initialisation and checkpoint loading
+
+
+def truncated_normal_(weight: torch.Tensor, std: float) -> torch.Tensor:
+    """Normal(0, std) cut at 2 std, by inverting the CDF: one pass, where torch's rejection sampler takes ten
+    times as long (seconds per table at Base size)."""
+    bound = math.erf(2 / math.sqrt(2))  # the normal CDF at +-2 std, as erf
+    with torch.no_grad():
+        return weight.uniform_(-bound, bound).erfinv_().mul_(std * math.sqrt(2)).clamp_(-2 * std, 2 * std)
 
 
 class BertPreTrainedModel(nn.Module, PretrainedMixin):
@@ -211,7 +362,7 @@ class BertPreTrainedModel(nn.Module, PretrainedMixin):
         std = self.config.initializer_range
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.trunc_normal_(module.weight, std=std, a=-2 * std, b=2 * std)
+                truncated_normal_(module.weight, std)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
             elif isinstance(module, nn.LayerNorm):
@@ -239,25 +390,70 @@ class BertModel(BertPreTrainedModel):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 output_hidden_states=False, **_):
-        batch, length = input_ids.shape
-        if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
-        if position_ids is None:
-            position_ids = torch.arange(length, device=input_ids.device).expand(batch, length)
-        packing = Packing.from_attention_mask(attention_mask) if attention_mask is not None else None
-
-        x = self.embeddings(input_ids, token_type_ids, position_ids)
-        if packing is not None:
-            x = packing.pack(x)
-        x, states = self.encoder(x, packing, output_hidden_states)
-        if packing is not None:
-            x = packing.unpack(x)
-            states = states and [packing.unpack(s) for s in states]
+        enc = self.encode(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+        x = enc.sequence()
         return ModelOutput(
             last_hidden_state=x,
             pooler_output=self.pooler(x) if self.pooler is not None else None,
-            hidden_states=tuple(states) if states else None,
+            hidden_states=enc.hidden_states,
         )
+
+    def encode(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+               output_hidden_states=False) -> "Encoded":
+        """The encoder's output as the heads read it: packed [T, H] when the batch has padding."""
+        batch, length = input_ids.shape
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        packing = Packing.from_attention_mask(attention_mask) if attention_mask is not None else None
+        if packing is not None:  # embed the real tokens only
+            input_ids = input_ids.reshape(-1)[packing.indices]
+            token_type_ids = token_type_ids.reshape(-1)[packing.indices]
+            position_ids = packing.cols if position_ids is None else position_ids.reshape(-1)[packing.indices]
+        elif position_ids is None:
+            position_ids = torch.arange(length, device=input_ids.device).expand(batch, length)
+
+        noise = None
+        c = self.config
+        if self.training and (c.hidden_dropout_prob > 0 or c.attention_probs_dropout_prob > 0):
+            hidden = (*input_ids.shape, c.hidden_size)
+            noise = DropoutNoise(hidden, 1 + 2 * c.num_hidden_layers, c.hidden_dropout_prob,
+                                 (batch * c.num_attention_heads, length, length), c.num_hidden_layers,
+                                 c.attention_probs_dropout_prob, input_ids.device)
+        x = self.embeddings(input_ids, token_type_ids, position_ids, noise)
+        x, states = self.encoder(x, packing, output_hidden_states, noise)
+        if packing is not None and states:
+            states = [packing.unpack(s) for s in states]
+        return Encoded(x, packing, batch, length, tuple(states) if states else None)
+
+
+@dataclass
+class Encoded:
+    """The last hidden states, packed [T, H] (with `packing`) or [B, L, H], and the unpacked hidden_states."""
+
+    x: torch.Tensor
+    packing: Packing | None
+    batch: int
+    length: int
+    hidden_states: tuple | None
+
+    def sequence(self) -> torch.Tensor:
+        """[B, L, H], zeros at the padding."""
+        return self.packing.unpack(self.x) if self.packing is not None else self.x
+
+    def rows(self, flat_positions: torch.Tensor) -> torch.Tensor:
+        """The vectors at these positions of the flattened [B * L] (distinct, in the given order)."""
+        if self.packing is None:
+            return gather_rows(self.x.flatten(0, 1), flat_positions)
+        index = self.packing.packed_index(flat_positions)
+        if index is None:  # a position in the padding: its vector is the zeros of the unpacked sequence
+            return gather_rows(self.sequence().flatten(0, 1), flat_positions)
+        return gather_rows(self.x, index)
+
+    def first_tokens(self) -> torch.Tensor:
+        """[B, H]: each row's first position, the [CLS] vector the pooler reads."""
+        if self.packing is None:
+            return self.x[:, 0]
+        return self.rows(torch.arange(self.batch, device=self.x.device) * self.length)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -300,16 +496,17 @@ class BertPreTrainingHeads(nn.Module):
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
-def masked_lm(head: BertLMPredictionHead, embedding_weight, sequence, labels):
+def masked_lm(head: BertLMPredictionHead, embedding_weight, encoded: Encoded, labels):
     """Masked-LM logits and loss. With labels (-100 = not predicted), only the masked positions are scored.
 
-    Returns (logits, loss): logits are [B, L, V] without labels, [masked, V] with them.
+    Returns (logits, loss): logits are [B, L, V] without labels, [masked, V] (in row-major order) with them.
     """
     if labels is None:
-        return head(sequence, embedding_weight), None
-    masked = labels != -100
-    logits = head(sequence[masked], embedding_weight)
-    return logits, F.cross_entropy(logits.float(), labels[masked])
+        return head(encoded.sequence(), embedding_weight), None
+    flat = labels.reshape(-1)
+    positions = (flat != -100).nonzero().squeeze(1)
+    logits = head(encoded.rows(positions), embedding_weight)
+    return logits, F.cross_entropy(logits.float(), flat[positions])
 
 
 class BertForPreTraining(BertPreTrainedModel):
@@ -323,10 +520,9 @@ class BertForPreTraining(BertPreTrainedModel):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 next_sentence_label=None, output_hidden_states=False, **_):
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
-        mlm_logits, mlm_loss = masked_lm(self.cls.predictions, self.word_embeddings.weight,
-                                         out.last_hidden_state, labels)
-        nsp_logits = self.cls.seq_relationship(out.pooler_output)
+        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+        mlm_logits, mlm_loss = masked_lm(self.cls.predictions, self.word_embeddings.weight, enc, labels)
+        nsp_logits = self.cls.seq_relationship(self.bert.pooler.pool(enc.first_tokens()))
         nsp_loss = None if next_sentence_label is None else F.cross_entropy(nsp_logits.float(), next_sentence_label)
         losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
         return ModelOutput(
@@ -335,7 +531,7 @@ class BertForPreTraining(BertPreTrainedModel):
             nsp_loss=nsp_loss,
             prediction_logits=mlm_logits,
             seq_relationship_logits=nsp_logits,
-            hidden_states=out.hidden_states,
+            hidden_states=enc.hidden_states,
         )
 
 
@@ -348,9 +544,9 @@ class BertForMaskedLM(BertPreTrainedModel):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=False, **_):
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
-        logits, loss = masked_lm(self.cls.predictions, self.word_embeddings.weight, out.last_hidden_state, labels)
-        return ModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+        logits, loss = masked_lm(self.cls.predictions, self.word_embeddings.weight, enc, labels)
+        return ModelOutput(loss=loss, logits=logits, hidden_states=enc.hidden_states)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -372,9 +568,9 @@ class TaskHead(BertPreTrainedModel):
         self.init_weights()
 
     def features(self, input_ids, attention_mask, token_type_ids, output_hidden_states):
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
-        x = out.pooler_output if self.uses_pooler else out.last_hidden_state
-        return getattr(self, self.head_name)(self.dropout(x)), out.hidden_states
+        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+        x = self.bert.pooler.pool(enc.first_tokens()) if self.uses_pooler else enc.sequence()
+        return getattr(self, self.head_name)(self.dropout(x)), enc.hidden_states
 
 
 class BertForSequenceClassification(TaskHead):

@@ -149,7 +149,7 @@ def test_folder_without_weights(tmp_path):
 
 def test_invalid_json_config(tmp_path):
     save(bf.BertModel, tmp_path)
-    (tmp_path / "config.json").write_text('{\n  "hidden_size": 64,\n  "num_hidden_layers": 2\n  "vocab_size": 500\n}\n')
+    (tmp_path / "config.json").write_text('{\n  "hidden_size": 64,\n  "num_hidden_layers": 2\n  "vocab_size": 5\n}')
     with pytest.raises(BertforgeError) as excinfo:
         bf.BertModel.from_pretrained(tmp_path)
     assert "JSON" in one_line_error(excinfo, f"{tmp_path / 'config.json'}:4")
@@ -202,7 +202,8 @@ def test_corrupted_safetensors(tmp_path, damage):
     save(bf.BertModel, tmp_path)
     path = tmp_path / SAFETENSORS
     data = path.read_bytes()
-    path.write_bytes({"truncated": data[:len(data) // 2], "garbage": b"not a tensor file " * 10, "empty": b""}[damage])
+    damaged = {"truncated": data[:len(data) // 2], "garbage": b"not a tensor file " * 10, "empty": b""}
+    path.write_bytes(damaged[damage])
     with pytest.raises(BertforgeError) as excinfo:
         bf.BertModel.from_pretrained(tmp_path)
     assert "not a valid safetensors file" in one_line_error(excinfo, path)

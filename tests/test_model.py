@@ -130,7 +130,7 @@ def paired_outputs(name, ours, ref, batch, labels):
             pairs.append((key, ours[key][real], ref[key][real]))
         if name == "BertForPreTraining":
             pairs.append(("seq_relationship_logits", ours.seq_relationship_logits, ref.seq_relationship_logits))
-    elif name in ("BertForTokenClassification",):
+    elif name == "BertForTokenClassification":
         pairs.append(("logits", ours.logits[real], ref.logits[real]))
     elif name == "BertForQuestionAnswering":
         pairs += [(k, ours[k][real], ref[k][real]) for k in ("start_logits", "end_logits")]
@@ -146,47 +146,16 @@ def assert_agree(name, ours, ref, num_labels):
     ours.eval(), ref.eval()
     batch, labels = inputs_and_labels(name, num_labels)
     with torch.no_grad():
-        for given in ({}, labels):
+        for given in ([{}, labels] if labels else [{}]):
             a = ours(**batch, **given, output_hidden_states=True)
             b = ref(**batch, **given, output_hidden_states=True)
             for what, x, y in paired_outputs(name, a, b, batch, given):
                 assert x.shape == y.shape, what
-                assert max_diff(x, y) <= 1e-4, f"{what} with{'' if given else 'out'} labels differs by {max_diff(x, y)}"
+                assert max_diff(x, y) <= 1e-4, f"{what} (labels: {bool(given)}) differs by {max_diff(x, y)}"
 
 
-def reference_config(name, num_labels):
-    return transformers.BertConfig(**MINI, num_labels=num_labels)
-
-
-@pytest.mark.parametrize("name,num_labels", CASES, ids=CASE_IDS)
-def test_reference_checkpoint_loads_and_agrees(name, num_labels, tmp_path):
-    torch.manual_seed(0)
-    ref = perturb(getattr(transformers, name)(reference_config(name, num_labels)))
-    ref.save_pretrained(tmp_path)
-    ours = getattr(bf, name).from_pretrained(tmp_path)
-    assert ours.config.num_labels == num_labels
-    assert_agree(name, ours, ref, num_labels)
-
-
-@pytest.mark.parametrize("name,num_labels", CASES, ids=CASE_IDS)
-def test_reference_loads_our_checkpoint_and_agrees(name, num_labels, tmp_path):
-    torch.manual_seed(0)
-    config = BertConfig(**MINI, id2label={i: f"L{i}" for i in range(num_labels)})
-    ours = perturb(getattr(bf, name)(config))
-    ours.save_pretrained(tmp_path)
-    ref, info = getattr(transformers, name).from_pretrained(tmp_path, output_loading_info=True)
-    assert not (info["missing_keys"] or info["unexpected_keys"] or info["mismatched_keys"]), info
-    assert ref.config.id2label == config.id2label
-    assert_agree(name, ours, ref, num_labels)
-
-
-@pytest.mark.parametrize("name,num_labels", CASES, ids=CASE_IDS)
-def test_gradients_agree_in_train_mode(name, num_labels, tmp_path):
-    """With dropout 0, one backward pass gives the same gradient for every parameter (1e-4 relative)."""
-    torch.manual_seed(0)
-    ref = perturb(getattr(transformers, name)(reference_config(name, num_labels)))
-    ref.save_pretrained(tmp_path)
-    ours = getattr(bf, name).from_pretrained(tmp_path)
+def assert_same_gradients(name, ours, ref, num_labels):
+    """In train mode (dropout 0), one backward pass gives the same gradient for every parameter (1e-4 relative)."""
     ours.train(), ref.train()
     batch, labels = inputs_and_labels(name, num_labels)
     for model in (ours, ref):
@@ -205,6 +174,31 @@ def test_gradients_agree_in_train_mode(name, num_labels, tmp_path):
             continue
         relative = ((p.grad - ref_grad).norm() / ref_grad.norm()).item()
         assert relative <= 1e-4, f"gradient of {key} differs by {relative:.2e} (relative)"
+
+
+@pytest.mark.parametrize("name,num_labels", CASES, ids=CASE_IDS)
+def test_reference_checkpoint_loads_and_agrees(name, num_labels, tmp_path):
+    """A checkpoint written by the reference: same outputs and losses, then the same gradients."""
+    torch.manual_seed(0)
+    ref = perturb(getattr(transformers, name)(transformers.BertConfig(**MINI, num_labels=num_labels)))
+    ref.save_pretrained(tmp_path)
+    ours = getattr(bf, name).from_pretrained(tmp_path)
+    assert ours.config.num_labels == num_labels
+    assert_agree(name, ours, ref, num_labels)
+    assert_same_gradients(name, ours, ref, num_labels)
+
+
+@pytest.mark.parametrize("name,num_labels", CASES, ids=CASE_IDS)
+def test_reference_loads_our_checkpoint_and_agrees(name, num_labels, tmp_path):
+    """A checkpoint written by bertforge: the reference finds every tensor it expects, and nothing else."""
+    torch.manual_seed(0)
+    config = BertConfig(**MINI, id2label={i: f"L{i}" for i in range(num_labels)})
+    ours = perturb(getattr(bf, name)(config))
+    ours.save_pretrained(tmp_path)
+    ref, info = getattr(transformers, name).from_pretrained(tmp_path, output_loading_info=True)
+    assert not (info["missing_keys"] or info["unexpected_keys"] or info["mismatched_keys"]), info
+    assert ref.config.id2label == config.id2label
+    assert_agree(name, ours, ref, num_labels)
 
 
 @pytest.mark.slow
@@ -275,3 +269,37 @@ def test_masked_lm_scores_only_masked_positions():
     chosen = labels != -100
     assert full.shape == (*batch["input_ids"].shape, VOCAB)
     assert max_diff(masked, full[chosen]) <= 1e-5
+
+
+def test_initialisation_follows_the_paper():
+    """Weights from a normal of std 0.02 cut at 2 std (Google's truncation), biases 0, LayerNorm 1 and 0."""
+    torch.manual_seed(0)
+    model = bf.BertForPreTraining(BertConfig(**MINI))
+    weights = []
+    for key, p in model.named_parameters():
+        if key.endswith("LayerNorm.weight"):
+            assert torch.all(p == 1), key
+        elif key.endswith("bias"):
+            assert not p.any(), key
+        else:
+            weights.append(p.detach().flatten())
+    weights = torch.cat(weights)
+    assert weights.abs().max() <= 0.04
+    # The standard deviation of a unit normal cut at +-2 is 0.8796; about 3M draws pin it to 1e-4.
+    assert abs(weights.mean().item()) < 1e-4 and abs(weights.std().item() - 0.02 * 0.8796) < 1e-4
+
+
+def test_question_answering_ignores_padding():
+    """Padding positions are never answers: lowest logits, and a loss equal to each row's loss alone."""
+    torch.manual_seed(0)
+    model = perturb(bf.BertForQuestionAnswering(BertConfig(**MINI))).eval()
+    batch = pair_batch([(6, 12), (4, 3)])
+    real = batch["attention_mask"].bool()
+    starts, ends = torch.tensor([8, 5]), torch.tensor([10, 6])
+    with torch.no_grad():
+        padded = model(**batch, start_positions=starts, end_positions=ends)
+        alone = [model(**{k: v[row, real[row]][None] for k, v in batch.items()},
+                       start_positions=starts[row, None], end_positions=ends[row, None]).loss for row in range(2)]
+    assert torch.all(padded.start_logits[~real] == torch.finfo(torch.float32).min)
+    assert torch.all(padded.end_logits[~real] == torch.finfo(torch.float32).min)
+    assert max_diff(padded.loss, sum(alone) / 2) <= 1e-5

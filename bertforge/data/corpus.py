@@ -29,17 +29,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import AddedToken, Tokenizer
 from tqdm import tqdm
 
 from bertforge.errors import BertforgeError, where
 
 TEXT_SUFFIXES = {".txt", ".raw", ".text"}  # what is read when recursing into a folder
-ENCODE_BATCH_CHARS = 1 << 21  # text per encode_batch call: enough to keep the tokenizer's threads busy
+ENCODE_BATCH_CHARS = 1 << 20  # text per encode_batch call: enough to keep the tokenizer's threads busy
+GROUP_SENTENCES = 64  # sentences per tokenizer input (SentenceEncoder)
+SEPARATOR = "\x00"
 BLOCK_BYTES = 1 << 22  # files are read in blocks of this size (ending at a line end)
 GUTENBERG_HEADER_LINES = 400  # the START marker is looked for this far
-FORMAT_SAMPLE_LINES = 200
-LINES_FINAL_SHARE = 0.6  # detect_format: in Google's format most lines end a sentence...
+FORMAT_SAMPLE_LINES = 200  # detect_format looks at the lines of at least FORMAT_MIN_CHARS characters among these:
+FORMAT_MIN_CHARS = 40  # (shorter ones are headings, contents, verse: no clue)
+LINES_FINAL_SHARE = 0.6  # in Google's format most lines end a sentence...
 RAW_LINE_SHARE = 0.2  # ...and few look wrapped or hold several sentences
 
 GUTENBERG_START = re.compile(r"^[^\S\n]*\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG.*$", re.I | re.M)
@@ -93,20 +96,19 @@ def split_sentences(text: str) -> list[str]:
 def detect_format(lines: list[str]) -> str:
     """``lines`` or ``raw``, from a sample of a file's first lines.
 
-    ``lines`` (Google's format) needs most lines to end a sentence, few lines holding several sentences or
-    wrapping into the next, and blank lines between blocks of several lines (documents); anything else
-    (wrapped prose, paragraphs per line, verse, tables of contents) is read as raw text.
+    ``lines`` (Google's format) needs most lines of some length to end a sentence, few of them to hold
+    several sentences or to wrap into the next line, and blank lines only between blocks of several lines
+    (documents). Anything else (wrapped prose, a paragraph per line, verse, front matter only) is raw text.
     """
     texts = [line.strip() for line in lines]
     nonblank = sum(map(bool, texts))
     blocks = sum(1 for prev, cur in zip([""] + texts, texts) if cur and not prev)
-    ends = sum(1 for t in texts if t and t[-1] in SENTENCE_FINAL)
-    raw_like = sum(
-        1 for cur, nxt in zip(texts, texts[1:] + [""])
-        if cur and (len(split_sentences(cur)) > 1 or (nxt[:1].islower() and cur[-1] not in SENTENCE_FINAL))
-    )
-    one_per_line = ends >= LINES_FINAL_SHARE * nonblank and raw_like < RAW_LINE_SHARE * nonblank
-    return "lines" if one_per_line and nonblank >= 2 * blocks else "raw"
+    pairs = [(cur, nxt) for cur, nxt in zip(texts, texts[1:] + [""]) if len(cur) >= FORMAT_MIN_CHARS]
+    ends = sum(cur[-1] in SENTENCE_FINAL for cur, _ in pairs)
+    raw_like = sum(SENTENCE_END.search(cur) is not None or (nxt[:1].islower() and cur[-1] not in SENTENCE_FINAL)
+                   for cur, nxt in pairs)
+    one_per_line = ends >= LINES_FINAL_SHARE * len(pairs) and raw_like < RAW_LINE_SHARE * len(pairs)
+    return "lines" if pairs and one_per_line and nonblank >= 2 * blocks else "raw"
 
 
 def list_input_files(inputs) -> tuple[list[Path], int]:
@@ -256,18 +258,38 @@ class Corpus:
         )
 
 
-def corpus_encoder(tokenizer) -> Tokenizer:
-    """A copy of the tokenizer's backend that reads ``[SEP]`` etc. in text as ordinary text (as Google's
-    tokenizer does) and never truncates or pads."""
-    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-    backend.encode_special_tokens = True
-    backend.no_truncation()
-    backend.no_padding()
-    return backend
-
-
 def token_dtype(vocab_size: int):
     return np.uint16 if vocab_size <= 1 << 16 else np.uint32
+
+
+class SentenceEncoder:
+    """Tokenizes many sentences at once with a tokenizer's ``tokenizers`` backend, each exactly as on its own.
+
+    Sentences are joined ``GROUP_SENTENCES`` at a time with NUL, registered as an extra token: the tokenizer
+    then sees few long inputs (each input has a fixed cost) and the sentence ends come back as that token.
+    BERT's normalizer deletes NUL, so removing NULs from the text first changes nothing. As with Google's
+    tokenizer, ``[SEP]`` and the other special tokens typed in text are read as ordinary text; nothing is
+    truncated.
+    """
+
+    def __init__(self, tokenizer):
+        backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())  # a copy: settings change below
+        backend.encode_special_tokens = True
+        backend.no_truncation()
+        backend.no_padding()
+        backend.add_tokens([AddedToken(SEPARATOR, special=False, normalized=False)])
+        self.separator_id = backend.token_to_id(SEPARATOR)
+        self.encode_batch = getattr(backend, "encode_batch_fast", backend.encode_batch)  # _fast: no offsets
+        self.dtype = token_dtype(tokenizer.vocab_size)
+
+    def __call__(self, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, counts)``: the sentences' token ids back to back, and the number of tokens of each."""
+        groups = [SEPARATOR.join(s.replace(SEPARATOR, "") for s in sentences[i:i + GROUP_SENTENCES]) + SEPARATOR
+                  for i in range(0, len(sentences), GROUP_SENTENCES)]
+        encodings = self.encode_batch(groups, add_special_tokens=False)
+        ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), np.int64)
+        is_end = ids == self.separator_id
+        return ids[~is_end].astype(self.dtype), np.diff(np.flatnonzero(is_end), prepend=-1) - 1
 
 
 def read_corpus(inputs, tokenizer, token_file: Path, fmt: str = "auto", encoding: str = "utf-8",
@@ -280,33 +302,27 @@ def read_corpus(inputs, tokenizer, token_file: Path, fmt: str = "auto", encoding
     files, skipped = list_input_files(inputs)
     if not files:
         raise BertforgeError(f"{' '.join(map(str, inputs))}: no text files found")
-    encoder = corpus_encoder(tokenizer)
-    encode_batch = getattr(encoder, "encode_batch_fast", encoder.encode_batch)  # _fast (tokenizers>=0.20): no offsets
-    dtype = token_dtype(tokenizer.vocab_size)
+    encode = SentenceEncoder(tokenizer)
     stats = {"files": len(files), "skipped_files": skipped, "empty_files": 0, "formats": {"lines": 0, "raw": 0}}
     lengths, doc_ids = [], []  # per batch: sentence token counts and document numbers
 
-    def encode(texts, docs):  # in a worker thread: the tokenizer releases the GIL while it encodes
-        ids = [e.ids for e in encode_batch(texts, add_special_tokens=False)]
-        n = np.fromiter(map(len, ids), np.int64, count=len(ids))
-        return np.fromiter(itertools.chain.from_iterable(ids), dtype, count=int(n.sum())), n, np.array(docs)
-
-    def write(encoded, out):
-        tokens, n, docs = encoded.result()
+    def write(encoded, docs, out):
+        tokens, n = encoded.result()
         tokens.tofile(out)
         lengths.append(n[n > 0])  # Google drops sentences that tokenize to nothing
-        doc_ids.append(docs[n > 0])
+        doc_ids.append(np.array(docs)[n > 0])
 
     bar = tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, desc="read+tokenize",
                disable=not progress)
     pending = collections.deque()
     with ThreadPoolExecutor(1) as pool, open(token_file, "wb") as out, bar:
         for texts, docs in _batches(files, fmt, encoding, stats, bar):
-            pending.append(pool.submit(encode, texts, docs))
-            if len(pending) == 2:  # read the next batch while this one is encoded
-                write(pending.popleft(), out)
+            # The tokenizer releases the GIL: the next batch is read while this one is encoded.
+            pending.append((pool.submit(encode, texts), docs))
+            if len(pending) == 2:
+                write(*pending.popleft(), out)
         while pending:
-            write(pending.popleft(), out)
+            write(*pending.popleft(), out)
 
     lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
     if not len(lengths):
@@ -314,7 +330,7 @@ def read_corpus(inputs, tokenizer, token_file: Path, fmt: str = "auto", encoding
     doc_ids = np.concatenate(doc_ids)
     new_doc = np.flatnonzero(np.diff(doc_ids, prepend=-1))
     corpus = Corpus(
-        tokens=np.memmap(token_file, dtype=dtype, mode="r"),
+        tokens=np.memmap(token_file, dtype=encode.dtype, mode="r"),
         sentence_offsets=np.concatenate([[0], np.cumsum(lengths)]),
         document_offsets=np.append(new_doc, len(doc_ids)).astype(np.int64),
     )

@@ -173,8 +173,9 @@ def format_report(stats: dict) -> str:
     """The statistics as a few human-readable lines."""
     c = stats["corpus"]
     lines = [f"corpus: {c['files']:,} files ({c['formats']['lines']} lines format, {c['formats']['raw']} raw text, "
-             f"{c['empty_files']} empty, {c['skipped_files']} skipped: not .txt/.raw/.text), {c['documents']:,} documents, "
-             f"{c['sentences']:,} sentences, {c['tokens']:,} tokens; {c['eval_documents']} documents held out"]
+             f"{c['empty_files']} empty, {c['skipped_files']} skipped: not .txt/.raw/.text), "
+             f"{c['documents']:,} documents, {c['sentences']:,} sentences, {c['tokens']:,} tokens; "
+             f"{c['eval_documents']} documents held out"]
     for split in ("train", "eval"):
         if split in stats:
             s = stats[split]
@@ -215,7 +216,8 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dupe-factor", type=int, default=10, help="passes over the corpus, each with new masks")
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--whole-word-mask", action="store_true", help="mask all pieces of a word together")
-    parser.add_argument("--no-mask", action="store_true", help="write unmasked instances (the trainer masks dynamically)")
+    parser.add_argument("--no-mask", action="store_true",
+                        help="write unmasked instances (the trainer masks dynamically)")
     parser.add_argument("--eval-docs", type=_eval_docs, default=0, metavar="N",
                         help="hold out N documents (or this fraction, if below 1) for evaluation: one pass, "
                              "written to OUT/eval, never used in training pairs")

@@ -4,7 +4,7 @@ A data directory (``DIR``, held-out documents in ``DIR/eval`` with the same layo
 
     index.json                       format, version, vocabulary (sha256, size, lower-casing, special ids),
                                      settings (max_seq_length, masking, seed, ...) and the shard list
-    stats.json                       what was read and made (see bertforge.data.create)
+    stats.json, vocab.txt, ...       (DIR only) what was read and made; the tokenizer, Hugging Face layout
     shard-00000.tokens.npy           all instances' ids back to back: [CLS] A [SEP] B [SEP] (uint16, or
                                      uint32 for vocabularies over 65,536); masked ids when statically masked
     shard-00000.offsets.npy          int64 [n + 1], instance i is tokens[offsets[i]:offsets[i + 1]]
@@ -33,8 +33,6 @@ from bertforge.errors import BertforgeError
 
 FORMAT = "bertforge-pretraining-data"
 VERSION = 1
-ARRAYS = ("tokens", "offsets", "a_lengths", "nsp_labels")
-MLM_ARRAYS = ("mlm_positions", "mlm_labels", "mlm_offsets")
 
 
 def vocab_sha256(vocab: dict) -> str:
@@ -200,10 +198,11 @@ class PretrainingShards:
             if self.static_masked:
                 raise BertforgeError(f"{self.directory}: data is statically masked; create it with --no-mask "
                                      "for dynamic masking")
+            whole_words = word_starts(ids, self._continuation_table()) if self.index["whole_word_mask"] else None
             out["input_ids"], positions, labels = mask_batch(
                 ids, special, rng, self.index["vocab_size"], self.special["mask"],
-                masked_lm_prob=self.index["masked_lm_prob"], max_predictions=P, lengths=lengths,
-                whole_word_starts=word_starts(ids, self._continuation_table()) if self.index["whole_word_mask"] else None)
+                masked_lm_prob=self.index["masked_lm_prob"], max_predictions=P, whole_word_starts=whole_words,
+                lengths=lengths)
         if self.static_masked or rng is not None:
             out.update(mlm_positions=positions, mlm_labels=labels)
         return {key: torch.from_numpy(value) for key, value in out.items()}
@@ -219,7 +218,7 @@ class PretrainingShards:
 
 
 def load_pretraining_data(directory, split: str = "train") -> PretrainingShards:
-    """The training data in ``directory``, or with ``split="eval"`` its held-out documents' data in ``directory/eval``."""
+    """The training data in ``directory``, or with ``split="eval"`` the held-out documents' data in its ``eval``."""
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', not {split!r}")
     return PretrainingShards(Path(directory) / "eval" if split == "eval" else directory)

@@ -1,9 +1,11 @@
 import itertools
 
+import numpy as np
 import pytest
 
-from bertforge.data.corpus import detect_format, file_sentences, list_input_files, split_sentences
+from bertforge.data.corpus import SentenceEncoder, detect_format, file_sentences, list_input_files, split_sentences
 from bertforge.errors import BertforgeError
+from bertforge.tokenizer import BertTokenizer
 from tests.conftest import require_shared
 
 HEADER = """\ufeffThe Project Gutenberg EBook of A Book, by Someone
@@ -51,14 +53,18 @@ def test_split_sentences():
 
 
 def test_detect_format():
-    google = ["The cat sat on the mat.", "It was happy there.", "", "A second document starts.", "It ends here."]
-    wrapped = ["It was the best of times, it was the worst", "of times, it was the age of wisdom, it was",
-               "the age of foolishness.", "", "There were a king with a large jaw and a queen"]
-    paragraphs = ["First paragraph. It has two sentences.", "", "Second one. Also two.", "", "Third. Yes."]
+    google = ["The cat sat on the mat in the kitchen all day long.", "It was happy there, and nobody disturbed it.",
+              "", "A second document starts with this sentence here.", "It ends with another fairly long sentence."]
+    wrapped = ["It was the best of times, it was the worst of times,", "it was the age of wisdom, it was the age of",
+               "foolishness, it was the epoch of belief, it was the", "",
+               "There were a king with a large jaw and a queen"]
+    paragraphs = ["First paragraph of the text. It has two sentences in it.", "",
+                  "Second paragraph, with more words. It also has two.", "", "Third. Yes, it is also quite long."]
+    verse = ["Piping down the valleys wild, piping songs of glee,", "On a cloud I saw a child, and he laughing said:",
+             "", "Pipe a song about a Lamb! So I piped with merry cheer;", "Piper, pipe that song again, so I piped;"]
+    contents = ["CHAPTER I.", "CHAPTER II.", "A Short Title.", "", "PRELUDE."]
     assert detect_format(google) == "lines"
-    assert detect_format(wrapped) == "raw"
-    assert detect_format(paragraphs) == "raw"
-    assert detect_format(["A stanza line,", "another line;", "", "a second stanza,", "and its end."]) == "raw"
+    assert [detect_format(x) for x in (wrapped, paragraphs, verse, contents)] == ["raw"] * 4
 
 
 def test_gutenberg_header_and_footer_dropped(tmp_path):
@@ -106,7 +112,7 @@ def test_non_utf8_is_an_error_naming_file_line_and_offset(tmp_path):
 
 def test_real_latin1_file():
     path = require_shared("data", "corpus", "state_union", "1954-Eisenhower.txt")
-    with pytest.raises(BertforgeError, match=r"1954-Eisenhower\.txt:\d+: byte \d+ \(0x[0-9a-f]{2}\) is not valid utf-8"):
+    with pytest.raises(BertforgeError, match=r"1954-Eisenhower\.txt:\d+: byte \d+ \(0x[0-9a-f]{2}\) is not valid"):
         sentences(path)
 
 
@@ -128,3 +134,14 @@ def test_blocks_do_not_split_paragraphs(tmp_path, monkeypatch):
                                           "Second paragraph."]
     assert list(itertools.islice(sentences(path, fmt="lines"), 2)) == ["This paragraph is wrapped",
                                                                        "over three lines and"]
+
+
+def test_sentence_encoder_matches_one_by_one():
+    tokenizer = BertTokenizer.from_pretrained(require_shared("models", "all-MiniLM-L6-v2", "vocab.txt"))
+    sentences = ["Hello, world!", "", "Typed [SEP], [MASK] and [CLS] stay text.", "NUL\x00inside and\x00\x00 out",
+                 "\x01\x02", "Café déjà vu.", "supercalifragilisticexpialidocious " * 40] * 30
+    ids, counts = SentenceEncoder(tokenizer)(sentences)
+    backend = tokenizer.backend_tokenizer
+    expected = [backend.encode(s.replace("[", "[ "), add_special_tokens=False).ids for s in sentences]
+    assert counts.tolist() == [len(e) for e in expected] and ids.tolist() == [t for e in expected for t in e]
+    assert ids.dtype == np.uint16 and counts[1] == counts[4] == 0 and tokenizer.sep_token_id not in ids

@@ -112,8 +112,8 @@ def test_deterministic(corpus, tokenizer, tmp_path):
         for f in (tmp_path / "a" / sub).glob("*.npy"):
             assert f.read_bytes() == (tmp_path / "b" / sub / f.name).read_bytes()
         assert (tmp_path / "a" / sub / "index.json").read_text() == (tmp_path / "b" / sub / "index.json").read_text()
-    a, c = (tmp_path / "a" / "shard-00000.tokens.npy").read_bytes(), (tmp_path / "c" / "shard-00000.tokens.npy").read_bytes()
-    assert a != c
+    first = "shard-00000.tokens.npy"
+    assert (tmp_path / "a" / first).read_bytes() != (tmp_path / "c" / first).read_bytes()
 
 
 def test_unmasked_data_and_dynamic_masking(corpus, tokenizer, tmp_path):
@@ -134,7 +134,8 @@ def test_rerun_replaces_earlier_output(corpus, tokenizer, tmp_path):
     make(corpus, tokenizer, out, eval_docs=1, dupe_factor=3)
     make(corpus, tokenizer, out, dupe_factor=1)
     index = json.loads((out / "index.json").read_text())
-    assert sorted(p.name for p in out.glob("shard-*.tokens.npy")) == [s["name"] + ".tokens.npy" for s in index["shards"]]
+    names = [s["name"] + ".tokens.npy" for s in index["shards"]]
+    assert sorted(p.name for p in out.glob("shard-*.tokens.npy")) == names
     assert not (out / "eval" / "index.json").exists() and not list((out / "eval").glob("*.npy"))
     assert not (out / "corpus-tokens.tmp").exists()
 

@@ -83,8 +83,9 @@ def test_whole_word_masking_keeps_words_together():
 def test_torch_inputs_and_generator_are_deterministic():
     ids, special, lengths = pair_batch(np.random.default_rng(4), B=8)
     ids_t, special_t = torch.from_numpy(ids), torch.from_numpy(special)
-    out1 = mask_batch(ids_t, special_t, torch.Generator().manual_seed(5), VOCAB, MASK, lengths=torch.from_numpy(lengths))
-    out2 = mask_batch(ids_t, special_t, torch.Generator().manual_seed(5), VOCAB, MASK, lengths=torch.from_numpy(lengths))
+    lengths_t = torch.from_numpy(lengths)
+    out1 = mask_batch(ids_t, special_t, torch.Generator().manual_seed(5), VOCAB, MASK, lengths=lengths_t)
+    out2 = mask_batch(ids_t, special_t, torch.Generator().manual_seed(5), VOCAB, MASK, lengths=lengths_t)
     assert all(isinstance(t, torch.Tensor) and t.dtype == torch.int64 for t in out1)
     assert all(torch.equal(a, b) for a, b in zip(out1, out2))
     assert torch.equal(ids_t, torch.from_numpy(ids))  # the input is not modified
