@@ -113,14 +113,15 @@ def run_demo(args) -> int:
     print(f"   {tokenizer.vocab_size} pieces; 'tokenization' -> {tokenizer.tokenize('tokenization')}")
 
     step("pre-training data (masked afresh at training time)",
-         f"bertforge data create --input {corpus} --vocab {vocab} --out {data} --no-mask --dupe-factor "
-         f"{args.dupe_factor} --eval-docs {args.eval_docs} --seed {args.seed}")
-    create_pretraining_data([corpus], vocab, data, dupe_factor=args.dupe_factor, mask=False,
-                            eval_docs=args.eval_docs, seed=args.seed)
+         f"bertforge data create --input {corpus} --vocab {vocab} --out {data} --no-mask --max-seq-length "
+         f"{args.max_seq_length} --dupe-factor {args.dupe_factor} --eval-docs {args.eval_docs} --seed {args.seed}")
+    create_pretraining_data([corpus], vocab, data, max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,
+                            mask=False, eval_docs=args.eval_docs, seed=args.seed)
 
     step(f"pre-training a {args.config} BERT for {args.steps} steps",
          f"bertforge pretrain --data {data} --config {args.config} --out {run} --steps {args.steps} "
-         f"--batch-size {args.batch_size} --lr {args.lr} --seed {args.seed}")
+         f"--batch-size {args.batch_size} --lr {args.lr} --seed {args.seed} --eval-every {args.steps // 4} "
+         f"--save-every {args.steps}")
     result = pretrain(str(data), str(run), config=args.config, steps=args.steps, batch_size=args.batch_size,
                       lr=args.lr, seed=args.seed, eval_every=args.steps // 4, save_every=args.steps, log_every=10)
 
@@ -144,9 +145,10 @@ def add_demo_arguments(p):
     p.add_argument("--corpus-only", action="store_true", help="only write the corpus, one file per document")
     p.add_argument("--config", default="tiny")
     p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--max-seq-length", type=int, default=64)
     p.add_argument("--dupe-factor", type=int, default=2)
     p.add_argument("--eval-docs", type=int, default=20)
-    p.add_argument("--steps", type=int, default=800)
+    p.add_argument("--steps", type=int, default=600)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)

@@ -19,7 +19,7 @@ from . import model as models
 from .checkpoint import write_text_atomic
 from .errors import BertforgeError
 from .tasks import glue, multiple_choice, ner, squad
-from .tasks.metrics import accuracy, glue_metrics, ner_metrics
+from .tasks.metrics import GLUE_METRICS, accuracy, glue_metrics, ner_metrics
 from .tokenizer import BertTokenizer
 from .train import TrainArgs, fit, setup_distributed
 
@@ -149,7 +149,7 @@ class GlueJob:
         self.root = data.parent if (data / "train.tsv").is_file() else data
         self.max_length = max_length
         self.labels = list(self.task.labels) if self.task.labels else [self.task.name]
-        self.best_metric = {"cola": "mcc", "stsb": "pearson", "mrpc": "f1", "qqp": "f1"}.get(task, "accuracy")
+        self.best_metric = GLUE_METRICS[task][0]
         self.eval_splits = ["dev_matched", "dev_mismatched"] if task == "mnli" else ["dev"]
 
     def read(self, split: str, tokenizer, limit=None) -> Split:

@@ -12,6 +12,7 @@ micro-batch over its units in the whole global batch.
 """
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -32,6 +33,8 @@ from .errors import BertforgeError
 from .optim import linear_schedule, make_optimizer
 
 STATE_FILE = "training_state.pt"
+
+log = logging.getLogger("bertforge")
 
 
 @dataclass
@@ -241,9 +244,17 @@ def trim(batch: dict) -> dict:
             for k, v in batch.items()}
 
 
+def warn_if_bf16_is_emulated(device: torch.device):
+    """bf16 pays on GPUs and on CPUs with AMX or AVX512-BF16; elsewhere its matmuls are emulated, far slower."""
+    if device.type == "cpu" and not (torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()):
+        log.warning("this CPU has no bf16 matrix instructions (AMX or AVX512-BF16): bf16 will be much slower than fp32")
+
+
 def fit(model: nn.Module, task: Task, args: TrainArgs, ctx: Dist | None = None) -> dict:
     """Train `model` on `task`; returns the last evaluation (empty if none ran)."""
     ctx = ctx or Dist()
+    if args.bf16 and ctx.main:
+        warn_if_bf16_is_emulated(ctx.device)
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed + ctx.rank)
     model.to(ctx.device)

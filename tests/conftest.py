@@ -3,6 +3,8 @@ from pathlib import Path
 
 import pytest
 
+from bertforge.tokenizer import BertTokenizer
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -28,3 +30,9 @@ def minilm_dir() -> Path:
 @pytest.fixture
 def uncased_vocab() -> Path:
     return require_shared("models", "all-MiniLM-L6-v2", "vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> BertTokenizer:
+    """The uncased vocabulary of bert-base-uncased (shared by the MiniLM checkpoint)."""
+    return BertTokenizer.from_pretrained(require_shared("models", "all-MiniLM-L6-v2"))

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 from tokenizers import Tokenizer
 
 from ..errors import BertforgeError, where
@@ -201,21 +200,6 @@ def featurize(examples: list[SquadExample], tokenizer, max_length: int = 384, do
                 window.end_position = int(answer[1] - s + c0)
             windows.append(window)
     return windows
-
-
-def collate(windows: list[SquadWindow]) -> dict[str, torch.Tensor]:
-    """A padded batch for BertForQuestionAnswering: input_ids, token_type_ids, attention_mask, positions."""
-    length = max(len(w.input_ids) for w in windows)
-    batch = {k: torch.zeros(len(windows), length, dtype=torch.long)
-             for k in ("input_ids", "token_type_ids", "attention_mask")}
-    for b, w in enumerate(windows):
-        n = len(w.input_ids)
-        batch["input_ids"][b, :n] = torch.from_numpy(w.input_ids)
-        batch["token_type_ids"][b, :n] = torch.from_numpy(w.token_type_ids)
-        batch["attention_mask"][b, :n] = 1
-    batch["start_positions"] = torch.tensor([w.start_position for w in windows])
-    batch["end_positions"] = torch.tensor([w.end_position for w in windows])
-    return batch
 
 
 # ---------------------------------------------------------------------------------------------------------

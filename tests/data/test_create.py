@@ -17,11 +17,6 @@ STORY = ("The old lighthouse stood on the rocks above the harbour. Every night i
          "One evening a small boat appeared in the fog. The keeper rang the bell again and again. ")
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return BertTokenizer.from_pretrained(require_shared("models", "all-MiniLM-L6-v2", "vocab.txt"))
-
-
 @pytest.fixture
 def corpus(tmp_path):
     folder = tmp_path / "corpus"

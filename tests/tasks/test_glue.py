@@ -13,13 +13,7 @@ from bertforge.tasks.glue import (
     read_glue,
     write_glue_submission,
 )
-from bertforge.tokenizer import BertTokenizer
 from tests.conftest import require_shared
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return BertTokenizer.from_pretrained(require_shared("models", "all-MiniLM-L6-v2"))
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,7 @@ import pytest
 
 from bertforge.errors import BertforgeError
 from bertforge.tasks.multiple_choice import MultipleChoiceExample, encode_multiple_choice, read_multiple_choice
-from bertforge.tokenizer import BertTokenizer
 from tests.conftest import require_shared
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return BertTokenizer.from_pretrained(require_shared("models", "all-MiniLM-L6-v2"))
 
 
 # (task, folder, file stems, counts, choices per question): the README's table.

@@ -11,16 +11,10 @@ from bertforge.tasks.ner import (
     read_conll,
     write_conll,
 )
-from bertforge.tokenizer import BertTokenizer
 from tests.conftest import require_shared
 
 LABELS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
 LABEL_TO_ID = {label: i for i, label in enumerate(LABELS)}
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return BertTokenizer.from_pretrained(require_shared("models", "all-MiniLM-L6-v2"))
 
 
 @pytest.fixture(scope="module")
