@@ -11,6 +11,7 @@ accumulation steps: each term (e.g. masked-LM, averaged over masked tokens) is w
 micro-batch over its units in the whole global batch.
 """
 
+import ctypes
 import json
 import logging
 import math
@@ -250,9 +251,22 @@ def warn_if_bf16_is_emulated(device: torch.device):
         log.warning("this CPU has no bf16 matrix instructions (AMX or AVX512-BF16): bf16 will be much slower than fp32")
 
 
+def bound_heap_growth():
+    """Serve allocations over 1 MiB with mmap, so that freeing them returns the memory.
+
+    glibc raises its mmap threshold as large blocks are freed; batches of varying shapes then fragment the
+    heap and a long run's memory grows without bound (measured: +100 MB per 50 steps of a tiny model).
+    """
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 def fit(model: nn.Module, task: Task, args: TrainArgs, ctx: Dist | None = None) -> dict:
     """Train `model` on `task`; returns the last evaluation (empty if none ran)."""
     ctx = ctx or Dist()
+    bound_heap_growth()
     if args.bf16 and ctx.main:
         warn_if_bf16_is_emulated(ctx.device)
     args.out.mkdir(parents=True, exist_ok=True)
