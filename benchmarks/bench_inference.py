@@ -18,9 +18,9 @@ import argparse
 import csv
 import sys
 
-import torch
+from benchmarks import common  # first: it sets the OpenMP wait policy before torch loads
 
-from benchmarks import common
+import torch  # noqa: E402,I001
 
 MODEL = common.SHARED / "models" / "all-MiniLM-L6-v2"
 SST2_DEV = common.SHARED / "data" / "glue" / "SST-2" / "dev.tsv"
@@ -63,15 +63,16 @@ def squad_rows(tokenizer, windows: int) -> list[dict]:
     return [{"input_ids": w.input_ids.tolist(), "token_type_ids": w.token_type_ids.tolist()} for w in feats]
 
 
-def load_models():
+def load_model(impl: str):
+    if impl == "bertforge":
+        from bertforge.model import BertModel
+
+        return BertModel.from_pretrained(MODEL).eval()
     import transformers
 
-    from bertforge.model import BertModel
-
-    ours = BertModel.from_pretrained(MODEL).eval()
-    theirs = transformers.BertModel.from_pretrained(MODEL, attn_implementation="sdpa").eval()
-    assert theirs.config._attn_implementation == "sdpa"
-    return ours, theirs
+    model = transformers.BertModel.from_pretrained(MODEL, attn_implementation="sdpa").eval()
+    assert model.config._attn_implementation == "sdpa"
+    return model
 
 
 def run_pass(model, batches, bf16: bool):
@@ -103,16 +104,14 @@ def child(impl: str, case: str, precision: str, limit):
     tokenizer = BertTokenizer.from_pretrained(MODEL)
     rows = sst2_rows(tokenizer, limit) if case == "sst2" else squad_rows(tokenizer, limit)
     batches = batches_of(rows, 64 if case == "sst2" else 16)
-    ours, theirs = load_models()
-    model = ours if impl == "bertforge" else theirs
-    del ours, theirs
+    model = load_model(impl)
     run_pass(model, batches, precision == "bf16")()
     print(common.child_memory_line(baseline))
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="256 sentences, 32 SQuAD windows, 3 repetitions")
+    p.add_argument("--quick", action="store_true", help="128 sentences, 16 SQuAD windows, 3 repetitions")
     p.add_argument("--sentences", type=int, default=None, help="SST-2 dev sentences (default all 872)")
     p.add_argument("--windows", type=int, default=None, help="SQuAD windows (default 128; quick 32)")
     p.add_argument("--reps", type=int, default=None, help="timed passes per implementation (default 5; quick 3)")
@@ -132,14 +131,14 @@ def main(argv=None):
         return 0
     from bertforge.tokenizer import BertTokenizer
 
-    sentences = args.sentences or (256 if args.quick else None)
-    windows = args.windows or (32 if args.quick else 128)
+    sentences = args.sentences or (128 if args.quick else None)
+    windows = args.windows or (16 if args.quick else 128)
     reps = args.reps or (3 if args.quick else 5)
     precisions = args.precisions.split(",")
     print(f"machine: {common.machine()}")
-    peak = {"fp32": common.matmul_peak(torch.float32)}
+    peak = {"fp32": common.matmul_peak(torch.float32, budget_s=3.0 if args.quick else 6.0)}
     if "bf16" in precisions:
-        peak["bf16"] = common.matmul_peak(torch.bfloat16, budget_s=3.0)
+        peak["bf16"] = common.matmul_peak(torch.bfloat16, budget_s=1.5 if args.quick else 3.0)
     print("matmul peak, 2 threads: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in peak.items()))
     if "bf16" in precisions and peak["bf16"] < peak["fp32"] and not args.force_bf16:
         print(f"bf16 skipped: this CPU has no native bf16 matmul (bf16 {peak['bf16']:.1f} vs fp32 "
@@ -147,7 +146,7 @@ def main(argv=None):
         precisions.remove("bf16")
 
     tokenizer = BertTokenizer.from_pretrained(MODEL)
-    ours, theirs = load_models()
+    ours, theirs = load_model("bertforge"), load_model("transformers")
     n_params = common.nonembedding_params(ours)
     config = ours.config
     rows = sst2_rows(tokenizer, sentences)

@@ -6,23 +6,20 @@ masked-LM labels (15% of the ordinary tokens) and NSP labels. bertforge runs thr
 the same weights. Cases: (a) realistic row lengths uniform in 16..128 padded to 128, (b) full-length rows;
 fp32, and bf16 autocast. Repetitions are interleaved (bf, hf, bf, hf ...) and reported as medians.
 
-    python3 -m benchmarks.bench_pretrain --quick
-    python3 -m benchmarks.bench_pretrain --configs mini,small,base --steps 5
+    python3 -m benchmarks.bench_pretrain --quick                  # mini, realistic lengths, fp32: ~2 min
+    python3 -m benchmarks.bench_pretrain                          # mini and small, both cases: ~10 min
+    python3 -m benchmarks.bench_pretrain --configs base           # base, both cases: ~15-20 min here
 
 The last line is `ratio=<bertforge/transformers>` for mini, realistic lengths, fp32 (real tokens/s).
 """
 
 import argparse
-import copy
 import sys
 from pathlib import Path
 
-import torch
+from benchmarks import common  # first: it sets the OpenMP wait policy before torch loads
 
-from benchmarks import common
-
-IMPLS = ("bertforge", "transformers")
-
+import torch  # noqa: E402,I001
 
 class Task:
     """The bertforge training loop's view of one fixed batch."""
@@ -108,11 +105,34 @@ def child(impl: str, config_name: str, case: str, precision: str, batch_size: in
     print(common.child_memory_line(baseline))
 
 
+def profile(args):
+    """Where one implementation's step goes: the ops with the most self CPU time over 3 steps."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    config_name = (args.configs or "mini").split(",")[0]
+    case = (args.cases or "realistic").split(",")[0]
+    bf16 = args.precisions.split(",")[0] == "bf16"
+    print(f"machine: {common.machine()}")
+    print(f"profile: {args.profile}, {config_name}, {case}, {'bf16' if bf16 else 'fp32'}, "
+          f"batch {args.batch} x {args.length}, 3 steps after 2 warm-up steps")
+    batch = common.pretraining_batch(args.batch, args.length, case == "realistic")
+    config, ours, theirs, opt_ours, opt_theirs = build(config_name)
+    step = (bertforge_step(ours, opt_ours, batch, bf16) if args.profile == "bertforge"
+            else transformers_step(theirs, opt_theirs, batch, bf16))
+    step()
+    step()
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            step()
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=40))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="mini only, 5 timed steps, memory for the headline case")
-    p.add_argument("--configs", default=None, help="comma-separated sizes (default mini,small,base; quick: mini)")
-    p.add_argument("--cases", default="realistic,full")
+    p.add_argument("--quick", action="store_true", help="mini, realistic lengths only, no memory runs")
+    p.add_argument("--configs", default=None, help="comma-separated sizes (default mini,small; quick: mini)")
+    p.add_argument("--cases", default=None, help="realistic and/or full (default both; quick: realistic)")
     p.add_argument("--precisions", default="fp32,bf16",
                    help="fp32 and/or bf16 (bf16 is skipped where the CPU has no native bf16 matmul, "
                         "unless --force-bf16)")
@@ -122,7 +142,9 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=5, help="timed steps per implementation (median reported)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--memory", choices=("none", "headline", "all"), default=None,
-                   help="peak RSS of each implementation in its own process (default: headline; quick: headline)")
+                   help="peak RSS of each implementation in its own process (default: headline; quick: none)")
+    p.add_argument("--profile", metavar="IMPL", choices=("bertforge", "transformers"),
+                   help="instead of timing: torch.profiler over 3 steps of the first config and case, top ops")
     p.add_argument("--child", nargs=4, metavar=("IMPL", "CONFIG", "CASE", "PRECISION"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -131,14 +153,16 @@ def main(argv=None):
     common.setup()
     import transformers  # noqa: F401
 
-    configs = (args.configs or ("mini" if args.quick else "mini,small,base")).split(",")
-    cases = args.cases.split(",")
+    if args.profile:
+        return profile(args)
+    configs = (args.configs or ("mini" if args.quick else "mini,small")).split(",")
+    cases = (args.cases or ("realistic" if args.quick else "realistic,full")).split(",")
     precisions = args.precisions.split(",")
-    memory = args.memory or "headline"
+    memory = args.memory or ("none" if args.quick else "headline")
     print(f"machine: {common.machine()}")
-    peak = {"fp32": common.matmul_peak(torch.float32)}
+    peak = {"fp32": common.matmul_peak(torch.float32, budget_s=3.0 if args.quick else 6.0)}
     if "bf16" in precisions:
-        peak["bf16"] = common.matmul_peak(torch.bfloat16, budget_s=3.0)
+        peak["bf16"] = common.matmul_peak(torch.bfloat16, budget_s=1.5 if args.quick else 3.0)
     print("matmul peak, 2 threads: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in peak.items()))
     if "bf16" in precisions and peak["bf16"] < peak["fp32"] and not args.force_bf16:
         print(f"bf16 skipped: this CPU has no native bf16 matmul (bf16 {peak['bf16']:.1f} vs fp32 "

@@ -13,7 +13,13 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+# Threads that wait at the end of each parallel region sleep instead of spinning. On this shared 2-vCPU
+# machine, spinning OpenMP threads made a step up to 10 times slower whenever another process was running
+# (both libraries alike); OMP_WAIT_POLICY=ACTIVE in the environment restores spinning. Read when torch loads
+# OpenMP: each benchmark imports this module before torch.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 THREADS = 2
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +51,7 @@ def machine() -> str:
     import transformers
     return (f"{model}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), "
             f"transformers {transformers.__version__}, {torch.get_num_threads()} threads, "
+            f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
             f"load average {os.getloadavg()[0]:.1f}")
 
 
@@ -107,7 +114,17 @@ def rss_mb() -> float:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process so far, MB (ru_maxrss is in KB on Linux)."""
+    """Peak resident set size of this process so far, MB: VmHWM, the high-water mark of its own memory map.
+
+    Not ru_maxrss: after fork + exec, Linux carries the parent's RSS at the fork into the child's ru_maxrss.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

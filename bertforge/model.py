@@ -108,7 +108,7 @@ class Packing:
     def __post_init__(self):
         self.rows = torch.div(self.indices, self.length, rounding_mode="floor")  # [T] row of each real token
         self.cols = self.indices - self.rows * self.length  # [T] its position in the row
-        self._bias = {}
+        self._bias, self._buffers = {}, {}
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """[B, L, ...] -> [T, ...]"""
@@ -120,10 +120,19 @@ class Packing:
         return _ScatterRows.apply(x, shape, tuple(range(len(shape))), self.rows, self.cols)
 
     def unpack_heads(self, qkv: torch.Tensor, heads: int) -> torch.Tensor:
-        """Packed [T, 3 H] projections -> [3, B * heads, L, head_size], zeros at the padding (no copies after)."""
+        """Packed [T, 3 H] projections -> [3, B * heads, L, head_size], zeros at the padding (no copies after).
+
+        Without autograd, every layer writes into one zeroed buffer (its padding stays zero), not a new one.
+        """
         size = qkv.shape[1] // (3 * heads)
-        out = _ScatterRows.apply(qkv.view(-1, 3, heads, size), (3, self.batch, heads, self.length, size),
-                                 (1, 3, 0, 2, 4), self.rows, self.cols)
+        shape, perm = (3, self.batch, heads, self.length, size), (1, 3, 0, 2, 4)
+        if torch.is_grad_enabled():
+            out = _ScatterRows.apply(qkv.view(-1, 3, heads, size), shape, perm, self.rows, self.cols)
+        else:
+            out = self._buffers.get((shape, qkv.dtype))
+            if out is None:
+                out = self._buffers[shape, qkv.dtype] = qkv.new_zeros(shape)
+            out.permute(perm)[self.rows, self.cols] = qkv.view(-1, 3, heads, size)
         return out.view(3, self.batch * heads, self.length, size)
 
     def pack_heads(self, context: torch.Tensor) -> torch.Tensor:
@@ -216,11 +225,14 @@ class BertSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_prob = config.attention_probs_dropout_prob
 
+    def qkv_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Q, K and V projections stacked [3 H, H] and [3 H], for one matmul; the three keep their own
+        (reference) parameter names."""
+        return (torch.cat([self.query.weight, self.key.weight, self.value.weight]),
+                torch.cat([self.query.bias, self.key.bias, self.value.bias]))
+
     def forward(self, x: torch.Tensor, packing: Packing | None, noise: DropoutNoise | None = None) -> torch.Tensor:
-        # One matmul for Q, K and V: the three projections keep their own (reference) parameter names.
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-        qkv = F.linear(x, weight, bias)
+        qkv = F.linear(x, *self.qkv_parameters())
         heads, size = self.num_heads, self.head_size
         batch, length = (packing.batch, packing.length) if packing is not None else qkv.shape[:2]
         drop = noise.take_attention() if noise is not None else None
