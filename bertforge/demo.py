@@ -150,5 +150,5 @@ def add_demo_arguments(p):
     p.add_argument("--eval-docs", type=int, default=20)
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)

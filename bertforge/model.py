@@ -3,13 +3,13 @@
 Parameter names follow the Hugging Face layout, so their checkpoints load without a renaming table.
 Departures in how the work is done, not in the numbers:
 - when a batch has padding, every layer except the attention product runs on the real tokens alone (packed
-  into one [tokens, hidden] matrix), from the embedding look-up on; the masked-LM head scores only the
-  masked positions when labels are given, and the pre-training and sequence heads read their rows straight
-  from the packed matrix;
-- in training with dropout, the keep masks of a whole forward pass are drawn at once (uniform draws compared
-  with p, pre-scaled by 1/(1-p)), and applied fused with the residual add (addcmul) and after the attention
-  softmax, with the attention products written out (baddbmm, softmax, bmm) since CPU SDPA has no fused
-  dropout path. Eval, and training without dropout, use SDPA.
+  into one [tokens, hidden] matrix, see packing.py), from the embedding look-up on; the masked-LM head
+  scores only the masked positions when labels are given, and the pre-training and sequence heads read
+  their rows straight from the packed matrix;
+- in training with dropout, the keep masks of a whole forward pass are drawn at once (packing.DropoutNoise)
+  and applied fused with the residual add (addcmul) and after the attention softmax, with the attention
+  products written out (baddbmm, softmax, bmm) since CPU SDPA has no fused dropout path. Eval, and training
+  without dropout, use SDPA.
 """
 
 import math
@@ -21,6 +21,7 @@ from torch import nn
 
 from .checkpoint import PretrainedMixin
 from .config import BertConfig
+from .packing import DropoutNoise, Packing, gather_rows
 
 
 class ModelOutput(dict):
@@ -40,154 +41,6 @@ ACT = {
     "relu": F.relu,
     "silu": F.silu,
 }
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Padding: where the real tokens are
-
-
-class _ScatterRows(torch.autograd.Function):
-    """out = zeros(shape); out.permute(perm)[index] = src. Its gradient is the matching gather.
-
-    Unlike index_copy/index_put under autograd, neither direction clones the zeros or scatter-adds.
-    """
-
-    @staticmethod
-    def forward(ctx, src, shape, perm, *index):
-        ctx.save_for_backward(*index)
-        ctx.perm = perm
-        out = src.new_zeros(shape)
-        out.permute(perm)[index] = src
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        return (grad.permute(ctx.perm)[ctx.saved_tensors], None, None) + (None,) * len(ctx.saved_tensors)
-
-
-class _GatherRows(torch.autograd.Function):
-    """x.permute(perm)[index], the indexed positions distinct. Its gradient is the matching scatter into zeros."""
-
-    @staticmethod
-    def forward(ctx, x, perm, *index):
-        ctx.save_for_backward(*index)
-        ctx.perm, ctx.shape = perm, x.shape
-        return x.permute(perm)[index]
-
-    @staticmethod
-    def backward(ctx, grad):
-        out = grad.new_zeros(ctx.shape)
-        out.permute(ctx.perm)[ctx.saved_tensors] = grad
-        return (out, None) + (None,) * len(ctx.saved_tensors)
-
-
-def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """x[index] along the first axis, for distinct indices (the gradient is copied back, not scatter-added)."""
-    return _GatherRows.apply(x, tuple(range(x.dim())), index)
-
-
-@dataclass
-class Packing:
-    """Maps between a padded batch [B, L, ...] and its real tokens packed as [T, ...]."""
-
-    indices: torch.Tensor  # [T] positions of the real tokens in the flattened [B * L]
-    batch: int
-    length: int
-    key_mask: torch.Tensor  # [B, 1, 1, L], True where a key may be attended to
-
-    @classmethod
-    def from_attention_mask(cls, attention_mask: torch.Tensor) -> "Packing | None":
-        """None when nothing is padded: then the plain [B, L, H] path is fastest."""
-        mask = attention_mask.bool()
-        if bool(mask.all()):
-            return None
-        batch, length = mask.shape
-        indices = mask.flatten().nonzero().squeeze(1)
-        return cls(indices, batch, length, mask[:, None, None, :])
-
-    def __post_init__(self):
-        self.rows = torch.div(self.indices, self.length, rounding_mode="floor")  # [T] row of each real token
-        self.cols = self.indices - self.rows * self.length  # [T] its position in the row
-        self._bias, self._buffers = {}, {}
-
-    def pack(self, x: torch.Tensor) -> torch.Tensor:
-        """[B, L, ...] -> [T, ...]"""
-        return _GatherRows.apply(x, tuple(range(x.dim())), self.rows, self.cols)
-
-    def unpack(self, x: torch.Tensor) -> torch.Tensor:
-        """[T, ...] -> [B, L, ...], zeros at the padding."""
-        shape = (self.batch, self.length, *x.shape[1:])
-        return _ScatterRows.apply(x, shape, tuple(range(len(shape))), self.rows, self.cols)
-
-    def unpack_heads(self, qkv: torch.Tensor, heads: int) -> torch.Tensor:
-        """Packed [T, 3 H] projections -> [3, B * heads, L, head_size], zeros at the padding (no copies after).
-
-        Without autograd, every layer writes into one zeroed buffer (its padding stays zero), not a new one.
-        """
-        size = qkv.shape[1] // (3 * heads)
-        shape, perm = (3, self.batch, heads, self.length, size), (1, 3, 0, 2, 4)
-        if torch.is_grad_enabled():
-            out = _ScatterRows.apply(qkv.view(-1, 3, heads, size), shape, perm, self.rows, self.cols)
-        else:
-            out = self._buffers.get((shape, qkv.dtype))
-            if out is None:
-                out = self._buffers[shape, qkv.dtype] = qkv.new_zeros(shape)
-            out.permute(perm)[self.rows, self.cols] = qkv.view(-1, 3, heads, size)
-        return out.view(3, self.batch * heads, self.length, size)
-
-    def pack_heads(self, context: torch.Tensor) -> torch.Tensor:
-        """Attention output [B, heads, L, head_size] (any strides) -> packed [T, H]."""
-        return _GatherRows.apply(context, (0, 2, 1, 3), self.rows, self.cols).flatten(1)
-
-    def key_bias(self, heads: int, dtype: torch.dtype) -> torch.Tensor:
-        """[B * heads, 1, L] additive mask: 0 for real keys, the dtype's lowest value for padding."""
-        if (heads, dtype) not in self._bias:
-            bias = torch.zeros(self.key_mask.shape, dtype=dtype, device=self.indices.device)
-            bias.masked_fill_(~self.key_mask, torch.finfo(dtype).min)
-            self._bias[heads, dtype] = bias.expand(-1, heads, -1, -1).reshape(self.batch * heads, 1, self.length)
-        return self._bias[heads, dtype]
-
-    def packed_index(self, flat_positions: torch.Tensor) -> torch.Tensor | None:
-        """Rows of the packed matrix holding these positions of the flattened [B * L]; None if any is padding."""
-        real = torch.zeros(self.batch * self.length, dtype=torch.bool, device=self.indices.device)
-        real[self.indices] = True
-        if not bool(real[flat_positions].all()):
-            return None
-        return torch.cumsum(real, 0)[flat_positions] - 1
-
-
-class DropoutNoise:
-    """Pre-scaled keep masks (0 or 1/(1-p)) for every dropout site of one forward pass, drawn in one call each
-    for the hidden sites and the attention sites: a site's mask is a slice, applied with one multiply.
-
-    Each element is kept with probability 1 - p, independently, as nn.Dropout does.
-    """
-
-    def __init__(self, hidden_shape, hidden_sites: int, hidden_p: float, attention_shape, attention_sites: int,
-                 attention_p: float, device):
-        self.hidden = self.draw(hidden_sites, hidden_shape, hidden_p, device)
-        self.attention = self.draw(attention_sites, attention_shape, attention_p, device)
-        self.next_hidden = self.next_attention = 0
-
-    @staticmethod
-    def draw(sites, shape, p, device):
-        if not sites or p <= 0:
-            return None
-        if p >= 1:
-            return torch.zeros(sites, *shape, device=device)
-        return torch.rand(sites, *shape, device=device).ge_(p).mul_(1 / (1 - p))
-
-    def take_hidden(self):
-        if self.hidden is None:
-            return None
-        self.next_hidden += 1
-        return self.hidden[self.next_hidden - 1]
-
-    def take_attention(self):
-        if self.attention is None:
-            return None
-        self.next_attention += 1
-        return self.attention[self.next_attention - 1]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -261,10 +114,13 @@ class BertSelfAttention(nn.Module):
         return context.transpose(1, 2).reshape(batch, length, -1)
 
 
-class BertSelfOutput(nn.Module):
-    def __init__(self, config: BertConfig):
+class BertOutput(nn.Module):
+    """Projection back to H, dropout, residual add, LayerNorm: after attention (from H) and after the
+    feed-forward layer (from 4H)."""
+
+    def __init__(self, config: BertConfig, in_features: int):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(in_features, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -279,7 +135,7 @@ class BertAttention(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.self = BertSelfAttention(config)
-        self.output = BertSelfOutput(config)
+        self.output = BertOutput(config, config.hidden_size)
 
     def forward(self, x, packing, noise=None):
         return self.output(self.self(x, packing, noise), x, noise)
@@ -295,26 +151,12 @@ class BertIntermediate(nn.Module):
         return self.act(self.dense(x))
 
 
-class BertOutput(nn.Module):
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, h, residual, noise: DropoutNoise | None = None):
-        mask = noise.take_hidden() if noise is not None else None
-        if mask is not None:
-            return self.LayerNorm(torch.addcmul(residual, self.dense(h), mask))
-        return self.LayerNorm(residual + self.dropout(self.dense(h)))
-
-
 class BertLayer(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.attention = BertAttention(config)
         self.intermediate = BertIntermediate(config)
-        self.output = BertOutput(config)
+        self.output = BertOutput(config, config.intermediate_size)
 
     def forward(self, x, packing, noise=None):
         x = self.attention(x, packing, noise)
