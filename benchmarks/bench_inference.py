@@ -135,15 +135,7 @@ def main(argv=None):
     windows = args.windows or (16 if args.quick else 128)
     reps = args.reps or (3 if args.quick else 5)
     precisions = args.precisions.split(",")
-    print(f"machine: {common.machine()}")
-    peak = {"fp32": common.matmul_peak(torch.float32, budget_s=3.0 if args.quick else 6.0)}
-    if "bf16" in precisions:
-        peak["bf16"] = common.matmul_peak(torch.bfloat16, budget_s=1.5 if args.quick else 3.0)
-    print("matmul peak, 2 threads: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in peak.items()))
-    if "bf16" in precisions and peak["bf16"] < peak["fp32"] and not args.force_bf16:
-        print(f"bf16 skipped: this CPU has no native bf16 matmul (bf16 {peak['bf16']:.1f} vs fp32 "
-              f"{peak['fp32']:.1f} GFLOP/s); --force-bf16 runs it anyway")
-        precisions.remove("bf16")
+    peak, precisions = common.peaks_and_precisions(precisions, args.quick, args.force_bf16)
 
     tokenizer = BertTokenizer.from_pretrained(MODEL)
     ours, theirs = load_model("bertforge"), load_model("transformers")

@@ -159,16 +159,7 @@ def main(argv=None):
     cases = (args.cases or ("realistic" if args.quick else "realistic,full")).split(",")
     precisions = args.precisions.split(",")
     memory = args.memory or ("none" if args.quick else "headline")
-    print(f"machine: {common.machine()}")
-    peak = {"fp32": common.matmul_peak(torch.float32, budget_s=3.0 if args.quick else 6.0)}
-    if "bf16" in precisions:
-        peak["bf16"] = common.matmul_peak(torch.bfloat16, budget_s=1.5 if args.quick else 3.0)
-    print("matmul peak, 2 threads: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in peak.items()))
-    if "bf16" in precisions and peak["bf16"] < peak["fp32"] and not args.force_bf16:
-        print(f"bf16 skipped: this CPU has no native bf16 matmul (bf16 {peak['bf16']:.1f} vs fp32 "
-              f"{peak['fp32']:.1f} GFLOP/s; torch's CPU capability {torch.backends.cpu.get_cpu_capability()}); "
-              "--force-bf16 runs it anyway")
-        precisions.remove("bf16")
+    peak, precisions = common.peaks_and_precisions(precisions, args.quick, args.force_bf16)
     print(f"batch {args.batch} x {args.length}, {args.steps} timed steps after {args.warmup} warm-up, interleaved")
     print(f"{'config':6} {'case':9} {'impl':23} {'step_s':>7} {'tok/s':>8} {'MFU':>6} {'peak_MB':>8}")
 

@@ -206,3 +206,18 @@ def model_flops(n_params: int, attention_mask: torch.Tensor, hidden: int, layers
 
 def real_tokens(attention_mask: torch.Tensor) -> int:
     return int(attention_mask.sum())
+
+
+def peaks_and_precisions(precisions: list[str], quick: bool, force_bf16: bool) -> tuple[dict, list[str]]:
+    """Measure the matmul peak of each precision asked for; drop bf16 where the CPU only emulates it."""
+    print(f"machine: {machine()}")
+    peak = {"fp32": matmul_peak(torch.float32, budget_s=3.0 if quick else 6.0)}
+    if "bf16" in precisions:
+        peak["bf16"] = matmul_peak(torch.bfloat16, budget_s=1.5 if quick else 3.0)
+    print("matmul peak, 2 threads: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in peak.items()))
+    if "bf16" in precisions and peak["bf16"] < peak["fp32"] and not force_bf16:
+        print(f"bf16 skipped: this CPU has no native bf16 matmul (bf16 {peak['bf16']:.1f} vs fp32 "
+              f"{peak['fp32']:.1f} GFLOP/s; torch's CPU capability {torch.backends.cpu.get_cpu_capability()}); "
+              "--force-bf16 runs it anyway")
+        precisions = [p for p in precisions if p != "bf16"]
+    return peak, precisions
