@@ -49,7 +49,7 @@ def run_transformers(task: str, model_dir: Path, glue_dir: Path, args, out: Path
 
     training = TrainingArguments(
         output_dir=str(out), per_device_train_batch_size=32, per_device_eval_batch_size=64, learning_rate=args.lr,
-        num_train_epochs=args.epochs, warmup_ratio=0.1, weight_decay=0.01, adam_epsilon=1e-6, seed=args.seed,
+        num_train_epochs=args.epochs, warmup_steps=0.1, weight_decay=0.01, adam_epsilon=1e-6, seed=args.seed,
         eval_strategy="epoch", save_strategy="no", report_to="none", use_cpu=True, logging_steps=50)
     Trainer(model=model, args=training, train_dataset=train_rows, eval_dataset=dev_rows,
             data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics).train()
