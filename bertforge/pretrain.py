@@ -49,6 +49,7 @@ class PretrainTask:
         self.batch_size, self.seed = batch_size, seed
         self.eval_rows = min(eval_rows, len(self.eval)) if self.eval is not None else 0
         self.steps_per_epoch = len(self.train) // batch_size
+        self._order = (None, None)  # (epoch, its permutation of the instances)
         if self.steps_per_epoch == 0:
             raise BertforgeError(f"{data_dir}: {len(self.train)} training instances, fewer than one batch of {batch_size}")
 
@@ -67,8 +68,9 @@ class PretrainTask:
 
     def batch(self, step: int, rank: int, world: int) -> dict:
         epoch, i = divmod(step, self.steps_per_epoch)
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.train))
-        global_rows = order[i * self.batch_size:(i + 1) * self.batch_size]
+        if self._order[0] != epoch:
+            self._order = (epoch, np.random.default_rng([self.seed, epoch]).permutation(len(self.train)))
+        global_rows = self._order[1][i * self.batch_size:(i + 1) * self.batch_size]
         parts = np.array_split(np.arange(self.batch_size), world)
         mine = parts[rank]
         return self.rows_of(self.train, global_rows[mine], int(mine[0]) if len(mine) else 0, step)
