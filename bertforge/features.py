@@ -36,7 +36,7 @@ from .checkpoint import atomic_path
 from .config import BertConfig
 from .errors import BertforgeError
 from .model import BertModel
-from .tasks.squad import _max_context_window, _spans
+from .tasks.squad import doc_spans, max_context_window
 from .tokenizer import BertTokenizer, read_text, truncated_lengths
 
 log = logging.getLogger("bertforge")
@@ -186,8 +186,8 @@ class FeatureExtractor:
             n = len(first.ids)
             starts_a = np.array([s for s, _ in first.offsets], dtype=np.int64)
             if b is None:
-                spans = [(0, n)] if n <= room else _spans(n, room, stride)
-                best = np.zeros(n, dtype=np.intp) if len(spans) == 1 else _max_context_window(n, spans)
+                spans = [(0, n)] if n <= room else doc_spans(n, room, stride)
+                best = np.zeros(n, dtype=np.intp) if len(spans) == 1 else max_context_window(n, spans)
                 span_start = np.array([s for s, _ in spans])
                 gather = np.concatenate([[[0, 0]],
                                          np.stack([best, 1 + np.arange(n) - span_start[best]], 1).reshape(n, 2),

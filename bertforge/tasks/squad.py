@@ -119,7 +119,7 @@ class SquadWindow:
     end_position: int = 0
 
 
-def _spans(n: int, room: int, stride: int) -> list[tuple[int, int]]:
+def doc_spans(n: int, room: int, stride: int) -> list[tuple[int, int]]:
     """Google's doc spans as (start, length): windows of `room` tokens, each `stride` past the last."""
     spans, start = [], 0
     while start < n:
@@ -131,7 +131,7 @@ def _spans(n: int, room: int, stride: int) -> list[tuple[int, int]]:
     return spans
 
 
-def _max_context_window(n: int, spans) -> np.ndarray:
+def max_context_window(n: int, spans) -> np.ndarray:
     """For each passage token, the window giving it the most context (Google's _check_is_max_context)."""
     if len(spans) == 1:  # most passages: a shortcut worth seconds on the training set
         return np.zeros(n, dtype=np.intp)
@@ -174,10 +174,10 @@ def featurize(examples: list[SquadExample], tokenizer, max_length: int = 384, do
     for i, ex in enumerate(examples):
         ids, offsets = passages[context_index[ex.context]]
         query = questions[i]
-        spans = _spans(len(ids), max_length - len(query) - 3, doc_stride)
+        spans = doc_spans(len(ids), max_length - len(query) - 3, doc_stride)
         if not spans:
             continue
-        best = _max_context_window(len(ids), spans)
+        best = max_context_window(len(ids), spans)
         answer = None
         if ex.answer_texts:
             first, last = ex.answer_starts[0], ex.answer_starts[0] + len(ex.answer_texts[0])
