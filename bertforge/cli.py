@@ -16,7 +16,8 @@ COMMANDS = {
     "plot": ("plot", "draw a run's loss and accuracy curves as a PNG"),
     "finetune": ("finetune", "fine-tune on GLUE, SQuAD, CoNLL NER or multiple choice"),
     "evaluate": ("finetune", "score a fine-tuned model on a task's data"),
-    "predict": ("finetune", "predictions of a fine-tuned model, in the task's submission format"),
+    "predict": ("predict", "predictions of a fine-tuned model: a task's submission file, or on your own text"),
+    "squad-split": ("tasks.squad", "split a SQuAD file by article into train and dev files"),
     "features": ("features", "hidden states of chosen layers, per token, word or sentence"),
     "info": ("info", "describe a checkpoint folder: sizes, parameters, heads, vocabulary"),
     "convert": ("checkpoint", "rewrite a trusted pytorch_model.bin folder as safetensors"),
@@ -28,7 +29,7 @@ FUNCTION_NAMES = {"data": "data_create"}
 def command_functions(command: str):
     module_name, _ = COMMANDS[command]
     module = importlib.import_module(f"bertforge.{module_name}")
-    name = FUNCTION_NAMES.get(command, command)
+    name = FUNCTION_NAMES.get(command, command.replace("-", "_"))
     return getattr(module, f"add_{name}_arguments"), getattr(module, f"run_{name}")
 
 

@@ -108,7 +108,8 @@ def run_demo(args) -> int:
     if args.corpus_only:
         return 0
 
-    step("WordPiece vocabulary", f"bertforge tokenizer train --files {corpus} --vocab-size {args.vocab_size} --out {vocab}")
+    step("WordPiece vocabulary",
+         f"bertforge tokenizer train --files {corpus} --vocab-size {args.vocab_size} --out {vocab}")
     tokenizer = train_vocab([corpus], vocab_size=args.vocab_size, out_dir=vocab)
     print(f"   {tokenizer.vocab_size} pieces; 'tokenization' -> {tokenizer.tokenize('tokenization')}")
 
@@ -128,9 +129,11 @@ def run_demo(args) -> int:
     step("held-out documents", f"bertforge plot {run}")
     print(f"   masked-LM accuracy {result['eval_mlm_accuracy']:.1%}  (most frequent token: "
           f"{result['mlm_most_frequent_token_accuracy']:.1%}), perplexity {result['eval_mlm_perplexity']:.1f}")
-    print(f"   next-sentence accuracy {result['eval_nsp_accuracy']:.1%}  (majority: {result['nsp_majority_accuracy']:.1%})")
+    print(f"   next-sentence accuracy {result['eval_nsp_accuracy']:.1%}  "
+          f"(majority: {result['nsp_majority_accuracy']:.1%})")
 
-    step("fill-mask", f"python -c \"import bertforge; bertforge.BertForPreTraining.from_pretrained('{run / 'final'}')\"")
+    step("fill-mask",
+         f"python -c \"import bertforge; bertforge.BertForPreTraining.from_pretrained('{run / 'final'}')\"")
     model = BertForPreTraining.from_pretrained(run / "final")
     tokenizer = BertTokenizer.from_pretrained(run / "final")
     for sentence in FILL_MASK_SENTENCES:

@@ -2,6 +2,8 @@
 
 A task family (GLUE, SQuAD, CoNLL NER, multiple choice) is a `Job`: it reads a split into examples and
 encoded rows, names its head and labels, and turns the model's outputs into metrics and submission files.
+For predictions on plain text (see predict.py) it also names its text fields, builds an example from them
+and describes each prediction as a JSON object.
 Everything else is shared: length-grouped batches (little padding), the training loop of `train.py`,
 evaluation every epoch with the best checkpoint kept in RUN/best/, and RUN/eval_results.json.
 """
@@ -89,7 +91,8 @@ class FinetuneTask:
         epoch, i = divmod(step, self.steps_per_epoch)
         if epoch != self._epoch:
             self._epoch = epoch
-            self._batches = length_grouped_order(self.lengths, self.batch_size, np.random.default_rng([self.seed, epoch]))
+            rng = np.random.default_rng([self.seed, epoch])
+            self._batches = length_grouped_order(self.lengths, self.batch_size, rng)
         rows = np.array_split(self._batches[i], world)[rank]
         return pad_batch(self.features, rows, self.tokenizer.pad_token_id)
 
@@ -124,6 +127,15 @@ def predict_rows(model, features: dict[str, list], keys: tuple[str, ...], batch_
 # Task families
 
 
+def softmax(logits: np.ndarray) -> np.ndarray:
+    exp = np.exp(logits - logits.max(-1, keepdims=True))
+    return exp / exp.sum(-1, keepdims=True)
+
+
+def rounded(values) -> list:
+    return np.round(np.asarray(values, dtype=np.float64), 6).tolist()
+
+
 def find_file(folder: Path, patterns: tuple[str, ...], what: str) -> Path:
     for pattern in patterns:
         found = sorted(folder.glob(pattern))
@@ -146,15 +158,22 @@ class GlueJob:
 
     def __init__(self, task: str, data: Path, max_length: int):
         self.task = glue.glue_task(task)
-        self.root = data.parent if (data / "train.tsv").is_file() else data
+        self.root = data.parent if data and (data / "train.tsv").is_file() else data
         self.max_length = max_length
         self.labels = list(self.task.labels) if self.task.labels else [self.task.name]
         self.best_metric = GLUE_METRICS[task][0]
         self.eval_splits = ["dev_matched", "dev_mismatched"] if task == "mnli" else ["dev"]
+        self.text_fields = tuple(name for name in self.task.hf_text if name)
 
     def read(self, split: str, tokenizer, limit=None) -> Split:
-        examples = glue.read_glue(self.task.name, self.root, split)[:limit]
-        return Split(split, examples, glue.encode_glue(examples, tokenizer, self.max_length))
+        return self.encode(split, glue.read_glue(self.task.name, self.root, split)[:limit], tokenizer)
+
+    def encode(self, name: str, examples: list, tokenizer) -> Split:
+        return Split(name, examples, glue.encode_glue(examples, tokenizer, self.max_length))
+
+    def example(self, record: dict, guid: str) -> glue.GlueExample:
+        a, b = self.task.hf_text
+        return glue.GlueExample(guid, record[a], record[b] if b else None, None)
 
     def predictions(self, outputs) -> np.ndarray:
         logits = np.stack(outputs["logits"])
@@ -172,6 +191,13 @@ class GlueJob:
         glue.write_glue_submission(self.task.name, self.predictions(outputs), path)
         return path
 
+    def describe(self, split: Split, outputs) -> list[dict]:
+        logits = np.stack(outputs["logits"])
+        if self.task.labels is None:
+            return [{"score": rounded(row[0])} for row in logits]
+        return [{"label": self.labels[int(p.argmax())], "probabilities": dict(zip(self.labels, rounded(p)))}
+                for p in softmax(logits)]
+
 
 class NerJob:
     model_class = models.BertForTokenClassification
@@ -179,18 +205,26 @@ class NerJob:
     best_metric = "f1"
     eval_splits = ["valid", "test"]
     files = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
+    text_fields = ("sentence",)
 
     def __init__(self, task: str, data: Path, max_length: int, labels=None):
         self.data, self.max_length = data, max_length
-        self.labels = labels or ner.label_list(ner.read_conll(self.path("train")))
+        # Without data the labels are the fine-tuned model's (see load_finetuned).
+        self.labels = labels or (ner.label_list(ner.read_conll(self.path("train"))) if data else None)
 
     def path(self, split):
         return self.data / self.files[split] if self.data.is_dir() else self.data
 
     def read(self, split: str, tokenizer, limit=None) -> Split:
-        sentences = ner.read_conll(self.path(split))[:limit]
+        return self.encode(split, ner.read_conll(self.path(split))[:limit], tokenizer)
+
+    def encode(self, name: str, sentences: list, tokenizer) -> Split:
         label_to_id = {label: i for i, label in enumerate(self.labels)}
-        return Split(split, sentences, ner.encode_ner(sentences, tokenizer, label_to_id, self.max_length))
+        return Split(name, sentences, ner.encode_ner(sentences, tokenizer, label_to_id, self.max_length))
+
+    def example(self, record: dict, guid: str) -> ner.NerSentence:
+        words = record["sentence"].split()
+        return ner.NerSentence(words, [self.labels[0]] * len(words))  # placeholder tags: encode_ner wants one per word
 
     def tags(self, split: Split, outputs):
         predictions = [logits.argmax(-1) for logits in outputs["logits"]]
@@ -206,6 +240,9 @@ class NerJob:
         ner.write_conll(path, split.examples, self.tags(split, outputs))
         return path
 
+    def describe(self, split: Split, outputs) -> list[dict]:
+        return [{"words": s.words, "tags": tags} for s, tags in zip(split.examples, self.tags(split, outputs))]
+
 
 class MultipleChoiceJob:
     model_class = models.BertForMultipleChoice
@@ -215,6 +252,7 @@ class MultipleChoiceJob:
     patterns = {"train": ("train*.jsonl", "train*.csv", "train*.json"),
                 "dev": ("dev*.jsonl", "validation*.jsonl", "val*.csv", "dev*.csv", "val*.json", "dev*.json"),
                 "test": ("test*.jsonl", "test*.csv", "test*.json")}
+    text_fields = ("question", "choices")
 
     def __init__(self, task: str, data: Path, max_length: int):
         self.task, self.data, self.max_length = task, data, max_length
@@ -222,8 +260,14 @@ class MultipleChoiceJob:
 
     def read(self, split: str, tokenizer, limit=None) -> Split:
         path = self.data if self.data.is_file() else find_file(self.data, self.patterns[split], split)
-        examples = multiple_choice.read_multiple_choice(self.task, path)[:limit]
-        return Split(split, examples, multiple_choice.encode_multiple_choice(examples, tokenizer, self.max_length))
+        return self.encode(split, multiple_choice.read_multiple_choice(self.task, path)[:limit], tokenizer)
+
+    def encode(self, name: str, examples: list, tokenizer) -> Split:
+        return Split(name, examples, multiple_choice.encode_multiple_choice(examples, tokenizer, self.max_length))
+
+    def example(self, record: dict, guid: str) -> multiple_choice.MultipleChoiceExample:
+        # laid out as CommonsenseQA, OpenBookQA and ARC are: [CLS] question [SEP] choice [SEP]
+        return multiple_choice.MultipleChoiceExample(guid, record["question"], "", record["choices"], None)
 
     def score(self, split: Split, outputs) -> dict:
         preds = np.stack(outputs["logits"]).argmax(-1)
@@ -237,6 +281,10 @@ class MultipleChoiceJob:
                 f.write(json.dumps({"id": e.guid, "prediction": int(p)}) + "\n")
         return path
 
+    def describe(self, split: Split, outputs) -> list[dict]:
+        probabilities = [softmax(logits[:len(e.endings)]) for e, logits in zip(split.examples, outputs["logits"])]
+        return [{"prediction": int(p.argmax()), "probabilities": rounded(p)} for p in probabilities]
+
 
 class SquadJob:
     model_class = models.BertForQuestionAnswering
@@ -244,6 +292,7 @@ class SquadJob:
     best_metric = "f1"
     eval_splits = ["dev"]
     labels = ["start", "end"]
+    text_fields = ("question", "context")
 
     def __init__(self, task: str, data: Path, max_length: int, doc_stride=128, max_query_length=64,
                  null_threshold=0.0):
@@ -258,14 +307,19 @@ class SquadJob:
         return find_file(self.data, (f"{split}-v{version}*.json",), f"SQuAD v{version} {split}")
 
     def read(self, split: str, tokenizer, limit=None) -> Split:
-        examples = squad.read_squad(self.path(split))[:limit]
+        return self.encode(split, squad.read_squad(self.path(split))[:limit], tokenizer)
+
+    def encode(self, name: str, examples: list, tokenizer) -> Split:
         windows = squad.featurize(examples, tokenizer, self.max_length, self.doc_stride, self.max_query_length)
         features = {"input_ids": [w.input_ids.tolist() for w in windows],
                     "token_type_ids": [w.token_type_ids.tolist() for w in windows],
                     "attention_mask": [[1] * len(w.input_ids) for w in windows],
                     "start_positions": [w.start_position for w in windows],
                     "end_positions": [w.end_position for w in windows]}
-        return Split(split, examples, features, {"windows": windows})
+        return Split(name, examples, features, {"windows": windows})
+
+    def example(self, record: dict, guid: str) -> squad.SquadExample:
+        return squad.SquadExample(guid, record["question"], record["context"], [], [])
 
     def result(self, split: Split, outputs):
         return squad.postprocess(split.examples, split.extra["windows"], outputs["start_logits"],
@@ -279,6 +333,19 @@ class SquadJob:
         squad.write_predictions(folder, self.result(split, outputs))
         return folder / "predictions.json"
 
+    def describe(self, split: Split, outputs) -> list[dict]:
+        result = self.result(split, outputs)
+        described = []
+        for ex in split.examples:
+            answer = result.predictions[ex.id]
+            best = next((b for b in result.nbest[ex.id] if b["text"] == answer), None)  # None: v1 found no span
+            start, end = best["offsets"] if answer else (None, None)
+            described.append({"answer": answer, "start": start, "end": end,
+                              "probability": rounded(best["probability"]) if best else None})
+            if self.version_2:
+                described[-1]["no_answer"] = not answer
+        return described
+
 
 JOBS = {**{t: GlueJob for t in glue.GLUE_TASKS}, "conll2003": NerJob, "ner": NerJob,
         **{t: MultipleChoiceJob for t in multiple_choice.MULTIPLE_CHOICE_TASKS},
@@ -286,11 +353,12 @@ JOBS = {**{t: GlueJob for t in glue.GLUE_TASKS}, "conll2003": NerJob, "ner": Ner
 DEFAULT_MAX_LENGTH = {SquadJob: 384}
 
 
-def make_job(task: str, data, max_length: int | None = None):
+def make_job(task: str, data=None, max_length: int | None = None):
+    """The task's job, reading `data` (None: a job for plain-text examples only)."""
     if task not in JOBS:
         raise BertforgeError(f"unknown task {task!r}: choose one of {', '.join(JOBS)}")
     cls = JOBS[task]
-    return cls(task, Path(data), max_length or DEFAULT_MAX_LENGTH.get(cls, 128))
+    return cls(task, None if data is None else Path(data), max_length or DEFAULT_MAX_LENGTH.get(cls, 128))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -385,11 +453,13 @@ def add_evaluate_arguments(p):
 
 
 def load_finetuned(args):
+    """The job, tokenizer and model of a fine-tuned folder; label names are the model's where it has as many
+    as the data (and always without data)."""
     job = make_job(args.task, args.data, args.max_length)
     tokenizer = BertTokenizer.from_pretrained(args.model)
     model = job.model_class.from_pretrained(args.model)
-    if hasattr(job, "labels") and model.config.num_labels == len(job.labels) and job.model_class in (
-            models.BertForSequenceClassification, models.BertForTokenClassification):
+    if job.model_class in (models.BertForSequenceClassification, models.BertForTokenClassification) and (
+            args.data is None or model.config.num_labels == len(job.labels)):
         job.labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
     return job, tokenizer, model
 
@@ -398,21 +468,4 @@ def run_evaluate(args) -> int:
     job, tokenizer, model = load_finetuned(args)
     splits = [job.read(s, tokenizer, args.max_eval_examples) for s in ([args.split] if args.split else job.eval_splits)]
     print(json.dumps(evaluate_job(job, model, splits, args.batch_size, tokenizer.pad_token_id, args.bf16), indent=2))
-    return 0
-
-
-def add_predict_arguments(p):
-    add_evaluate_arguments(p)
-    p.add_argument("--out", required=True, help="folder for the submission file")
-
-
-def run_predict(args) -> int:
-    job, tokenizer, model = load_finetuned(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name in [args.split] if args.split else ["test"]:
-        split = job.read(name, tokenizer, args.max_eval_examples)
-        outputs = predict_rows(model, split.features, job.output_keys, args.batch_size, tokenizer.pad_token_id,
-                               args.bf16)
-        print(job.write(split, outputs, out))
     return 0

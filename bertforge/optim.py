@@ -55,11 +55,15 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.01, eps:
 
 
 def linear_schedule(optimizer, warmup_steps: int, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warm-up from 0 over `warmup_steps`, then linear decay to 0 at `total_steps`."""
+    """Linear warm-up from 0 over `warmup_steps`, then linear decay to 0 at `total_steps`.
+
+    The first update has rate 0, as in Google's code and transformers; the decay starts from the full rate at
+    the end of the warm-up, as transformers (Google's decays from step 0, with a drop when warm-up ends).
+    """
 
     def factor(step):
         if step < warmup_steps:
-            return (step + 1) / warmup_steps
+            return step / warmup_steps
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -51,7 +51,8 @@ class PretrainTask:
         self.steps_per_epoch = len(self.train) // batch_size
         self._order = (None, None)  # (epoch, its permutation of the instances)
         if self.steps_per_epoch == 0:
-            raise BertforgeError(f"{data_dir}: {len(self.train)} training instances, fewer than one batch of {batch_size}")
+            raise BertforgeError(f"{data_dir}: {len(self.train)} training instances, "
+                                 f"fewer than one batch of {batch_size}")
 
     def rows_of(self, data, indices, first_row: int, step: int) -> dict:
         """Instances with [B, L] masked-LM labels; unmasked data is masked now, row by row (see module doc)."""

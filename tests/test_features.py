@@ -168,12 +168,12 @@ def test_long_text_windows_take_each_token_where_it_has_most_context(extractor, 
             break
         start += stride
     with torch.no_grad():
-        windows = [model(torch.tensor([[tokenizer.cls_token_id, *ids[s:s + l], tokenizer.sep_token_id]]))
-                   .last_hidden_state[0].numpy() for s, l in spans]
+        windows = [model(torch.tensor([[tokenizer.cls_token_id, *ids[s:s + size], tokenizer.sep_token_id]]))
+                   .last_hidden_state[0].numpy() for s, size in spans]
     np.testing.assert_allclose(result.vectors[0][0], windows[0][0], atol=1e-4)  # [CLS] from the first window
     np.testing.assert_allclose(result.vectors[0][-1], windows[-1][-1], atol=1e-4)  # [SEP] from the last
     for j in range(n):
-        scores = [min(j - s, s + l - 1 - j) + 0.01 * l if s <= j < s + l else -1 for s, l in spans]
+        scores = [min(j - s, s + size - 1 - j) + 0.01 * size if s <= j < s + size else -1 for s, size in spans]
         k = int(np.argmax(scores))
         np.testing.assert_allclose(result.vectors[0][1 + j], windows[k][1 + j - spans[k][0]], atol=1e-4)
 

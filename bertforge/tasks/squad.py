@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from ..checkpoint import write_text_atomic
 from ..errors import BertforgeError, where
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,18 @@ def _locate(context: str, text: str, start: int) -> int | None:
     return min(found, key=lambda s: abs(s - start)) if found else None
 
 
+def load_squad_json(path) -> dict:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise BertforgeError(f"{where(path)}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise BertforgeError(f"{where(path)}: not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise BertforgeError(f"{where(path, e.lineno)}: not valid JSON ({e.msg})") from None
+
+
 def read_squad(path) -> list[SquadExample]:
     """Every question of a SQuAD v1.1 or v2.0 JSON file, in file order.
 
@@ -62,15 +75,7 @@ def read_squad(path) -> list[SquadExample]:
     Google's run_squad skips it ("Could not find answer"). All three are counted in one logged line.
     """
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise BertforgeError(f"{where(path)}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise BertforgeError(f"{where(path)}: not UTF-8 text") from None
-    except json.JSONDecodeError as e:
-        raise BertforgeError(f"{where(path, e.lineno)}: not valid JSON ({e.msg})") from None
-
+    data = load_squad_json(path)
     examples, skipped, dropped, moved, total = [], 0, 0, 0, 0
     for a, article in enumerate(_get(data, "data", list, path, "the top level")):
         for p, paragraph in enumerate(_get(article, "paragraphs", list, path, f"data[{a}]")):
@@ -136,7 +141,7 @@ def max_context_window(n: int, spans) -> np.ndarray:
     if len(spans) == 1:  # most passages: a shortcut worth seconds on the training set
         return np.zeros(n, dtype=np.intp)
     start = np.array([s for s, _ in spans])[:, None]
-    length = np.array([l for _, l in spans])[:, None]
+    length = np.array([size for _, size in spans])[:, None]
     pos = np.arange(n)[None, :]
     end = start + length - 1
     score = np.minimum(pos - start, end - pos) + 0.01 * length
@@ -208,7 +213,7 @@ def featurize(examples: list[SquadExample], tokenizer, max_length: int = 384, do
 @dataclass
 class SquadPredictions:
     predictions: dict[str, str]  # id -> answer text ("" for no answer)
-    nbest: dict[str, list[dict]]  # id -> [{text, probability, start_logit, end_logit}], best first
+    nbest: dict[str, list[dict]]  # id -> [{text, offsets, probability, start_logit, end_logit}], best first
     null_odds: dict[str, float] = field(default_factory=dict)  # v2: null score minus best span score
 
 
@@ -259,9 +264,9 @@ def postprocess(examples: list[SquadExample], windows: list[SquadWindow], start_
             if text in seen:
                 continue
             seen.add(text)
-            best.append({"text": text, "start_logit": start_logit, "end_logit": end_logit})
+            best.append({"text": text, "offsets": [first, last], "start_logit": start_logit, "end_logit": end_logit})
         if version_2 and "" not in seen:
-            best.append({"text": "", "start_logit": float(null[1]), "end_logit": float(null[2])})
+            best.append({"text": "", "offsets": [0, 0], "start_logit": float(null[1]), "end_logit": float(null[2])})
         if best:  # v1 may have no span at all
             total = np.array([b["start_logit"] + b["end_logit"] for b in best])
             probs = np.exp(total - total.max())
@@ -389,3 +394,53 @@ def squad_metrics(examples: list[SquadExample], predictions: dict[str, str], nul
     out = squad_v2_evaluate(examples, predictions, null_odds, na_prob_thresh=np.inf)
     out["exact_match"] = out.pop("exact")
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Train and dev files from one file, split by article: the squad-split command
+
+def squad_counts(data: dict, path) -> dict[str, int]:
+    """Articles, questions and unanswerable questions (v2.0's is_impossible) of a SQuAD file's contents."""
+    articles = _get(data, "data", list, path, "the top level")
+    questions = [qa for a, article in enumerate(articles)
+                 for p, paragraph in enumerate(_get(article, "paragraphs", list, path, f"data[{a}]"))
+                 for qa in _get(paragraph, "qas", list, path, f"data[{a}].paragraphs[{p}]")]
+    return {"articles": len(articles), "questions": len(questions),
+            "unanswerable": sum(isinstance(qa, dict) and qa.get("is_impossible") is True for qa in questions)}
+
+
+def split_by_article(data: dict, train_fraction: float = 0.5, seed: int = 0, path="SQuAD data") -> tuple[dict, dict]:
+    """A SQuAD file's contents as a train and a dev part: whole articles (so every question stays with its
+    passages), the first `train_fraction` of them (rounded) in a shuffle by `seed` for training, the rest for
+    evaluation, each part in file order."""
+    articles = _get(data, "data", list, path, "the top level")
+    n_train = round(train_fraction * len(articles))
+    if not 0 < n_train < len(articles):
+        raise BertforgeError(f"{where(path)}: a train fraction of {train_fraction} of {len(articles)} articles "
+                             f"leaves one part empty")
+    order = np.random.default_rng(seed).permutation(len(articles))
+    return tuple({**data, "data": [articles[i] for i in sorted(part)]} for part in (order[:n_train], order[n_train:]))
+
+
+def add_squad_split_arguments(parser):
+    parser.add_argument("file", help="a SQuAD v1.1 or v2.0 JSON file")
+    parser.add_argument("--out", required=True,
+                        help="folder for train-vV.json and dev-vV.json, V the file's version (what finetune reads)")
+    parser.add_argument("--train-fraction", type=float, default=0.5, help="the share of the articles to train on")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the shuffle of the articles")
+
+
+def run_squad_split(args) -> int:
+    data = load_squad_json(args.file)
+    squad_counts(data, args.file)  # a malformed file fails here, before anything is written
+    version = str(data.get("version", "")).removeprefix("v")
+    if version not in ("1.1", "2.0"):
+        raise BertforgeError(f"{where(args.file)}: version is {data.get('version')!r}, expected 1.1 or 2.0 "
+                             f"(it names the files written)")
+    for name, part in zip(("train", "dev"), split_by_article(data, args.train_fraction, args.seed, args.file)):
+        path = Path(args.out) / f"{name}-v{version}.json"
+        write_text_atomic(path, json.dumps(part, ensure_ascii=False))
+        counts = squad_counts(part, path)
+        print(f"{name}: {counts['articles']} articles, {counts['questions']} questions "
+              f"({counts['unanswerable']} unanswerable) -> {path}")
+    return 0

@@ -4,9 +4,12 @@ import logging
 import numpy as np
 import pytest
 
+from bertforge.cli import main
 from bertforge.errors import BertforgeError
+from bertforge.finetune import make_job
 from bertforge.tasks.squad import (SquadExample, featurize, normalize_answer, postprocess, read_squad,
-                                   squad_metrics, squad_v1_evaluate, squad_v2_evaluate, write_predictions)
+                                   split_by_article, squad_counts, squad_metrics, squad_v1_evaluate,
+                                   squad_v2_evaluate, write_predictions)
 from tests.conftest import require_shared
 
 
@@ -212,6 +215,7 @@ def test_gold_logits_give_gold_answers(tokenizer, dev_sample, max_length, doc_st
     best = result.nbest[dev_sample[0].id]
     assert best[0]["text"] == result.predictions[dev_sample[0].id]
     assert sum(b["probability"] for b in best) == pytest.approx(1.0)
+    assert all(ex.context[slice(*b["offsets"])] == b["text"] for ex in dev_sample for b in result.nbest[ex.id])
     write_predictions(tmp_path, result)
     assert json.loads((tmp_path / "predictions.json").read_text()) == result.predictions
     assert not (tmp_path / "null_odds.json").exists()
@@ -249,3 +253,84 @@ def test_train_sample_featurizes(tokenizer, train):
     same = sum(normalize_answer(t) == normalize_answer(train[w.example_index].answer_texts[0])
                for t, w in zip(texts, found))
     assert same >= 0.98 * len(found)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Splitting a file by article
+
+def question_ids(data) -> list[str]:
+    return [qa["id"] for article in data["data"] for p in article["paragraphs"] for qa in p["qas"]]
+
+
+def articles_file(n: int, version="v2.0") -> dict:
+    """n articles of 1-3 paragraphs of 1-3 questions, every third one unanswerable."""
+    data, k = [], 0
+    for a in range(n):
+        paragraphs = []
+        for p in range(1 + a % 3):
+            qas = []
+            for _ in range(1 + (a + p) % 3):
+                qas.append({"id": f"q{k}", "question": f"Question {k}?", "is_impossible": k % 3 == 0,
+                            "answers": [] if k % 3 == 0 else [{"text": "Paris", "answer_start": 0}]})
+                k += 1
+            paragraphs.append({"context": f"Paris, article {a} paragraph {p}.", "qas": qas})
+        data.append({"title": f"Article {a}", "paragraphs": paragraphs})
+    return {"version": version, "data": data}
+
+
+def test_split_by_article_keeps_articles_whole(tmp_path, capsys):
+    data = articles_file(9)
+    path = write(tmp_path, data, "all.json")
+    assert main(["squad-split", str(path), "--out", str(tmp_path / "split"), "--train-fraction", "0.6"]) == 0
+    train, dev = (json.loads((tmp_path / "split" / name).read_text()) for name in ("train-v2.0.json", "dev-v2.0.json"))
+    assert len(train["data"]) == 5 and len(dev["data"]) == 4 and train["version"] == dev["version"] == "v2.0"
+    # every article on exactly one side, as it was, each side in file order
+    assert sorted(train["data"] + dev["data"], key=data["data"].index) == data["data"]
+    for side in (train, dev):
+        assert [data["data"].index(a) for a in side["data"]] == sorted(data["data"].index(a) for a in side["data"])
+    assert not set(question_ids(train)) & set(question_ids(dev))
+    assert sorted(question_ids(train) + question_ids(dev)) == sorted(question_ids(data))
+    # the printed counts
+    out = capsys.readouterr().out.splitlines()
+    for line, side, name in zip(out, (train, dev), ("train", "dev")):
+        counts = squad_counts(side, name)
+        assert line.startswith(f"{name}: {counts['articles']} articles, {counts['questions']} questions "
+                               f"({counts['unanswerable']} unanswerable) -> ")
+    # what finetune squad_v2 reads from the folder
+    job = make_job("squad_v2", tmp_path / "split")
+    assert [job.path(split).name for split in ("train", "dev")] == ["train-v2.0.json", "dev-v2.0.json"]
+
+
+def test_split_by_article_is_seeded():
+    data = articles_file(12)
+    first = split_by_article(data, 0.5, seed=1)
+    assert split_by_article(data, 0.5, seed=1) == first
+    assert split_by_article(data, 0.5, seed=2) != first
+    assert [len(part["data"]) for part in split_by_article(data, 0.25, seed=1)] == [3, 9]
+
+
+def test_split_names_files_by_version_and_refuses_bad_requests(tmp_path, capsys):
+    path = write(tmp_path, articles_file(4, version="1.1"), "v1.json")
+    assert main(["squad-split", str(path), "--out", str(tmp_path / "v1")]) == 0
+    assert sorted(p.name for p in (tmp_path / "v1").iterdir()) == ["dev-v1.1.json", "train-v1.1.json"]
+    for data, options, expected in [
+        (articles_file(4), ["--train-fraction", "0.9"], "a train fraction of 0.9 of 4 articles leaves one part empty"),
+        (articles_file(4, version="3"), [], "version is '3', expected 1.1 or 2.0"),
+        ({"version": "v2.0", "data": [{"title": "t"}]}, [], "data[0] has no 'paragraphs' field"),
+    ]:
+        path = write(tmp_path, data, "bad.json")
+        assert main(["squad-split", str(path), "--out", str(tmp_path / "bad"), *options]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"bertforge: error: {path}: ") and expected in err and "\n" not in err
+    assert not (tmp_path / "bad").exists()
+
+
+def test_split_real_v2_dev(dev_v2, tmp_path, capsys):
+    path = require_shared("data", "squad", "dev-v2.0.rebuilt.json")
+    assert main(["squad-split", str(path), "--out", str(tmp_path)]) == 0
+    train, dev = (json.loads((tmp_path / name).read_text()) for name in ("train-v2.0.json", "dev-v2.0.json"))
+    counts = [squad_counts(side, "") for side in (train, dev)]
+    assert [c["articles"] for c in counts] == [18, 17]
+    assert sum(c["questions"] for c in counts) == 11873 and sum(c["unanswerable"] for c in counts) == 5945
+    train_ids, dev_ids = ({ex.id for ex in read_squad(tmp_path / f"{name}-v2.0.json")} for name in ("train", "dev"))
+    assert not train_ids & dev_ids and train_ids | dev_ids == {ex.id for ex in dev_v2}
