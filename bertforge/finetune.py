@@ -60,6 +60,12 @@ def row_lengths(features: dict[str, list]) -> np.ndarray:
     return np.array([max(map(len, r)) if r and isinstance(r[0], list) else len(r) for r in ids])
 
 
+def shuffled_order(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Batches of a plain shuffle, as transformers' Trainer draws them."""
+    order = rng.permutation(len(lengths))
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
 def length_grouped_order(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Shuffled batches of similar lengths: sort within random windows of 50 batches, shuffle the batches."""
     order = rng.permutation(len(lengths))
@@ -76,8 +82,9 @@ class FinetuneTask:
 
     best_metric = None
 
-    def __init__(self, job, train_features, batch_size: int, seed: int, evaluate, tokenizer):
+    def __init__(self, job, train_features, batch_size: int, seed: int, evaluate, tokenizer, group_by_length=True):
         self.features, self.batch_size, self.seed = train_features, batch_size, seed
+        self.order = length_grouped_order if group_by_length else shuffled_order
         self.lengths = row_lengths(train_features)
         self.steps_per_epoch = math.ceil(len(self.lengths) / batch_size)
         self.evaluate, self.tokenizer, self.job = evaluate, tokenizer, job
@@ -92,7 +99,7 @@ class FinetuneTask:
         if epoch != self._epoch:
             self._epoch = epoch
             rng = np.random.default_rng([self.seed, epoch])
-            self._batches = length_grouped_order(self.lengths, self.batch_size, rng)
+            self._batches = self.order(self.lengths, self.batch_size, rng)
         rows = np.array_split(self._batches[i], world)[rank]
         return pad_batch(self.features, rows, self.tokenizer.pad_token_id)
 
@@ -376,7 +383,8 @@ def evaluate_job(job, model, splits: list[Split], batch_size: int, pad_id: int, 
 def finetune(task: str, model_dir, data, out, epochs: float = 3.0, lr: float = 2e-5, batch_size: int = 32,
              max_length: int | None = None, max_train_examples: int | None = None,
              max_eval_examples: int | None = None, seed: int = 42, warmup: float = 0.1, bf16: bool = False,
-             device: str | None = None, progress: bool = True, **train_options) -> dict:
+             device: str | None = None, progress: bool = True, group_by_length: bool = True,
+             **train_options) -> dict:
     """Fine-tune `model_dir` on a task; writes RUN/best/, RUN/eval_results.json and returns the best metrics."""
     started = time.perf_counter()
     ctx = setup_distributed(device)
@@ -397,7 +405,7 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, lr: float = 2
         history.append(metrics)
         return metrics
 
-    fit_task = FinetuneTask(job, train_split.features, batch_size, seed, evaluate, tokenizer)
+    fit_task = FinetuneTask(job, train_split.features, batch_size, seed, evaluate, tokenizer, group_by_length)
     steps = max(1, round(epochs * fit_task.steps_per_epoch))
     args = TrainArgs(out=out, steps=steps, batch_size=batch_size, lr=lr, warmup=warmup, seed=seed, bf16=bf16,
                      eval_every=fit_task.steps_per_epoch, progress=progress,
@@ -429,6 +437,8 @@ def add_finetune_arguments(p):
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--device")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-length-grouping", action="store_true",
+                   help="batches of a plain shuffle (default: batches of similar lengths, little padding)")
 
 
 def run_finetune(args) -> int:
@@ -436,7 +446,7 @@ def run_finetune(args) -> int:
                        batch_size=args.batch_size, max_length=args.max_length,
                        max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
                        seed=args.seed, warmup=args.warmup, bf16=args.bf16, device=args.device,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, group_by_length=not args.no_length_grouping)
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0
 

@@ -12,7 +12,7 @@ import torch
 
 from bertforge import BertConfig, BertForPreTraining, BertTokenizer
 from bertforge.cli import main
-from bertforge.finetune import finetune, length_grouped_order, pad_batch
+from bertforge.finetune import finetune, length_grouped_order, pad_batch, shuffled_order
 from bertforge.model import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
 from tests.conftest import require_shared
 
@@ -112,6 +112,15 @@ def test_length_grouped_batches_cover_every_row_once_with_little_padding():
     assert lengths.sum() / padded > 0.9  # random batches of these lengths are about 50% padding
     again = length_grouped_order(lengths, 32, np.random.default_rng(1))
     assert [b.tolist() for b in batches] == [b.tolist() for b in again]
+
+
+def test_plain_shuffle_covers_every_row_once_in_random_batches():
+    lengths = np.random.default_rng(0).integers(5, 128, size=1000)
+    batches = shuffled_order(lengths, 32, np.random.default_rng(1))
+    assert sorted(np.concatenate(batches).tolist()) == list(range(1000))
+    assert [len(b) for b in batches] == [32] * 31 + [8]
+    padded = sum(len(b) * lengths[b].max() for b in batches)
+    assert lengths.sum() / padded < 0.6  # no grouping: rows of any length share a batch
 
 
 def test_pad_batch_pads_tokens_and_token_labels():
