@@ -2,13 +2,14 @@
 
 Parameter names follow the Hugging Face layout, so their checkpoints load without a renaming table.
 Departures in how the work is done, not in the numbers:
-- when a batch has padding, every layer runs on the real tokens alone (packed into one [tokens, hidden]
-  matrix, see packing.py), from the embedding look-up on; attention runs on each group of rows with the
-  same number of real tokens as one dense block, so it needs no mask and scores no padding; the masked-LM head
+- when a batch has padding, every layer except the attention product runs on the real tokens alone (packed
+  into one [tokens, hidden] matrix, see packing.py), from the embedding look-up on; the masked-LM head
   scores only the masked positions when labels are given, and the pre-training and sequence heads read
   their rows straight from the packed matrix;
 - in training with dropout, the keep masks of a whole forward pass are drawn at once (packing.DropoutNoise)
-  and applied fused with the residual add (addcmul) and after the attention softmax (see `attend`).
+  and applied fused with the residual add (addcmul) and after the attention softmax, with the attention
+  products written out (baddbmm, softmax, bmm) since CPU SDPA has no fused dropout path. Eval, and training
+  without dropout, use SDPA.
 """
 
 import math
@@ -75,6 +76,7 @@ class BertSelfAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_prob = config.attention_probs_dropout_prob
 
     def qkv_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The Q, K and V projections stacked [3 H, H] and [3 H], for one matmul; the three keep their own
@@ -84,30 +86,32 @@ class BertSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, packing: Packing | None, noise: DropoutNoise | None = None) -> torch.Tensor:
         qkv = F.linear(x, *self.qkv_parameters())
-        keep = noise.take_attention() if noise is not None else None  # the layer's flat dropout masks
-        contexts, used = [], 0
-        for block in packing.split(qkv) if packing is not None else [qkv]:  # [rows, L, 3 H], no padding
-            rows, length = block.shape[:2]
-            q, k, v = block.view(rows, length, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)
-            cells = rows * self.num_heads * length * length
-            drop = keep[used:used + cells].view(rows * self.num_heads, length, length) if keep is not None else None
-            used += cells
-            contexts.append(attend(q, k, v, drop).transpose(1, 2).flatten(2))  # [rows, L, H]
-        return contexts[0] if packing is None else torch.cat([c.flatten(0, 1) for c in contexts])
-
-
-def attend(q, k, v, drop: torch.Tensor | None) -> torch.Tensor:
-    """softmax(Q K^T / sqrt(d)) V for q, k, v [rows, heads, L, d]; `drop` holds pre-scaled dropout masks
-    [rows * heads, L, L] for the attention probabilities, or None.
-
-    With dropout the product is written out: CPU SDPA with dropout runs the same product with slower masks.
-    """
-    if drop is None:
-        return F.scaled_dot_product_attention(q, k, v)
-    rows, heads, length, size = q.shape
-    q, k, v = (t.reshape(rows * heads, length, size) for t in (q, k, v))
-    scores = torch.baddbmm(q.new_zeros(1, 1, 1), q, k.transpose(1, 2), beta=0.0, alpha=1 / math.sqrt(size))
-    return torch.bmm(torch.softmax(scores, dim=-1) * drop, v).view(rows, heads, length, size)
+        heads, size = self.num_heads, self.head_size
+        batch, length = (packing.batch, packing.length) if packing is not None else qkv.shape[:2]
+        drop = noise.take_attention() if noise is not None else None
+        if packing is not None:
+            q, k, v = packing.unpack_heads(qkv, heads)  # each [B * heads, L, size], contiguous, zero padding
+        elif drop is not None:
+            q, k, v = qkv.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4).reshape(
+                3, batch * heads, length, size)
+        else:
+            q, k, v = qkv.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4)
+        if drop is not None:  # written out: CPU SDPA with dropout runs this product anyway, with slower masks
+            if packing is not None:
+                scores = torch.baddbmm(packing.key_bias(heads, q.dtype), q, k.transpose(1, 2),
+                                       alpha=1 / math.sqrt(size))
+            else:
+                scores = torch.baddbmm(q.new_zeros(1, 1, 1), q, k.transpose(1, 2), beta=0.0,
+                                       alpha=1 / math.sqrt(size))
+            context = torch.bmm(torch.softmax(scores, dim=-1) * drop, v).view(batch, heads, length, size)
+        else:
+            p = self.dropout_prob if self.training else 0.0
+            mask = packing.key_mask if packing is not None else None
+            q, k, v = (t.view(batch, heads, length, size) for t in (q, k, v))
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        if packing is not None:
+            return packing.pack_heads(context)
+        return context.transpose(1, 2).reshape(batch, length, -1)
 
 
 class BertOutput(nn.Module):
@@ -266,10 +270,9 @@ class BertModel(BertPreTrainedModel):
         c = self.config
         if self.training and (c.hidden_dropout_prob > 0 or c.attention_probs_dropout_prob > 0):
             hidden = (*input_ids.shape, c.hidden_size)
-            heads = c.num_attention_heads
-            cells = packing.attention_cells(heads) if packing is not None else batch * heads * length * length
             noise = DropoutNoise(hidden, 1 + 2 * c.num_hidden_layers, c.hidden_dropout_prob,
-                                 (cells,), c.num_hidden_layers, c.attention_probs_dropout_prob, input_ids.device)
+                                 (batch * c.num_attention_heads, length, length), c.num_hidden_layers,
+                                 c.attention_probs_dropout_prob, input_ids.device)
         x = self.embeddings(input_ids, token_type_ids, position_ids, noise)
         x, states = self.encoder(x, packing, output_hidden_states, noise)
         if packing is not None and states:

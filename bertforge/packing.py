@@ -1,10 +1,10 @@
 """Padding-free execution: a padded batch's real tokens packed into one matrix, and dropout drawn per pass.
 
-`Packing` maps between a padded batch [B, L, ...] and its real tokens [T, ...], so no layer computes on
-padding: attention runs per group of rows with the same number of real tokens. Its gather and scatter are
-small autograd functions, each the other's gradient, so neither direction clones zeros or scatter-adds.
-`DropoutNoise` draws the keep masks of a whole forward pass at once (uniform draws compared with p,
-pre-scaled by 1/(1-p)): one draw per kind of site instead of one per layer.
+`Packing` maps between a padded batch [B, L, ...] and its real tokens [T, ...], so every layer except the
+attention product skips the padding. Its gather and scatter are small autograd functions, each the other's
+gradient, so neither direction clones zeros or scatter-adds. `DropoutNoise` draws the keep masks of a whole
+forward pass at once (uniform draws compared with p, pre-scaled by 1/(1-p)): one draw per kind of site
+instead of one per layer.
 """
 
 from dataclasses import dataclass
@@ -54,17 +54,12 @@ def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Packing:
-    """Maps between a padded batch [B, L, ...] and its real tokens packed as [T, ...].
+    """Maps between a padded batch [B, L, ...] and its real tokens packed as [T, ...]."""
 
-    The packed rows come grouped by their number of real tokens, so attention runs on each group of
-    equal-length rows as a dense block with no padding and no mask (`split`): a row attends to its real
-    tokens only, wherever they sit in the padded row.
-    """
-
-    indices: torch.Tensor  # [T] positions of the real tokens in the flattened [B * L], grouped as above
+    indices: torch.Tensor  # [T] positions of the real tokens in the flattened [B * L]
     batch: int
     length: int
-    groups: list[tuple[int, int]]  # (rows, real tokens per row) of each group, in packed order
+    key_mask: torch.Tensor  # [B, 1, 1, L], True where a key may be attended to
 
     @classmethod
     def from_attention_mask(cls, attention_mask: torch.Tensor) -> "Packing | None":
@@ -73,17 +68,13 @@ class Packing:
         if bool(mask.all()):
             return None
         batch, length = mask.shape
-        lengths = mask.sum(1)
-        order = torch.argsort(lengths, stable=True)
-        sorted_row, col = mask[order].nonzero().unbind(1)
-        indices = order[sorted_row] * length + col
-        sizes, counts = torch.unique_consecutive(lengths[order], return_counts=True)
-        groups = [(n, size) for size, n in zip(sizes.tolist(), counts.tolist()) if size > 0]
-        return cls(indices, batch, length, groups)
+        indices = mask.flatten().nonzero().squeeze(1)
+        return cls(indices, batch, length, mask[:, None, None, :])
 
     def __post_init__(self):
         self.rows = torch.div(self.indices, self.length, rounding_mode="floor")  # [T] row of each real token
         self.cols = self.indices - self.rows * self.length  # [T] its position in the row
+        self._bias, self._buffers = {}, {}
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """[B, L, ...] -> [T, ...]"""
@@ -94,24 +85,41 @@ class Packing:
         shape = (self.batch, self.length, *x.shape[1:])
         return _ScatterRows.apply(x, shape, tuple(range(len(shape))), self.rows, self.cols)
 
-    def split(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Packed [T, ...] -> one [rows, tokens, ...] view per group of equal-length rows."""
-        out, start = [], 0
-        for rows, tokens in self.groups:
-            out.append(x[start:start + rows * tokens].view(rows, tokens, *x.shape[1:]))
-            start += rows * tokens
-        return out
+    def unpack_heads(self, qkv: torch.Tensor, heads: int) -> torch.Tensor:
+        """Packed [T, 3 H] projections -> [3, B * heads, L, head_size], zeros at the padding (no copies after).
 
-    def attention_cells(self, heads: int) -> int:
-        """Entries of all the groups' attention matrices [rows * heads, tokens, tokens] together."""
-        return heads * sum(rows * tokens * tokens for rows, tokens in self.groups)
+        Without autograd, every layer writes into one zeroed buffer (its padding stays zero), not a new one.
+        """
+        size = qkv.shape[1] // (3 * heads)
+        shape, perm = (3, self.batch, heads, self.length, size), (1, 3, 0, 2, 4)
+        if torch.is_grad_enabled():
+            out = _ScatterRows.apply(qkv.view(-1, 3, heads, size), shape, perm, self.rows, self.cols)
+        else:
+            out = self._buffers.get((shape, qkv.dtype))
+            if out is None:
+                out = self._buffers[shape, qkv.dtype] = qkv.new_zeros(shape)
+            out.permute(perm)[self.rows, self.cols] = qkv.view(-1, 3, heads, size)
+        return out.view(3, self.batch * heads, self.length, size)
+
+    def pack_heads(self, context: torch.Tensor) -> torch.Tensor:
+        """Attention output [B, heads, L, head_size] (any strides) -> packed [T, H]."""
+        return _GatherRows.apply(context, (0, 2, 1, 3), self.rows, self.cols).flatten(1)
+
+    def key_bias(self, heads: int, dtype: torch.dtype) -> torch.Tensor:
+        """[B * heads, 1, L] additive mask: 0 for real keys, the dtype's lowest value for padding."""
+        if (heads, dtype) not in self._bias:
+            bias = torch.zeros(self.key_mask.shape, dtype=dtype, device=self.indices.device)
+            bias.masked_fill_(~self.key_mask, torch.finfo(dtype).min)
+            self._bias[heads, dtype] = bias.expand(-1, heads, -1, -1).reshape(self.batch * heads, 1, self.length)
+        return self._bias[heads, dtype]
 
     def packed_index(self, flat_positions: torch.Tensor) -> torch.Tensor | None:
         """Rows of the packed matrix holding these positions of the flattened [B * L]; None if any is padding."""
-        where = torch.full((self.batch * self.length,), -1, dtype=torch.long, device=self.indices.device)
-        where[self.indices] = torch.arange(len(self.indices), device=self.indices.device)
-        index = where[flat_positions]
-        return None if bool((index < 0).any()) else index
+        real = torch.zeros(self.batch * self.length, dtype=torch.bool, device=self.indices.device)
+        real[self.indices] = True
+        if not bool(real[flat_positions].all()):
+            return None
+        return torch.cumsum(real, 0)[flat_positions] - 1
 
 
 class DropoutNoise:
