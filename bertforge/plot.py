@@ -27,6 +27,19 @@ def series(rows, key):
     return [p[0] for p in points], [p[1] for p in points]
 
 
+BASELINES_FILE = "baselines.json"
+BASELINES = {"eval_mlm_accuracy": "mlm_most_frequent_token_accuracy", "eval_nsp_accuracy": "nsp_majority_accuracy"}
+
+
+def read_baselines(folder: Path) -> dict:
+    """The trivial predictors' scores that `pretrain` writes beside the log, or nothing."""
+    path = folder / BASELINES_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except json.JSONDecodeError as e:
+        raise BertforgeError(f"{path}: not valid JSON ({e.msg})") from None
+
+
 def plot_run(run, out=None) -> Path:
     import matplotlib
 
@@ -34,7 +47,9 @@ def plot_run(run, out=None) -> Path:
     import matplotlib.pyplot as plt
 
     rows = read_metrics(run)
-    out = Path(out) if out else (Path(run) if Path(run).is_dir() else Path(run).parent) / "curves.png"
+    folder = Path(run) if Path(run).is_dir() else Path(run).parent
+    baselines = read_baselines(folder)
+    out = Path(out) if out else folder / "curves.png"
     losses = [k for k in ("loss", "mlm_loss", "nsp_loss", "eval_mlm_loss") if any(k in r for r in rows)]
     figures = [k for k in sorted({k for r in rows for k in r})
                if k.startswith("eval_") and k not in ("eval_mlm_loss", "eval_mlm_perplexity")]
@@ -45,7 +60,10 @@ def plot_run(run, out=None) -> Path:
     axes[0][0].legend()
     if figures:
         for key in figures:
-            axes[0][1].plot(*series(rows, key), label=key, marker="o", markersize=3)
+            line, = axes[0][1].plot(*series(rows, key), label=key, marker="o", markersize=3)
+            if BASELINES.get(key) in baselines:
+                axes[0][1].axhline(baselines[BASELINES[key]], color=line.get_color(), linestyle="--",
+                                   linewidth=1, label=f"{key} baseline")
         axes[0][1].set(xlabel="step", title="held-out evaluation")
         axes[0][1].legend()
     for ax in axes[0]:

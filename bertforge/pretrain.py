@@ -6,16 +6,19 @@ afresh every time a row is drawn (dynamic masking), with a generator seeded by (
 batch), so the masks do not depend on the number of processes either.
 """
 
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from .checkpoint import write_text_atomic
 from .config import BertConfig
 from .data.shards import check_vocab, load_pretraining_data
 from .errors import BertforgeError
 from .model import BertForPreTraining
+from .plot import BASELINES_FILE
 from .tokenizer import BertTokenizer
 from .train import TrainArgs, fit, setup_distributed, trim
 
@@ -144,8 +147,12 @@ def pretrain(data: str, out: str, config: str = "mini", steps: int = 1000, batch
     torch.manual_seed(seed)
     model = build_model(config, tokenizer, init_from, dropout, task.train.index)
     args = TrainArgs(out=Path(out), steps=steps, batch_size=batch_size, lr=lr, seed=seed, **train_options)
+    baselines = task.baselines() if ctx.main else {}
+    if ctx.main:  # beside metrics.jsonl, for `bertforge plot`
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(args.out / BASELINES_FILE, json.dumps(baselines, indent=2) + "\n")
     result = fit(model, task, args, ctx)
-    return {**result, **task.baselines()} if ctx.main else result
+    return {**result, **baselines}
 
 
 def add_pretrain_arguments(p):
