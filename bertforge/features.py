@@ -364,8 +364,9 @@ def check_output(path, level: str) -> str:
     return suffix
 
 
-def _rounded(values: np.ndarray) -> list:
-    return np.round(values.astype(np.float64), 6).tolist()  # as Google's extract_features writes them
+def rounded(values):
+    """Floats to 6 decimals for JSON, as Google's extract_features writes them (arrays become lists)."""
+    return np.round(np.asarray(values, dtype=np.float64), 6).tolist()
 
 
 def write_features(features: Features, path) -> Path:
@@ -390,7 +391,7 @@ def write_features(features: Features, path) -> Path:
         else:
             for i, text in enumerate(features.texts):
                 if features.level == "sentence":
-                    record = {"index": i, "text": text, "vector": _rounded(features.vectors[i])}
+                    record = {"index": i, "text": text, "vector": rounded(features.vectors[i])}
                 else:
                     key = name[:-1]
                     record = {"linex_index": i, "features": [
@@ -404,9 +405,9 @@ def _layer_entries(features: Features, row: np.ndarray) -> list[dict]:
     """Google's per-layer entries; a sum or mean of layers is one entry listing the layers it combines."""
     if features.combine == "concat":
         size = len(row) // len(features.layers)
-        return [{"index": layer, "values": _rounded(row[k * size:(k + 1) * size])}
+        return [{"index": layer, "values": rounded(row[k * size:(k + 1) * size])}
                 for k, layer in enumerate(features.layers)]
-    return [{"index": list(features.layers), "combine": features.combine, "values": _rounded(row)}]
+    return [{"index": list(features.layers), "combine": features.combine, "values": rounded(row)}]
 
 
 # ---------------------------------------------------------------------------------------------------------

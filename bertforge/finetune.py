@@ -20,6 +20,7 @@ import torch
 from . import model as models
 from .checkpoint import write_text_atomic
 from .errors import BertforgeError
+from .features import rounded
 from .tasks import glue, multiple_choice, ner, squad
 from .tasks.metrics import GLUE_METRICS, accuracy, glue_metrics, ner_metrics
 from .tokenizer import BertTokenizer
@@ -137,10 +138,6 @@ def predict_rows(model, features: dict[str, list], keys: tuple[str, ...], batch_
 def softmax(logits: np.ndarray) -> np.ndarray:
     exp = np.exp(logits - logits.max(-1, keepdims=True))
     return exp / exp.sum(-1, keepdims=True)
-
-
-def rounded(values) -> list:
-    return np.round(np.asarray(values, dtype=np.float64), 6).tolist()
 
 
 def find_file(folder: Path, patterns: tuple[str, ...], what: str) -> Path:

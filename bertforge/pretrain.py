@@ -147,8 +147,9 @@ def pretrain(data: str, out: str, config: str = "mini", steps: int = 1000, batch
     torch.manual_seed(seed)
     model = build_model(config, tokenizer, init_from, dropout, task.train.index)
     args = TrainArgs(out=Path(out), steps=steps, batch_size=batch_size, lr=lr, seed=seed, **train_options)
-    baselines = task.baselines() if ctx.main else {}
+    baselines = {}
     if ctx.main:  # beside metrics.jsonl, for `bertforge plot`
+        baselines = task.baselines()
         args.out.mkdir(parents=True, exist_ok=True)
         write_text_atomic(args.out / BASELINES_FILE, json.dumps(baselines, indent=2) + "\n")
     result = fit(model, task, args, ctx)
