@@ -1,11 +1,13 @@
 """GLUE dev scores: bertforge `finetune` beside transformers' `Trainer`, same checkpoint, data, recipe and seed.
 
     python -m benchmarks.bench_glue --tasks sst2 mrpc stsb cola [--max-train-examples N] [--epochs 3] [--seed 42]
+                                    [--threads T]
 
 Both fine-tune the same checkpoint (default: the shared all-MiniLM-L6-v2) with the paper's recipe (batch 32,
 lr 2e-5, 10% warm-up then linear decay, weight decay 0.01, max length 128), evaluate on the dev split after
 every epoch and report the best epoch, scored by the same metric code. Prints one line per task and side
-with the score and wall time; the last line is `ratio=<bertforge/transformers>` of the mean score.
+with the score and wall time (also appended to OUT/results.jsonl); the last line is
+`ratio=<bertforge/transformers>` of the mean score.
 """
 
 import argparse
@@ -67,8 +69,10 @@ def main():
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--out", type=Path, default=Path("runs/bench_glue"))
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = p.parse_args()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
 
     ours_scores, theirs_scores = [], []
     for task in args.tasks:
@@ -82,10 +86,13 @@ def main():
         t2 = time.perf_counter()
         ours_scores.append(ours[metric])
         theirs_scores.append(theirs[metric])
-        print(json.dumps({"task": task, "metric": metric, "bertforge": round(ours[metric], 4),
-                          "transformers": round(theirs[metric], 4), "bertforge_s": round(t1 - t0),
-                          "transformers_s": round(t2 - t1), "train_examples": ours["train_examples"],
-                          "seed": args.seed}), flush=True)
+        line = json.dumps({"task": task, "metric": metric, "bertforge": round(ours[metric], 4),
+                           "transformers": round(theirs[metric], 4), "bertforge_s": round(t1 - t0),
+                           "transformers_s": round(t2 - t1), "train_examples": ours["train_examples"],
+                           "epochs": args.epochs, "seed": args.seed, "threads": args.threads})
+        print(line, flush=True)
+        with open(args.out / "results.jsonl", "a") as f:
+            f.write(line + "\n")
     print(f"ratio={np.mean(ours_scores) / np.mean(theirs_scores):.3f}")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .checkpoint import write_text_atomic
 from .errors import BertforgeError, where
-from .finetune import JOBS, load_finetuned, predict_rows
+from .finetune import JOBS, load_finetuned, make_job, predict_rows
 from .tokenizer import read_text
 
 
@@ -115,8 +115,8 @@ def run_predict(args) -> int:
 
 
 def predict_own(args) -> int:
+    records = read_examples(make_job(args.task).text_fields, args.text, args.input)  # bad input fails fast
     job, tokenizer, model = load_finetuned(args)
-    records = read_examples(job.text_fields, args.text, args.input)
     predictions = predict_examples(job, tokenizer, model, records, args.batch_size, args.bf16)
     lines = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
     if args.out is None:

@@ -210,3 +210,6 @@ def test_command_errors(finetuned, tmp_path, capsys):
     assert main(["predict", "sst2", "--model", model, "--input", str(tmp_path / "bad.txt")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"bertforge: error: {tmp_path / 'bad.txt'}:1: expected 1 tab-separated field(s) (sentence), found 2"
+    # the input is checked before a model is loaded: no model folder is needed to find its fault
+    assert main(["predict", "sst2", "--model", str(tmp_path / "absent"), "--input", str(tmp_path / "bad.txt")]) == 2
+    assert capsys.readouterr().err.strip() == err
