@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from . import model as models
 from .checkpoint import write_text_atomic
@@ -110,16 +111,19 @@ class FinetuneTask:
 
 @torch.no_grad()
 def predict_rows(model, features: dict[str, list], keys: tuple[str, ...], batch_size: int, pad_id: int,
-                 bf16: bool = False) -> dict[str, list[np.ndarray]]:
-    """The model's outputs `keys` for every row, in row order, with per-token outputs cut to the row's length."""
+                 bf16: bool = False, progress: str | None = None) -> dict[str, list[np.ndarray]]:
+    """The model's outputs `keys` for every row, in row order, with per-token outputs cut to the row's length.
+    A `progress` label shows a bar (rows/s, ETA) on stderr."""
     model.eval()
     device = next(model.parameters()).device
     lengths = row_lengths(features)
     order = np.argsort(lengths, kind="stable")
     out = {k: [None] * len(lengths) for k in keys}
     inputs = {k: v for k, v in features.items() if k in SEQUENCE_KEYS or k == "choice_mask"}
+    bar = tqdm(total=len(order), desc=progress, unit="row", disable=progress is None, leave=False)
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
+        bar.update(len(rows))
         batch = {k: v.to(device) for k, v in pad_batch(inputs, rows, pad_id).items()}
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             result = model(**batch)
@@ -128,6 +132,7 @@ def predict_rows(model, features: dict[str, list], keys: tuple[str, ...], batch_
             for j, r in enumerate(rows):
                 per_token = values.ndim == 3 or (values.ndim == 2 and k != "logits")
                 out[k][r] = values[j, :lengths[r]] if per_token else values[j]
+    bar.close()
     return out
 
 
@@ -369,10 +374,11 @@ def make_job(task: str, data=None, max_length: int | None = None):
 # Commands
 
 
-def evaluate_job(job, model, splits: list[Split], batch_size: int, pad_id: int, bf16=False) -> dict:
+def evaluate_job(job, model, splits: list[Split], batch_size: int, pad_id: int, bf16=False, progress=False) -> dict:
     metrics = {}
     for split in splits:
-        outputs = predict_rows(model, split.features, job.output_keys, batch_size, pad_id, bf16)
+        outputs = predict_rows(model, split.features, job.output_keys, batch_size, pad_id, bf16,
+                               f"evaluate {split.name}" if progress else None)
         metrics.update(job.score(split, outputs))
     return metrics
 
@@ -398,7 +404,7 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, lr: float = 2
     history = []
 
     def evaluate(m):
-        metrics = evaluate_job(job, m, eval_splits, batch_size * 2, tokenizer.pad_token_id, bf16)
+        metrics = evaluate_job(job, m, eval_splits, batch_size * 2, tokenizer.pad_token_id, bf16, progress)
         history.append(metrics)
         return metrics
 
@@ -474,5 +480,6 @@ def load_finetuned(args):
 def run_evaluate(args) -> int:
     job, tokenizer, model = load_finetuned(args)
     splits = [job.read(s, tokenizer, args.max_eval_examples) for s in ([args.split] if args.split else job.eval_splits)]
-    print(json.dumps(evaluate_job(job, model, splits, args.batch_size, tokenizer.pad_token_id, args.bf16), indent=2))
+    metrics = evaluate_job(job, model, splits, args.batch_size, tokenizer.pad_token_id, args.bf16, progress=True)
+    print(json.dumps(metrics, indent=2))
     return 0

@@ -76,7 +76,7 @@ def read_examples(fields: tuple[str, ...], texts: list[str], path=None) -> list[
 def predict_examples(job, tokenizer, model, records: list[dict], batch_size: int = 64, bf16=False) -> list[dict]:
     """The model's prediction for each record (holding the job's text fields), with the record as "input"."""
     split = job.encode("text", [job.example(r, str(i)) for i, r in enumerate(records)], tokenizer)
-    outputs = predict_rows(model, split.features, job.output_keys, batch_size, tokenizer.pad_token_id, bf16)
+    outputs = predict_rows(model, split.features, job.output_keys, batch_size, tokenizer.pad_token_id, bf16, "predict")
     return [{"input": r, **described} for r, described in zip(records, job.describe(split, outputs))]
 
 
@@ -109,7 +109,7 @@ def run_predict(args) -> int:
     for name in [args.split] if args.split else ["test"]:
         split = job.read(name, tokenizer, args.max_eval_examples)
         outputs = predict_rows(model, split.features, job.output_keys, args.batch_size, tokenizer.pad_token_id,
-                               args.bf16)
+                               args.bf16, f"predict {name}")
         print(job.write(split, outputs, out))
     return 0
 
