@@ -336,7 +336,8 @@ class SquadJob:
 
     def score(self, split: Split, outputs) -> dict:
         result = self.result(split, outputs)
-        return squad.squad_metrics(split.examples, result.predictions, result.null_odds or None, self.version_2)
+        return squad.squad_metrics(split.examples, result.predictions, result.null_odds or None, self.version_2,
+                                   result.best_spans or None)
 
     def write(self, split: Split, outputs, folder: Path) -> Path:
         squad.write_predictions(folder, self.result(split, outputs))
@@ -362,12 +363,14 @@ JOBS = {**{t: GlueJob for t in glue.GLUE_TASKS}, "conll2003": NerJob, "ner": Ner
 DEFAULT_MAX_LENGTH = {SquadJob: 384}
 
 
-def make_job(task: str, data=None, max_length: int | None = None):
-    """The task's job, reading `data` (None: a job for plain-text examples only)."""
+def make_job(task: str, data=None, max_length: int | None = None, null_threshold: float = 0.0):
+    """The task's job, reading `data` (None: a job for plain-text examples only). null_threshold: SQuAD v2
+    answers "no answer" where the null score beats the best span's by more than this."""
     if task not in JOBS:
         raise BertforgeError(f"unknown task {task!r}: choose one of {', '.join(JOBS)}")
     cls = JOBS[task]
-    return cls(task, None if data is None else Path(data), max_length or DEFAULT_MAX_LENGTH.get(cls, 128))
+    options = {"null_threshold": null_threshold} if cls is SquadJob else {}
+    return cls(task, None if data is None else Path(data), max_length or DEFAULT_MAX_LENGTH.get(cls, 128), **options)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -387,12 +390,12 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, lr: float = 2
              max_length: int | None = None, max_train_examples: int | None = None,
              max_eval_examples: int | None = None, seed: int = 42, warmup: float = 0.1, bf16: bool = False,
              device: str | None = None, progress: bool = True, group_by_length: bool = True,
-             **train_options) -> dict:
+             null_threshold: float = 0.0, **train_options) -> dict:
     """Fine-tune `model_dir` on a task; writes RUN/best/, RUN/eval_results.json and returns the best metrics."""
     started = time.perf_counter()
     ctx = setup_distributed(device)
     out = Path(out)
-    job = make_job(task, data, max_length)
+    job = make_job(task, data, max_length, null_threshold)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     train_split = job.read("train", tokenizer, max_train_examples)
     eval_splits = [job.read(s, tokenizer, max_eval_examples) for s in job.eval_splits]
@@ -424,6 +427,12 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, lr: float = 2
     return results
 
 
+def add_null_threshold_argument(p):
+    p.add_argument("--null-threshold", type=float, default=0.0,
+                   help="squad_v2: answer nothing where the null score beats the best span's by more than this "
+                        "(eval_results' best_f1_thresh is the dev set's best value)")
+
+
 def add_finetune_arguments(p):
     p.add_argument("task", help=f"one of {', '.join(JOBS)}")
     p.add_argument("--model", required=True, help="pre-trained checkpoint folder (Hugging Face layout)")
@@ -442,6 +451,7 @@ def add_finetune_arguments(p):
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-length-grouping", action="store_true",
                    help="batches of a plain shuffle (default: batches of similar lengths, little padding)")
+    add_null_threshold_argument(p)
 
 
 def run_finetune(args) -> int:
@@ -449,7 +459,8 @@ def run_finetune(args) -> int:
                        batch_size=args.batch_size, max_length=args.max_length,
                        max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
                        seed=args.seed, warmup=args.warmup, bf16=args.bf16, device=args.device,
-                       progress=not args.no_progress, group_by_length=not args.no_length_grouping)
+                       progress=not args.no_progress, group_by_length=not args.no_length_grouping,
+                       null_threshold=args.null_threshold)
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0
 
@@ -463,12 +474,13 @@ def add_evaluate_arguments(p):
     p.add_argument("--max-eval-examples", type=int)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--bf16", action="store_true")
+    add_null_threshold_argument(p)
 
 
 def load_finetuned(args):
     """The job, tokenizer and model of a fine-tuned folder; label names are the model's where it has as many
     as the data (and always without data)."""
-    job = make_job(args.task, args.data, args.max_length)
+    job = make_job(args.task, args.data, args.max_length, args.null_threshold)
     tokenizer = BertTokenizer.from_pretrained(args.model)
     model = job.model_class.from_pretrained(args.model)
     if job.model_class in (models.BertForSequenceClassification, models.BertForTokenClassification) and (

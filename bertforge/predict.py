@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .checkpoint import write_text_atomic
 from .errors import BertforgeError, where
-from .finetune import JOBS, load_finetuned, make_job, predict_rows
+from .finetune import JOBS, add_null_threshold_argument, load_finetuned, make_job, predict_rows
 from .tokenizer import read_text
 
 
@@ -93,6 +93,7 @@ def add_predict_arguments(p):
     p.add_argument("--max-eval-examples", type=int, help="with --data: predict only the first N examples")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--bf16", action="store_true")
+    add_null_threshold_argument(p)
 
 
 def run_predict(args) -> int:

@@ -148,6 +148,10 @@ def test_squad_answers_are_spans_of_the_context(finetuned, tmp_path, capsys, tas
     predict_split(task, model, tmp_path / "dev.json", tmp_path / "pred", split="dev")
     official = json.loads((tmp_path / "pred" / "predictions.json").read_text())
     assert [g["answer"] for g in got] == [official[f"q{i}"] for i in range(len(records))]
+    if task == "squad_v2":  # the threshold's two ends: always the best span, never an answer
+        always = predict_text(capsys, task, model, "--input", tmp_path / "mine.jsonl", "--null-threshold", "inf")
+        never = predict_text(capsys, task, model, "--input", tmp_path / "mine.jsonl", "--null-threshold=-inf")
+        assert all(g["answer"] for g in always) and not any(g["answer"] for g in never)
 
 
 def test_multiple_choice(finetuned, tmp_path, capsys):

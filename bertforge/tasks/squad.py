@@ -215,6 +215,7 @@ class SquadPredictions:
     predictions: dict[str, str]  # id -> answer text ("" for no answer)
     nbest: dict[str, list[dict]]  # id -> [{text, offsets, probability, start_logit, end_logit}], best first
     null_odds: dict[str, float] = field(default_factory=dict)  # v2: null score minus best span score
+    best_spans: dict[str, str] = field(default_factory=dict)  # v2: the answer at any threshold above null_odds
 
 
 def postprocess(examples: list[SquadExample], windows: list[SquadWindow], start_logits, end_logits,
@@ -281,7 +282,8 @@ def postprocess(examples: list[SquadExample], windows: list[SquadWindow], start_
         # with no span to offer at all, the question is unanswered at any threshold
         diff = float(null[0] - span["start_logit"] - span["end_logit"]) if span else np.inf
         out.null_odds[ex.id] = diff
-        out.predictions[ex.id] = "" if diff > null_threshold else span["text"]
+        out.best_spans[ex.id] = span["text"] if span else ""
+        out.predictions[ex.id] = "" if diff > null_threshold else out.best_spans[ex.id]
     return out
 
 
@@ -382,16 +384,21 @@ def squad_v2_evaluate(examples: list[SquadExample], predictions: dict[str, str],
 
 
 def squad_metrics(examples: list[SquadExample], predictions: dict[str, str], null_odds=None,
-                  version_2: bool = False) -> dict[str, float]:
+                  version_2: bool = False, best_spans: dict[str, str] | None = None) -> dict[str, float]:
     """The scores of the predictions as given, named `exact_match` and `f1` for both versions.
 
     For v2 also the HasAns_/NoAns_ parts and counts, and, given null_odds, the best-threshold search;
     unlike evaluate-v2.0.py's default, null_odds do not override the predictions (the threshold was
-    applied when predicting).
+    applied when predicting). Given best_spans (every question answered by its best span), the search runs
+    on them: evaluate-v2.0.py's search can only turn answers into no-answers, so on predictions made at a
+    threshold it cannot find a lower one. Then best_f1 is the F1 that --null-threshold best_f1_thresh gives.
     """
     if not version_2:
         return squad_v1_evaluate(examples, predictions)
     out = squad_v2_evaluate(examples, predictions, null_odds, na_prob_thresh=np.inf)
+    if best_spans is not None and null_odds is not None:
+        searched = squad_v2_evaluate(examples, best_spans, null_odds, na_prob_thresh=np.inf)
+        out.update({k: v for k, v in searched.items() if k.startswith("best_")})
     out["exact_match"] = out.pop("exact")
     return out
 

@@ -70,6 +70,19 @@ def test_v2_best_threshold_search():
     assert squad_v2_evaluate(examples, predictions, na_probs, na_prob_thresh=0.25)["exact"] == 75.0
 
 
+def test_threshold_search_on_best_spans_finds_lower_thresholds():
+    examples, spans, null_odds = threshold_case()
+    at_zero = {k: "" for k in spans}  # every null score beat its best span: predicting at 0 answers nothing
+    official = squad_metrics(examples, at_zero, null_odds, version_2=True)
+    assert official["f1"] == official["best_f1"] == 50.0  # the official search cannot undo a no-answer
+    out = squad_metrics(examples, at_zero, null_odds, version_2=True, best_spans=spans)
+    assert out["f1"] == 50.0 and out["best_f1_thresh"] == 0.2
+    assert out["best_f1"] == pytest.approx(100 * (3 + 2 / 3) / 4)
+    # predicting at the threshold found gives that score
+    at_best = {k: "" if null_odds[k] > out["best_f1_thresh"] else text for k, text in spans.items()}
+    assert squad_metrics(examples, at_best, null_odds, version_2=True)["f1"] == pytest.approx(out["best_f1"])
+
+
 def test_squad_metrics_names():
     examples, predictions, na_probs = threshold_case()
     assert set(squad_metrics(examples, predictions)) == {"exact_match", "f1"}
@@ -233,6 +246,10 @@ def test_v2_null_answers(tokenizer, dev_v2, tmp_path):
     assert out["NoAns_exact"] == 100.0 and out["HasAns_exact"] >= 98.0 and out["best_exact"] >= out["exact_match"]
     write_predictions(tmp_path, result)
     assert json.loads((tmp_path / "null_odds.json").read_text()) == result.null_odds
+    # the threshold moves answers between the best span and no answer, nothing else
+    for threshold, expected in ((np.inf, result.best_spans), (-np.inf, {k: "" for k in result.best_spans})):
+        assert postprocess(examples, windows, one_hot(windows, "start_position"), one_hot(windows, "end_position"),
+                           version_2=True, null_threshold=threshold).predictions == expected
 
 
 def test_long_question_is_cut_to_64_tokens(tokenizer):
