@@ -395,8 +395,9 @@ def squad_metrics(examples: list[SquadExample], predictions: dict[str, str], nul
     """
     if not version_2:
         return squad_v1_evaluate(examples, predictions)
-    out = squad_v2_evaluate(examples, predictions, null_odds, na_prob_thresh=np.inf)
-    if best_spans is not None and null_odds is not None:
+    search_on_spans = best_spans is not None and null_odds is not None
+    out = squad_v2_evaluate(examples, predictions, None if search_on_spans else null_odds, na_prob_thresh=np.inf)
+    if search_on_spans:
         searched = squad_v2_evaluate(examples, best_spans, null_odds, na_prob_thresh=np.inf)
         out.update({k: v for k, v in searched.items() if k.startswith("best_")})
     out["exact_match"] = out.pop("exact")
