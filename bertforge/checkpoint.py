@@ -7,10 +7,7 @@ caller trusts them explicitly, and even then read with `torch.load(weights_only=
 
 import json
 import logging
-import os
 import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -19,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from .config import BertConfig
 from .errors import BertforgeError
+from .io import atomic_path, read_json, write_text_atomic
 
 log = logging.getLogger("bertforge")
 
@@ -39,26 +37,6 @@ PART_NAMES = {
 }
 
 
-@contextmanager
-def atomic_path(path):
-    """Yield a temporary path beside `path`; on success it replaces `path` in one step, else it is removed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomic(path, text: str):
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-
-
 def weight_files(folder: Path) -> list[Path]:
     """The weights files of a checkpoint folder (or the file itself): safetensors, its shards, or else a pickle."""
     if folder.is_file():
@@ -66,10 +44,10 @@ def weight_files(folder: Path) -> list[Path]:
     if (folder / SAFETENSORS).is_file():
         return [folder / SAFETENSORS]
     if (folder / SAFETENSORS_INDEX).is_file():
+        index = read_json(folder / SAFETENSORS_INDEX)
         try:
-            index = json.loads((folder / SAFETENSORS_INDEX).read_text(encoding="utf-8"))
             return [folder / name for name in sorted(set(index["weight_map"].values()))]
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise BertforgeError(f"{folder / SAFETENSORS_INDEX}: not a valid shard index ({e!r})") from None
     if (folder / PICKLE).is_file():
         return [folder / PICKLE]

@@ -32,12 +32,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from .checkpoint import atomic_path
+from .io import atomic_path, read_text, rounded
 from .config import BertConfig
 from .errors import BertforgeError
 from .model import BertModel
 from .tasks.squad import doc_spans, max_context_window
-from .tokenizer import BertTokenizer, read_text, truncated_lengths
+from .tokenizer import BertTokenizer, truncated_lengths
 
 log = logging.getLogger("bertforge")
 
@@ -362,11 +362,6 @@ def check_output(path, level: str) -> str:
             f" ({level}-level features are one array per text, so .npy cannot hold them)"
         raise BertforgeError(f"{path}: output must end with {', '.join(allowed)}{hint}")
     return suffix
-
-
-def rounded(values):
-    """Floats to 6 decimals for JSON, as Google's extract_features writes them (arrays become lists)."""
-    return np.round(np.asarray(values, dtype=np.float64), 6).tolist()
 
 
 def write_features(features: Features, path) -> Path:

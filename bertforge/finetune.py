@@ -19,9 +19,8 @@ import torch
 from tqdm import tqdm
 
 from . import model as models
-from .checkpoint import write_text_atomic
+from .io import rounded, write_text_atomic
 from .errors import BertforgeError
-from .features import rounded
 from .tasks import glue, multiple_choice, ner, squad
 from .tasks.metrics import GLUE_METRICS, accuracy, glue_metrics, ner_metrics
 from .tokenizer import BertTokenizer

@@ -10,10 +10,9 @@ import json
 import sys
 from pathlib import Path
 
-from .checkpoint import write_text_atomic
+from .io import parse_json, read_text, write_text_atomic
 from .errors import BertforgeError, where
 from .finetune import JOBS, add_null_threshold_argument, load_finetuned, make_job, predict_rows
-from .tokenizer import read_text
 
 
 def parse_line(line: str, fields: tuple[str, ...], location: str) -> dict:
@@ -24,16 +23,6 @@ def parse_line(line: str, fields: tuple[str, ...], location: str) -> dict:
         raise BertforgeError(f"{location}: expected {len(fields)} tab-separated field(s) ({', '.join(fields)}), "
                              f"found {len(values)}")
     return dict(zip(fields, values))
-
-
-def parse_json_line(line: str, location: str) -> dict:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise BertforgeError(f"{location}: not valid JSON ({e.msg})") from None
-    if not isinstance(record, dict):
-        raise BertforgeError(f"{location}: expected a JSON object")
-    return record
 
 
 def check_fields(record: dict, fields: tuple[str, ...], location: str) -> dict:
@@ -55,20 +44,23 @@ def is_text(value) -> bool:
 
 def read_examples(fields: tuple[str, ...], texts: list[str], path=None) -> list[dict]:
     """The examples of the --text values, then of the file's lines, as records holding `fields`."""
-    lines = [(where("--text", n), text, False) for n, text in enumerate(texts, 1)]
+    lines = [("--text", n, text, False) for n, text in enumerate(texts, 1)]
     if path is not None:
         file_lines = read_text(path, "utf-8-sig").split("\n")
         if file_lines[-1] == "":
             file_lines.pop()
         is_json = Path(path).suffix in (".jsonl", ".json")
-        lines += [(where(path, n), line.rstrip("\r"), is_json) for n, line in enumerate(file_lines, 1)]
+        lines += [(path, n, line.rstrip("\r"), is_json) for n, line in enumerate(file_lines, 1)]
     if not lines:
         raise BertforgeError(f"{path}: no examples (empty file)")
     records = []
-    for location, line, is_json in lines:
+    for source, n, line, is_json in lines:
+        location = where(source, n)
         if not line.strip():
             raise BertforgeError(f"{location}: empty line")
-        record = parse_json_line(line, location) if is_json else parse_line(line, fields, location)
+        record = parse_json(line, source, n) if is_json else parse_line(line, fields, location)
+        if not isinstance(record, dict):
+            raise BertforgeError(f"{location}: expected a JSON object")
         records.append(check_fields(record, fields, location))
     return records
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checkpoint import write_text_atomic
+from .io import write_text_atomic
 from .config import BertConfig
 from .data.shards import check_vocab, load_pretraining_data
 from .errors import BertforgeError

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
-from .checkpoint import write_text_atomic
+from .io import write_text_atomic
 from .errors import BertforgeError
 from .optim import linear_schedule, make_optimizer
 

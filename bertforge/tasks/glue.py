@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BertforgeError, where
-from ..tokenizer import read_text
+from ..io import read_text
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,11 @@
 
 import csv
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BertforgeError, where
-from ..tokenizer import read_text
+from ..io import parse_json, read_text
 
 
 @dataclass
@@ -72,21 +71,14 @@ def _csv_records(path: Path):
         yield location, row
 
 
-def _parse_json(text: str, path: Path, first_line: int = 1):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise BertforgeError(f"{where(path, first_line + e.lineno - 1)}: not valid JSON ({e.msg})") from None
-
-
 def _json_records(path: Path):
     """JSON lines, or one JSON array in a .json file; located by line, or by [index] in an array."""
     text = read_text(path)
     if path.suffix == ".json" and text.lstrip().startswith("["):
-        located = [(f"{path}[{k}]", r) for k, r in enumerate(_parse_json(text, path))]
+        located = [(f"{path}[{k}]", r) for k, r in enumerate(parse_json(text, path))]
     else:  # split on newlines only: JSON strings may hold other characters that splitlines() breaks at
         lines = enumerate(text.split("\n"), 1)
-        located = [(where(path, n), _parse_json(line, path, n)) for n, line in lines if line.strip()]
+        located = [(where(path, n), parse_json(line, path, n)) for n, line in lines if line.strip()]
     for location, record in located:
         if not isinstance(record, dict):
             raise BertforgeError(f"{location}: expected a JSON object")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BertforgeError, where
-from ..tokenizer import read_text
+from ..io import read_text
 from .metrics import entities, split_tag
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from ..checkpoint import write_text_atomic
+from ..io import read_json, write_text_atomic
 from ..errors import BertforgeError, where
 
 log = logging.getLogger(__name__)
@@ -55,18 +55,6 @@ def _locate(context: str, text: str, start: int) -> int | None:
     return min(found, key=lambda s: abs(s - start)) if found else None
 
 
-def load_squad_json(path) -> dict:
-    path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise BertforgeError(f"{where(path)}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise BertforgeError(f"{where(path)}: not UTF-8 text") from None
-    except json.JSONDecodeError as e:
-        raise BertforgeError(f"{where(path, e.lineno)}: not valid JSON ({e.msg})") from None
-
-
 def read_squad(path) -> list[SquadExample]:
     """Every question of a SQuAD v1.1 or v2.0 JSON file, in file order.
 
@@ -75,7 +63,7 @@ def read_squad(path) -> list[SquadExample]:
     Google's run_squad skips it ("Could not find answer"). All three are counted in one logged line.
     """
     path = Path(path)
-    data = load_squad_json(path)
+    data = read_json(path)
     examples, skipped, dropped, moved, total = [], 0, 0, 0, 0
     for a, article in enumerate(_get(data, "data", list, path, "the top level")):
         for p, paragraph in enumerate(_get(article, "paragraphs", list, path, f"data[{a}]")):
@@ -439,7 +427,7 @@ def add_squad_split_arguments(parser):
 
 
 def run_squad_split(args) -> int:
-    data = load_squad_json(args.file)
+    data = read_json(args.file)
     squad_counts(data, args.file)  # a malformed file fails here, before anything is written
     version = str(data.get("version", "")).removeprefix("v")
     if version not in ("1.1", "2.0"):
