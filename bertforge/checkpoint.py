@@ -10,7 +10,10 @@ import logging
 import shutil
 from pathlib import Path
 
+from contextlib import contextmanager
+
 import torch
+from torch import nn
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
@@ -126,21 +129,46 @@ def encoder_parts(keys, prefix: str) -> list[str]:
     return sorted(tables) + [f"layer {i}" for i in sorted(layers)]
 
 
+@contextmanager
+def no_random_init():
+    """torch.nn.init's initialisers as no-ops (as transformers' no_init_weights): the checkpoint overwrites them."""
+    names = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
+             "xavier_normal_", "zeros_", "ones_", "constant_")
+    saved = {name: getattr(nn.init, name) for name in names}
+    try:
+        for name in names:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(nn.init, name, function)
+
+
 class PretrainedMixin:
     """`from_pretrained` / `save_pretrained` for the model classes (which define `base_model_prefix`)."""
 
     @classmethod
     def from_pretrained(cls, folder, trust_pickle: bool = False, config: BertConfig | None = None,
-                        **config_overrides):
+                        skip_init: bool = False, **config_overrides):
         """Build the model from `folder/config.json` (or `config`) and load the folder's weights; in eval mode.
 
         `config_overrides` replace config fields, e.g. `id2label={0: "neg", 1: "pos"}` for a new classifier.
+        `skip_init` builds the model without drawing random weights first (seconds for a base-sized embedding
+        table on a CPU, and every value is overwritten): parts the checkpoint lacks are then zeros, so use it
+        only where those parts are not used (a missing pooler, when reading hidden states).
         """
         folder = Path(folder)
         config = config or BertConfig.from_json_file(folder / "config.json")
         if config_overrides:
             config = BertConfig.from_dict({**config.to_dict(), **config_overrides})
-        model = cls(config)
+        if skip_init:
+            with no_random_init():
+                model = cls(config)
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.zero_()
+        else:
+            model = cls(config)
         model.load_weights(folder, trust_pickle=trust_pickle)
         return model.eval()
 

@@ -12,7 +12,8 @@ import torch
 
 from bertforge import BertConfig, BertForPreTraining, BertTokenizer
 from bertforge.cli import main
-from bertforge.finetune import finetune, length_grouped_order, pad_batch, shuffled_order
+from bertforge.finetune import finetune, length_grouped_order, shuffled_order
+from bertforge.inference import pad_batch
 from bertforge.model import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
 from tests.conftest import require_shared
 
@@ -126,7 +127,7 @@ def test_plain_shuffle_covers_every_row_once_in_random_batches():
 def test_pad_batch_pads_tokens_and_token_labels():
     features = {"input_ids": [[101, 5, 102], [101, 102]], "attention_mask": [[1, 1, 1], [1, 1]],
                 "labels": [[-100, 3, -100], [-100, -100]]}
-    batch = pad_batch(features, [0, 1], pad_id=0)
+    batch = pad_batch(features, [0, 1], {"input_ids": 0, "attention_mask": 0, "labels": -100})
     assert batch["input_ids"].tolist() == [[101, 5, 102], [101, 102, 0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert batch["labels"].tolist() == [[-100, 3, -100], [-100, -100, -100]]

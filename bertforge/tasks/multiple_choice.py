@@ -1,12 +1,19 @@
-"""Multiple choice (SWAG, CommonsenseQA, OpenBookQA, ARC, COPA): readers and [num_choices] featurisation."""
+"""Multiple choice (SWAG, CommonsenseQA, OpenBookQA, ARC, COPA): readers, [num_choices] featurisation, and the
+task family."""
 
 import csv
 import io
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import BertforgeError, where
-from ..io import parse_json, read_text
+from ..io import parse_json, read_text, rounded, write_text_atomic
+from ..model import BertForMultipleChoice
+from .base import SEQUENCE_INPUTS, Split, TaskFamily, find_file, softmax
+from .metrics import accuracy
 
 
 @dataclass
@@ -127,3 +134,46 @@ def encode_multiple_choice(examples: list[MultipleChoiceExample], tokenizer, max
     if all(e.label is not None for e in examples):
         features["labels"] = [e.label for e in examples]
     return features
+
+
+class MultipleChoiceFamily(TaskFamily):
+    """One score per choice from the pooled output, softmax across the choices; accuracy."""
+
+    names = tuple(MULTIPLE_CHOICE_TASKS)
+    model_class = BertForMultipleChoice
+    inputs = {**SEQUENCE_INPUTS, "choice_mask": None}
+    best_metric = "accuracy"
+    patterns = {"train": ("train*.jsonl", "train*.csv", "train*.json"),
+                "dev": ("dev*.jsonl", "validation*.jsonl", "val*.csv", "dev*.csv", "val*.json", "dev*.json"),
+                "test": ("test*.jsonl", "test*.csv", "test*.json")}
+    text_fields = {"question": str, "choices": list}
+    labels = ["choice"]
+
+    def read(self, split: str, tokenizer, limit=None) -> Split:
+        path = self.data if self.data.is_file() else find_file(self.data, self.patterns[split], split)
+        return self.encode(split, read_multiple_choice(self.task, path)[:limit], tokenizer)
+
+    def encode(self, name: str, examples: list, tokenizer) -> Split:
+        return Split(name, examples, encode_multiple_choice(examples, tokenizer, self.max_length))
+
+    def example(self, record: dict, guid: str) -> MultipleChoiceExample:
+        # laid out as CommonsenseQA, OpenBookQA and ARC are: [CLS] question [SEP] choice [SEP]
+        return MultipleChoiceExample(guid, record["question"], "", record["choices"], None)
+
+    def use_model_labels(self, config) -> None:
+        pass  # one score per choice: there are no label names
+
+    def score(self, split: Split, outputs) -> dict:
+        preds = np.stack(outputs["logits"]).argmax(-1)
+        return {"accuracy": accuracy(preds, [e.label for e in split.examples])}
+
+    def write(self, split: Split, outputs, folder: Path) -> Path:
+        path = folder / f"{self.task}_{split.name}_predictions.jsonl"
+        preds = np.stack(outputs["logits"]).argmax(-1)
+        write_text_atomic(path, "".join(json.dumps({"id": e.guid, "prediction": int(p)}) + "\n"
+                                        for e, p in zip(split.examples, preds)))
+        return path
+
+    def describe(self, split: Split, outputs) -> list[dict]:
+        probabilities = [softmax(logits[:len(e.endings)]) for e, logits in zip(split.examples, outputs["logits"])]
+        return [{"prediction": int(p.argmax()), "probabilities": rounded(p)} for p in probabilities]
