@@ -26,9 +26,9 @@ def evaluate_splits(family: TaskFamily, model, splits: list[Split], batch_size: 
     return metrics
 
 
-def load_finetuned(args):
+def load_finetuned(args, reading: bool = True):
     """The family, tokenizer and model of a fine-tuned folder; label names are the model's where they fit."""
-    family = make_family(args.task, args.data, args.max_length, vars(args))
+    family = make_family(args.task, args.data, args.max_length, vars(args), reading)
     tokenizer = BertTokenizer.from_pretrained(args.model)
     model = family.model_class.from_pretrained(args.model)
     family.use_model_labels(model.config)
@@ -38,7 +38,7 @@ def load_finetuned(args):
 def add_evaluate_arguments(p):
     p.add_argument("task", help=f"one of {', '.join(TASKS)}")
     p.add_argument("--model", required=True, help="a fine-tuned folder (e.g. RUN/best)")
-    p.add_argument("--data", required=True, help="the task's data folder (or file)")
+    p.add_argument("--data", help="the task's data folder (or file); your own data: --dev FILE instead")
     p.add_argument("--split", help="split to score (default: the task's dev splits)")
     p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 or 384)")
     p.add_argument("--max-eval-examples", type=count(1), help="score only the first N examples")

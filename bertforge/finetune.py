@@ -84,7 +84,7 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     train_options = {**FINETUNE_DEFAULTS, **{k: v for k, v in options.items() if k in TrainArgs.__dataclass_fields__}}
     ctx = setup_distributed(train_options.get("device"))
     out = Path(out)
-    family = make_family(task, data, max_length, options)
+    family = make_family(task, data, max_length, options, reading=True)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     train_split = family.read("train", tokenizer, max_train_examples)
     eval_splits = [family.read(s, tokenizer, max_eval_examples) for s in family.eval_splits]
@@ -116,7 +116,7 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
 def add_finetune_arguments(p):
     p.add_argument("task", help=f"one of {', '.join(TASKS)}")
     p.add_argument("--model", required=True, help="pre-trained checkpoint folder (Hugging Face layout)")
-    p.add_argument("--data", required=True, help="the task's data folder (or file)")
+    p.add_argument("--data", help="the task's data folder (or file); your own data: --train/--dev/--test instead")
     p.add_argument("--out", required=True, help="run folder: best/, eval_results.json, metrics.jsonl")
     p.add_argument("--epochs", type=positive, default=3.0, help="passes over the training data (default 3)")
     p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 or 384)")

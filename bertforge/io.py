@@ -5,6 +5,8 @@ is handled one way everywhere: errors name the file (and line), and a written fi
 with the ordinary mode the user's umask gives (not the 0600 of a temporary file).
 """
 
+import csv
+import io
 import json
 import os
 import tempfile
@@ -71,6 +73,30 @@ def read_json_lines(path) -> list[dict]:
                 raise BertforgeError(f"{where(path, line_no)}: expected a JSON object")
             rows.append(row)
     return rows
+
+
+def read_records(path):
+    """(location, record) pairs of a table: CSV (.csv) or TSV (.tsv) with a header, JSON lines, or one JSON
+    array in a .json file; located by line, or by [index] in an array. Values of CSV/TSV records are strings."""
+    path = Path(path)
+    text = read_text(path, "utf-8-sig")
+    if path.suffix.lower() in (".csv", ".tsv"):
+        rows = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+        for row in rows:
+            location = where(path, rows.line_num)
+            if None in row or None in row.values():  # DictReader's marks for too many / too few fields
+                raise BertforgeError(f"{location}: expected {len(rows.fieldnames)} columns")
+            yield location, row
+        return
+    if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
+        located = [(f"{path}[{k}]", r) for k, r in enumerate(parse_json(text, path))]
+    else:  # split on newlines only: JSON strings may hold other characters that splitlines() breaks at
+        located = [(where(path, n), parse_json(line, path, n)) for n, line in enumerate(text.split("\n"), 1)
+                   if line.strip()]
+    for location, record in located:
+        if not isinstance(record, dict):
+            raise BertforgeError(f"{location}: expected a JSON object")
+        yield location, record
 
 
 @contextmanager

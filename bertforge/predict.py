@@ -95,8 +95,9 @@ def add_predict_arguments(p):
 
 def run_predict(args) -> int:
     own = bool(args.text or args.input)
-    if own == (args.data is not None):
-        raise BertforgeError("give either --data (a task's split) or --text/--input (your own examples)")
+    if own == (args.data is not None or args.test is not None):
+        raise BertforgeError("give either --data (a task's split; --test FILE for your own data's) or --text/--input "
+                             "(your own examples)")
     if own:
         return predict_own(args)
     if args.out is None:
@@ -113,8 +114,8 @@ def run_predict(args) -> int:
 
 
 def predict_own(args) -> int:
-    records = read_examples(make_family(args.task).text_fields, args.text, args.input)  # bad input fails fast
-    family, tokenizer, model = load_finetuned(args)
+    records = read_examples(make_family(args.task, options=vars(args)).text_fields, args.text, args.input)
+    family, tokenizer, model = load_finetuned(args, reading=False)
     predictions = predict_examples(family, tokenizer, model, records, args.batch_size, args.bf16)
     lines = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
     if args.out is None:

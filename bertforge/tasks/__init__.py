@@ -9,18 +9,23 @@ from .glue import GlueFamily
 from .multiple_choice import MultipleChoiceFamily
 from .ner import NerFamily
 from .squad import SquadFamily
+from .text_classification import TextClassificationFamily
 
-FAMILIES: tuple[type[TaskFamily], ...] = (GlueFamily, NerFamily, MultipleChoiceFamily, SquadFamily)
+FAMILIES: tuple[type[TaskFamily], ...] = (GlueFamily, NerFamily, MultipleChoiceFamily, SquadFamily,
+                                          TextClassificationFamily)
 TASKS: dict[str, type[TaskFamily]] = {name: family for family in FAMILIES for name in family.names}
 
 
-def make_family(task: str, data=None, max_length: int | None = None, options: dict | None = None) -> TaskFamily:
-    """The task's family, reading `data` (None: for plain-text examples only). `options` may hold any family's
-    options and more (e.g. all parsed flags); the task's own are taken, the rest ignored."""
+def make_family(task: str, data=None, max_length: int | None = None, options: dict | None = None,
+                reading: bool = False) -> TaskFamily:
+    """The task's family, reading `data` (None: for plain-text examples only, unless `reading` splits).
+    `options` may hold any family's options and more (e.g. all parsed flags); the task's own are taken."""
     options = options or {}
     if task not in TASKS:
         raise BertforgeError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
     family = TASKS[task]
+    if reading and data is None and family.reads_data_folder:
+        raise BertforgeError(f"{task} reads its splits from a folder: give --data")
     own = {k: options.get(k, default) for k, default in family.option_defaults.items()}
     return family(task, None if data is None else Path(data), max_length or family.default_max_length, **own)
 

@@ -47,6 +47,7 @@ class TaskFamily:
     # field holding several texts (the rest of a tab-separated line).
     text_fields: dict[str, type] = {}
     option_defaults: dict = {}  # the family's own options (command-line flags of finetune/evaluate/predict)
+    reads_data_folder = True  # its splits come from --data (else from its own options)
     labels: list[str]  # the head's label names, in output order
 
     def __init__(self, task: str, data: Path | None, max_length: int, **options):

@@ -30,6 +30,17 @@ def f1(preds, labels) -> float:
     return float(2 * tp / (2 * tp + wrong)) if tp + wrong else 0.0
 
 
+def macro_f1(preds, labels, num_classes: int) -> float:
+    """The mean over classes of each class's F1 against the rest (a class never predicted nor present: 0)."""
+    preds, labels = _pair(preds, labels)
+    scores = []
+    for c in range(num_classes):
+        tp = np.sum((preds == c) & (labels == c))
+        wrong = np.sum((preds == c) != (labels == c))
+        scores.append(2 * tp / (2 * tp + wrong) if tp + wrong else 0.0)
+    return float(np.mean(scores))
+
+
 def matthews_corrcoef(preds, labels) -> float:
     """Matthews correlation, multi-class (Gorodkin's R_K) as sklearn's matthews_corrcoef; 0 when undefined."""
     preds, labels = _pair(preds, labels)

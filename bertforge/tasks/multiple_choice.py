@@ -1,16 +1,14 @@
 """Multiple choice (SWAG, CommonsenseQA, OpenBookQA, ARC, COPA): readers, [num_choices] featurisation, and the
 task family."""
 
-import csv
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertforgeError, where
-from ..io import parse_json, read_text, rounded, write_text_atomic
+from ..errors import BertforgeError
+from ..io import read_records, rounded, write_text_atomic
 from ..model import BertForMultipleChoice
 from .base import SEQUENCE_INPUTS, Split, TaskFamily, find_file, softmax
 from .metrics import accuracy
@@ -69,36 +67,13 @@ def _copa(record: dict, guid: str) -> MultipleChoiceExample:
 MULTIPLE_CHOICE_TASKS = {"swag": _swag, "commonsenseqa": _qa, "openbookqa": _qa, "arc": _qa, "copa": _copa}
 
 
-def _csv_records(path: Path):
-    rows = csv.DictReader(io.StringIO(read_text(path), newline=""))
-    for row in rows:
-        location = where(path, rows.line_num)
-        if None in row or None in row.values():  # DictReader's marks for too many / too few fields
-            raise BertforgeError(f"{location}: expected {len(rows.fieldnames)} columns")
-        yield location, row
-
-
-def _json_records(path: Path):
-    """JSON lines, or one JSON array in a .json file; located by line, or by [index] in an array."""
-    text = read_text(path)
-    if path.suffix == ".json" and text.lstrip().startswith("["):
-        located = [(f"{path}[{k}]", r) for k, r in enumerate(parse_json(text, path))]
-    else:  # split on newlines only: JSON strings may hold other characters that splitlines() breaks at
-        lines = enumerate(text.split("\n"), 1)
-        located = [(where(path, n), parse_json(line, path, n)) for n, line in lines if line.strip()]
-    for location, record in located:
-        if not isinstance(record, dict):
-            raise BertforgeError(f"{location}: expected a JSON object")
-        yield location, record
-
-
 def read_multiple_choice(task: str, path) -> list[MultipleChoiceExample]:
     """Read a task's file: SWAG as its CSV or as JSON lines, the others as JSON lines."""
     if task not in MULTIPLE_CHOICE_TASKS:
         known = ", ".join(MULTIPLE_CHOICE_TASKS)
         raise BertforgeError(f"unknown multiple-choice task {task!r}: expected one of {known}")
     path = Path(path)
-    records = _csv_records(path) if path.suffix == ".csv" else _json_records(path)
+    records = read_records(path)
     examples = []
     for location, record in records:
         guid = str(record.get("id", record.get("idx", len(examples))))
