@@ -3,7 +3,7 @@
 import json
 
 from .inference import run_model
-from .options import count
+from .options import count, torch_device
 from .tasks import TASKS, add_family_arguments, make_family
 from .tasks.base import Split, TaskFamily, padding
 from .tokenizer import BertTokenizer
@@ -30,21 +30,28 @@ def load_finetuned(args, reading: bool = True):
     """The family, tokenizer and model of a fine-tuned folder; label names are the model's where they fit."""
     family = make_family(args.task, args.data, args.max_length, vars(args), reading)
     tokenizer = BertTokenizer.from_pretrained(args.model)
-    model = family.model_class.from_pretrained(args.model)
+    model = family.model_class.from_pretrained(args.model).to(args.device or "cpu")
     family.use_model_labels(model.config)
     return family, tokenizer, model
 
 
-def add_evaluate_arguments(p):
+def add_model_run_arguments(p, data_help: str, examples_help: str):
+    """What `evaluate` and `predict` share: the task, the fine-tuned model, the data and how to run it."""
     p.add_argument("task", help=f"one of {', '.join(TASKS)}")
     p.add_argument("--model", required=True, help="a fine-tuned folder (e.g. RUN/best)")
-    p.add_argument("--data", help="the task's data folder (or file); your own data: --dev FILE instead")
-    p.add_argument("--split", help="split to score (default: the task's dev splits)")
+    p.add_argument("--data", help=data_help)
     p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 or 384)")
-    p.add_argument("--max-eval-examples", type=count(1), help="score only the first N examples")
+    p.add_argument("--max-eval-examples", type=count(1), help=examples_help)
     p.add_argument("--batch-size", type=count(1), default=64, help="rows per forward pass (default 64)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default cpu)")
     add_family_arguments(p)
+
+
+def add_evaluate_arguments(p):
+    add_model_run_arguments(p, "the task's data folder (or file); your own data: --dev FILE instead",
+                            "score only the first N examples")
+    p.add_argument("--split", help="split to score (default: the task's dev splits)")
 
 
 def run_evaluate(args) -> int:

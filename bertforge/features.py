@@ -31,11 +31,11 @@ import numpy as np
 import torch
 
 from .io import atomic_path, read_text, rounded
+from .options import torch_device
 from .errors import BertforgeError
-from .inference import run_model
+from .inference import doc_spans, max_context_window, run_model
 from .model import BertModel
 from .tasks.base import SEQUENCE_INPUTS, padding
-from .tasks.squad import doc_spans, max_context_window
 from .tokenizer import BertTokenizer, truncated_lengths
 
 log = logging.getLogger("bertforge")
@@ -383,7 +383,7 @@ def add_features_arguments(parser):
                         help="longer texts: each window starts this many tokens past the last (default: half a window)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--bf16", action="store_true", help="run the encoder under bfloat16 autocast")
-    parser.add_argument("--device", help="e.g. cpu or cuda:0 (default: cuda when available)")
+    parser.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when available)")
 
 
 def run_features(args) -> int:

@@ -1,6 +1,8 @@
 """Running a model over encoded rows, the one way every consumer does it (evaluation, prediction, features,
 pipelines, the server): rows sorted by length so that batches carry little padding, batches cut by a row
-count or a token budget, padded, run without autograd, and the outputs put back in the rows' order.
+count or a token budget, padded, run without autograd, and the outputs put back in the rows' order. Inputs
+longer than a model's window are cut into overlapping windows here too (Google's doc spans), each token read
+from the window where it has the most context.
 """
 
 from typing import Callable
@@ -50,6 +52,31 @@ def length_sorted_batches(lengths: np.ndarray, batch_size: int | None = None,
         batches.append(order[start:end])
         start = end
     return batches
+
+
+def doc_spans(n: int, room: int, stride: int) -> list[tuple[int, int]]:
+    """Google's doc spans as (start, length): windows of `room` tokens, each `stride` past the last."""
+    spans, start = [], 0
+    while start < n:
+        length = min(n - start, room)
+        spans.append((start, length))
+        if start + length == n:
+            break
+        start += min(length, stride)
+    return spans
+
+
+def max_context_window(n: int, spans) -> np.ndarray:
+    """For each token, the window giving it the most context (Google's _check_is_max_context)."""
+    if len(spans) == 1:  # most passages: a shortcut worth seconds on the training set
+        return np.zeros(n, dtype=np.intp)
+    start = np.array([s for s, _ in spans])[:, None]
+    length = np.array([size for _, size in spans])[:, None]
+    pos = np.arange(n)[None, :]
+    end = start + length - 1
+    score = np.minimum(pos - start, end - pos) + 0.01 * length
+    score = np.where((pos >= start) & (pos <= end), score, -np.inf)
+    return score.argmax(0)  # the first of equal scores wins, as Google's strict '>'
 
 
 @torch.inference_mode()

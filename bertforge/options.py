@@ -63,6 +63,24 @@ def fraction_or_steps(text: str) -> float:
     return value
 
 
+def torch_device(text: str) -> str:
+    """A torch device that this machine has: cpu, cuda, cuda:N (checked before any work starts)."""
+    import torch
+
+    try:
+        chosen = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, not {text!r}") from None
+    if chosen.type == "cuda":
+        if not torch.cuda.is_available():
+            raise argparse.ArgumentTypeError(f"{text}: CUDA is not available on this machine")
+        if chosen.index is not None and chosen.index >= torch.cuda.device_count():
+            raise argparse.ArgumentTypeError(f"{text}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif chosen.type != "cpu":
+        raise argparse.ArgumentTypeError(f"{text}: only cpu and cuda devices are supported")
+    return text
+
+
 TYPES = {int: count(0), float: non_negative}  # the checks of fields that name no type of their own
 
 

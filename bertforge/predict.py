@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 
 from .errors import BertforgeError, where
-from .evaluate import load_finetuned, predict_split
+from .evaluate import add_model_run_arguments, load_finetuned, predict_split
 from .io import parse_json, read_text, write_text_atomic
-from .options import count
-from .tasks import TASKS, add_family_arguments, make_family
+from .tasks import make_family
 
 
 def parse_line(line: str, fields: dict[str, type], location: str) -> dict:
@@ -78,19 +77,13 @@ def predict_examples(family, tokenizer, model, records: list[dict], batch_size: 
 
 
 def add_predict_arguments(p):
-    p.add_argument("task", help=f"one of {', '.join(TASKS)}")
-    p.add_argument("--model", required=True, help="a fine-tuned folder (e.g. RUN/best)")
-    p.add_argument("--data", help="the task's data: predict its test split (or --split) in the submission format")
+    add_model_run_arguments(p, "the task's data: predict its test split (or --split) in the submission format",
+                            "with --data: predict only the first N examples")
     p.add_argument("--text", action="append", default=[],
                    help="an example of your own, its fields separated by tabs (repeat for more)")
     p.add_argument("--input", help="examples of your own: a .txt file (one a line, fields tab-separated) or .jsonl")
     p.add_argument("--out", help="folder for the submission file, or for predictions.jsonl (default: stdout)")
     p.add_argument("--split", help="with --data: the split to predict (default test)")
-    p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 or 384)")
-    p.add_argument("--max-eval-examples", type=count(1), help="with --data: predict only the first N examples")
-    p.add_argument("--batch-size", type=count(1), default=64, help="rows per forward pass (default 64)")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
-    add_family_arguments(p)
 
 
 def run_predict(args) -> int:

@@ -32,7 +32,7 @@ from tqdm import tqdm
 from .io import write_text_atomic
 from .errors import BertforgeError
 from .optim import linear_schedule, make_optimizer
-from .options import count, fraction_or_steps, positive
+from .options import count, fraction_or_steps, positive, torch_device
 
 STATE_FILE = "training_state.pt"
 
@@ -68,7 +68,7 @@ class TrainArgs:
     keep: int = option(2, "step checkpoints kept on disk (final/ and best/ are extra)", type=count(1))
     resume: bool = option(False, "continue from the run's latest checkpoint")
     progress: bool = option(True, "no progress bar", flag="--no-progress", inverse=True)
-    device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when present)")
+    device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when present)", type=torch_device)
     extra: dict = field(default_factory=dict)  # recorded in the run's args.json, not used by the loop
 
     @property

@@ -17,6 +17,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from ..errors import BertforgeError, where
+from ..inference import doc_spans, max_context_window
 from ..io import read_json, rounded, write_json, write_text_atomic
 from ..model import BertForQuestionAnswering
 from .base import Split, TaskFamily, find_file
@@ -112,31 +113,6 @@ class SquadWindow:
     is_max_context: np.ndarray  # [L] bool: this is the window in which the token is scored
     start_position: int = 0  # the first answer's tokens, or 0 ([CLS]) when unanswerable or not in this window
     end_position: int = 0
-
-
-def doc_spans(n: int, room: int, stride: int) -> list[tuple[int, int]]:
-    """Google's doc spans as (start, length): windows of `room` tokens, each `stride` past the last."""
-    spans, start = [], 0
-    while start < n:
-        length = min(n - start, room)
-        spans.append((start, length))
-        if start + length == n:
-            break
-        start += min(length, stride)
-    return spans
-
-
-def max_context_window(n: int, spans) -> np.ndarray:
-    """For each passage token, the window giving it the most context (Google's _check_is_max_context)."""
-    if len(spans) == 1:  # most passages: a shortcut worth seconds on the training set
-        return np.zeros(n, dtype=np.intp)
-    start = np.array([s for s, _ in spans])[:, None]
-    length = np.array([size for _, size in spans])[:, None]
-    pos = np.arange(n)[None, :]
-    end = start + length - 1
-    score = np.minimum(pos - start, end - pos) + 0.01 * length
-    score = np.where((pos >= start) & (pos <= end), score, -np.inf)
-    return score.argmax(0)  # the first of equal scores wins, as Google's strict '>'
 
 
 def featurize(examples: list[SquadExample], tokenizer, max_length: int = 384, doc_stride: int = 128,
