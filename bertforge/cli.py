@@ -62,6 +62,6 @@ def main(argv=None) -> int:
     except BertforgeError as e:
         print(f"bertforge: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("bertforge: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # Ctrl-C, or train.Interrupted after a run saved its checkpoint
+        print(f"bertforge: {e or 'interrupted'}", file=sys.stderr)
         return 130

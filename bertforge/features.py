@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .io import atomic_path, read_text, rounded
-from .options import torch_device
+from .options import count, torch_device
 from .errors import BertforgeError
 from .inference import doc_spans, max_context_window, run_model
 from .model import BertModel
@@ -378,10 +378,10 @@ def add_features_arguments(parser):
     parser.add_argument("--pooling", choices=POOLINGS, default="mean", help="sentence level: mean of tokens or [CLS]")
     parser.add_argument("--word-vector", choices=WORD_VECTORS, default="first",
                         help="word level: the first piece's vector (as the paper's NER) or the mean of the pieces")
-    parser.add_argument("--max-length", type=int, default=512, help="window length in tokens")
-    parser.add_argument("--stride", type=int,
+    parser.add_argument("--max-length", type=count(3), default=512, help="window length in tokens")
+    parser.add_argument("--stride", type=count(1),
                         help="longer texts: each window starts this many tokens past the last (default: half a window)")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=count(1), default=32)
     parser.add_argument("--bf16", action="store_true", help="run the encoder under bfloat16 autocast")
     parser.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when available)")
 

@@ -21,12 +21,14 @@ def _number(kind, text: str):
     return value
 
 
-def count(minimum: int = 1):
-    """A whole number of at least `minimum`."""
+def count(minimum: int = 1, maximum: int | None = None):
+    """A whole number of at least `minimum` (and at most `maximum`)."""
     def parse(text: str) -> int:
         value = _number(int, text)
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be a whole number of at least {minimum}, not {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, not {text}")
         return value
     parse.__name__ = "count"
     return parse
@@ -52,6 +54,22 @@ def probability(text: str) -> float:
     value = _number(float, text)
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, not {text}")
+    return value
+
+
+def open_fraction(text: str) -> float:
+    """A number strictly between 0 and 1."""
+    value = _number(float, text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and below 1, not {text}")
+    return value
+
+
+def share(text: str) -> float:
+    """A number in [0, 1]."""
+    value = _number(float, text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, not {text}")
     return value
 
 

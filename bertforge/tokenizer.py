@@ -13,6 +13,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .errors import BertforgeError, where
+from .options import count
 from .io import atomic_path, read_json, read_text, text_files, write_json, write_text_atomic
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -331,7 +332,13 @@ def train_vocab(files, vocab_size=30522, out_dir=None, lowercase=True, min_frequ
         special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##", show_progress=False,
     )
     backend.train_from_iterator((read_text(p, encoding) for p in paths), trainer)
-    tokenizer = BertTokenizer(backend.get_vocab(), do_lower_case=lowercase)
+    vocab = backend.get_vocab()
+    if len(vocab) == len(SPECIAL_TOKENS):
+        raise BertforgeError(f"{' '.join(map(str, files))}: no text to learn a vocabulary from (only whitespace)")
+    if len(vocab) > vocab_size:
+        raise BertforgeError(f"--vocab-size {vocab_size} is below what the corpus needs: its alphabet and the "
+                             f"{len(SPECIAL_TOKENS)} special tokens take {len(vocab)} entries")
+    tokenizer = BertTokenizer(vocab, do_lower_case=lowercase)
     if out_dir is not None:
         tokenizer.save_pretrained(out_dir)
     return tokenizer
@@ -341,17 +348,17 @@ def add_tokenizer_arguments(parser):
     sub = parser.add_subparsers(dest="tokenizer_command", required=True)
     train = sub.add_parser("train", help="train a WordPiece vocabulary on text files")
     train.add_argument("--files", nargs="+", required=True, help="text files or folders (*.txt, no extension)")
-    train.add_argument("--vocab-size", type=int, default=30522)
+    train.add_argument("--vocab-size", type=count(len(SPECIAL_TOKENS) + 1), default=30522)
     train.add_argument("--out", required=True, help="folder for vocab.txt, tokenizer.json, tokenizer_config.json")
     train.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case)")
-    train.add_argument("--min-frequency", type=int, default=2)
+    train.add_argument("--min-frequency", type=count(1), default=2)
     train.add_argument("--encoding", default="utf-8", help="encoding of the text files")
     encode = sub.add_parser("encode", help="show how a text (or text pair) is tokenized")
     encode.add_argument("--vocab", required=True, help="vocab.txt or a checkpoint folder")
     case = encode.add_mutually_exclusive_group()
     case.add_argument("--cased", dest="do_lower_case", action="store_false", default=None)
     case.add_argument("--uncased", dest="do_lower_case", action="store_true", default=None)
-    encode.add_argument("--max-length", type=int, help="truncate the input to this many tokens")
+    encode.add_argument("--max-length", type=count(2), help="truncate the input to this many tokens")
     encode.add_argument("text")
     encode.add_argument("text_pair", nargs="?")
 

@@ -29,12 +29,13 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
-from .io import write_text_atomic
+from .io import read_text, write_text_atomic
 from .errors import BertforgeError
 from .optim import linear_schedule, make_optimizer
 from .options import count, fraction_or_steps, positive, torch_device
 
 STATE_FILE = "training_state.pt"
+COMPLETE = "COMPLETE"  # written last into a checkpoint folder: a folder without it is not a checkpoint
 
 log = logging.getLogger("bertforge")
 
@@ -67,6 +68,7 @@ class TrainArgs:
     save_every: int = option(0, "write a resumable checkpoint every N steps (0: only at the end)")
     keep: int = option(2, "step checkpoints kept on disk (final/ and best/ are extra)", type=count(1))
     resume: bool = option(False, "continue from the run's latest checkpoint")
+    overwrite: bool = option(False, "start over in a run folder that holds an earlier run (its checkpoints go)")
     progress: bool = option(True, "no progress bar", flag="--no-progress", inverse=True)
     device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when present)", type=torch_device)
     extra: dict = field(default_factory=dict)  # recorded in the run's args.json, not used by the loop
@@ -129,8 +131,18 @@ def step_folder(out: Path, step: int) -> Path:
 
 
 def latest_checkpoint(out: Path) -> Path | None:
-    done = sorted(p for p in out.glob("step-*") if (p / STATE_FILE).is_file())
+    """The newest step checkpoint that was written to the end (its COMPLETE marker is written last)."""
+    done = sorted(p for p in out.glob("step-*") if (p / COMPLETE).is_file() and (p / STATE_FILE).is_file())
     return done[-1] if done else None
+
+
+def remove_folder(folder: Path):
+    """Delete a folder, renaming it first so that a deletion cut short never leaves it under its own name."""
+    doomed = folder.with_name(f".{folder.name}.old")
+    shutil.rmtree(doomed, ignore_errors=True)
+    if folder.exists():
+        folder.rename(doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def replace_folder(tmp: Path, final: Path):
@@ -141,6 +153,34 @@ def replace_folder(tmp: Path, final: Path):
         final.rename(old)
     tmp.rename(final)
     shutil.rmtree(old, ignore_errors=True)
+
+
+RUN_FILES = ("metrics.jsonl", "eval_results.json")  # with step-*/, final/ and best/: what a run leaves
+
+
+def earlier_run(out: Path) -> list[str]:
+    """What an earlier run left in `out`."""
+    left = [p.name for p in (*out.glob("step-*"), out / "final", out / "best") if p.is_dir()]
+    return sorted(left) + [name for name in RUN_FILES if (out / name).is_file()]
+
+
+def check_run_folder(args: "TrainArgs"):
+    """--resume needs a checkpoint to resume; a new run does not start over an earlier one unless told to."""
+    if args.resume:
+        if latest_checkpoint(args.out) is None:
+            raise BertforgeError(f"{args.out}: nothing to resume (no complete checkpoint with its training state); "
+                                 "start without --resume")
+        return
+    left = earlier_run(args.out) if args.out.is_dir() else []
+    if left and not args.overwrite:
+        raise BertforgeError(f"{args.out}: holds an earlier run ({', '.join(left[:4])}); continue it with --resume, "
+                             "or start over with --overwrite")
+    for name in left:
+        remove_folder(args.out / name) if (args.out / name).is_dir() else (args.out / name).unlink()
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped the run after it saved a checkpoint (the CLI exits 130 with this message)."""
 
 
 class Checkpointer:
@@ -170,10 +210,11 @@ class Checkpointer:
         if full:
             torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                         "rng": rngs}, tmp / STATE_FILE)
+        (tmp / COMPLETE).write_text(f"step {step}\n")
         replace_folder(tmp, final)
         if full and name is None:
             for old in sorted(self.args.out.glob("step-*"))[:-self.args.keep]:
-                shutil.rmtree(old, ignore_errors=True)
+                remove_folder(old)
 
     def restore(self, model, optimizer, scheduler) -> int:
         """Load the latest complete checkpoint; returns the step to continue from (0 if none)."""
@@ -201,17 +242,25 @@ class Checkpointer:
 
 
 class MetricsLog:
-    """RUN/metrics.jsonl, one object per logged step; on resume, rows past the checkpoint are dropped."""
+    """RUN/metrics.jsonl, one object per logged step; on resume, rows past the checkpoint are dropped (and a
+    last line torn by a kill), and `rows` holds those kept."""
 
     def __init__(self, path: Path, start_step: int, enabled: bool):
-        self.path, self.enabled = path, enabled
+        self.path, self.enabled, self.rows = path, enabled, []
         if not enabled:
             return
-        rows = []
         if start_step and path.exists():
-            rows = [r for r in path.read_text(encoding="utf-8").splitlines()
-                    if r.strip() and json.loads(r)["step"] <= start_step]
-        write_text_atomic(path, "".join(r + "\n" for r in rows))
+            lines = [line for line in read_text(path).split("\n") if line.strip()]
+            for n, line in enumerate(lines, 1):
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    if n == len(lines):
+                        break  # the line being written when the run was killed
+                    raise BertforgeError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+                if row.get("step", 0) <= start_step:
+                    self.rows.append(row)
+        write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in self.rows))
 
     def write(self, row: dict):
         if self.enabled:
@@ -275,11 +324,14 @@ def bound_heap_growth():
 
 
 def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = None) -> dict:
-    """Train `model` on `task`; returns the last evaluation (empty if none ran)."""
+    """Train `model` on `job`; returns the last evaluation (empty if none ran). A stop asked for by SIGINT or
+    SIGTERM saves a checkpoint and raises `Interrupted`."""
     ctx = ctx or Dist()
     bound_heap_growth()
     if args.bf16 and ctx.main:
         warn_if_bf16_is_emulated(ctx.device)
+    if ctx.main:
+        check_run_folder(args)
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed + ctx.rank)
     model.to(ctx.device)
@@ -294,7 +346,8 @@ def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = 
     stop = StopRequest()
     bar = tqdm(total=args.steps, initial=start, disable=not (args.progress and ctx.main), unit="step",
                dynamic_ncols=True)
-    last_eval, best = {}, -math.inf
+    last_eval = {}
+    best = max((row[job.best_metric] for row in log.rows if job.best_metric in row), default=-math.inf)
     tokens_since, clock = 0, time.perf_counter()
     try:
         for step in range(start, args.steps):
@@ -322,9 +375,8 @@ def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = 
             if (args.save_every and done % args.save_every == 0) or stop_now:
                 ckpt.save(model, optimizer, scheduler, done)
             if stop_now:
-                if ctx.main:
-                    tqdm.write(f"stopped at step {done}: checkpoint saved; continue with --resume")
-                return last_eval
+                raise Interrupted(f"stopped at step {done}: checkpoint saved in {step_folder(args.out, done)}; "
+                                  "continue with --resume")
         ckpt.save(model, optimizer, scheduler, args.steps)
         ckpt.save(model, optimizer, scheduler, args.steps, name="final", full=False)
     finally:

@@ -29,7 +29,10 @@ from bertforge.data.masking import continuation_table, mask_batch, word_starts
 from bertforge.data.shards import ShardWriter, clear_data, vocab_sha256
 from bertforge.errors import BertforgeError
 from bertforge.io import write_json
+from bertforge.options import count, open_fraction, share
 from bertforge.tokenizer import BertTokenizer
+
+MAX_SEQ_LENGTH = 1 << 16  # masked positions are stored as uint16 (see shards.py)
 
 SHARD_INSTANCES = 1 << 15
 MASK_ROWS = 4096  # rows masked at once: bounds the temporary [rows, max_seq_length] arrays
@@ -49,12 +52,16 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
     """
     if not isinstance(tokenizer, BertTokenizer):
         tokenizer = BertTokenizer.from_pretrained(tokenizer)
-    if max_seq_length < 5:
-        raise BertforgeError(f"--max-seq-length {max_seq_length}: must be at least 5 ([CLS] A [SEP] B [SEP])")
-    if not 0 <= short_seq_prob <= 1 or not 0 < masked_lm_prob < 1:
-        raise BertforgeError("--short-seq-prob must be in [0, 1] and --masked-lm-prob in (0, 1)")
-    if dupe_factor < 1 or max_predictions < 1 or eval_docs < 0:
-        raise BertforgeError("--dupe-factor and --max-predictions must be at least 1, --eval-docs not negative")
+    for flag, value, ok, rule in (
+            ("--max-seq-length", max_seq_length, 5 <= max_seq_length <= MAX_SEQ_LENGTH,
+             f"from 5 ([CLS] A [SEP] B [SEP]) to {MAX_SEQ_LENGTH} (positions are stored as uint16)"),
+            ("--short-seq-prob", short_seq_prob, 0 <= short_seq_prob <= 1, "between 0 and 1"),
+            ("--masked-lm-prob", masked_lm_prob, 0 < masked_lm_prob < 1, "above 0 and below 1"),
+            ("--dupe-factor", dupe_factor, dupe_factor >= 1, "at least 1"),
+            ("--max-predictions", max_predictions, max_predictions >= 1, "at least 1"),
+            ("--eval-docs", eval_docs, eval_docs >= 0, "0 or more")):
+        if not ok:
+            raise BertforgeError(f"{flag} {value}: must be {rule}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     token_file = out / "corpus-tokens.tmp"
@@ -209,12 +216,17 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
                         help="text files or folders (searched recursively for .txt/.raw/.text files)")
     parser.add_argument("--vocab", required=True, help="vocab.txt or a tokenizer/model folder")
     parser.add_argument("--out", required=True, help="output folder (shards, index.json, stats.json, eval/)")
-    parser.add_argument("--max-seq-length", type=int, default=128)
-    parser.add_argument("--max-predictions", type=int, default=20, help="masked positions per instance at most")
-    parser.add_argument("--masked-lm-prob", type=float, default=0.15)
-    parser.add_argument("--short-seq-prob", type=float, default=0.1)
-    parser.add_argument("--dupe-factor", type=int, default=10, help="passes over the corpus, each with new masks")
-    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--max-seq-length", type=count(5, MAX_SEQ_LENGTH), default=128,
+                        help="tokens per instance, [CLS] and [SEP]s included (default 128)")
+    parser.add_argument("--max-predictions", type=count(1), default=20,
+                        help="masked positions per instance at most (default 20)")
+    parser.add_argument("--masked-lm-prob", type=open_fraction, default=0.15,
+                        help="share of the tokens masked (default 0.15)")
+    parser.add_argument("--short-seq-prob", type=share, default=0.1,
+                        help="share of instances given a shorter random length (default 0.1)")
+    parser.add_argument("--dupe-factor", type=count(1), default=10,
+                        help="passes over the corpus, each with new masks (default 10)")
+    parser.add_argument("--seed", type=count(0), default=12345, help="random seed (default 12345)")
     parser.add_argument("--whole-word-mask", action="store_true", help="mask all pieces of a word together")
     parser.add_argument("--no-mask", action="store_true",
                         help="write unmasked instances (the trainer masks dynamically)")

@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 
 from ..errors import BertforgeError, where
 from ..inference import doc_spans, max_context_window
+from ..options import count, open_fraction
 from ..io import read_json, rounded, write_json, write_text_atomic
 from ..model import BertForQuestionAnswering
 from .base import Split, TaskFamily, find_file
@@ -294,8 +295,9 @@ def add_squad_split_arguments(parser):
     parser.add_argument("file", help="a SQuAD v1.1 or v2.0 JSON file")
     parser.add_argument("--out", required=True,
                         help="folder for train-vV.json and dev-vV.json, V the file's version (what finetune reads)")
-    parser.add_argument("--train-fraction", type=float, default=0.5, help="the share of the articles to train on")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the shuffle of the articles")
+    parser.add_argument("--train-fraction", type=open_fraction, default=0.5,
+                        help="the share of the articles to train on (default 0.5)")
+    parser.add_argument("--seed", type=count(0), default=0, help="seed of the shuffle of the articles (default 0)")
 
 
 def run_squad_split(args) -> int:
