@@ -192,6 +192,7 @@ class PretrainedMixin:
                 [f"weights have {', '.join(extra)} beyond the config"] if extra else [])
             raise BertforgeError(f"{file}: the config.json does not describe these weights: {'; '.join(problems)}")
         result = self.load_state_dict(weights, strict=False)
+        self.fresh_parts = sorted({part_name(k) for k in result.missing_keys})  # initialised, not loaded
         report = describe_mismatch(type(self).__name__, result.missing_keys, result.unexpected_keys)
         for line in report:
             log.warning(line)

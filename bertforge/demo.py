@@ -17,6 +17,7 @@ import torch
 
 from .data.create import create_pretraining_data
 from .model import BertForPreTraining
+from .io import check_output
 from .options import count, positive
 from .pretrain import pretrain
 from .tokenizer import BertTokenizer, train_vocab
@@ -99,7 +100,7 @@ def step(title: str, command: str):
 
 
 def run_demo(args) -> int:
-    out = Path(args.out)
+    out = check_output(args.out, "--out")
     started = time.perf_counter()
     corpus, vocab, data, run = out / "corpus", out / "vocab", out / "data", out / "run"
 

@@ -2,6 +2,7 @@
 
 import json
 
+from .errors import BertforgeError
 from .inference import run_model
 from .options import count, torch_device
 from .tasks import TASKS, add_family_arguments, make_family
@@ -26,11 +27,32 @@ def evaluate_splits(family: TaskFamily, model, splits: list[Split], batch_size: 
     return metrics
 
 
+def check_model(family: TaskFamily, model, folder, fine_tuned: bool) -> None:
+    """The checkpoint fits the task: its head is the task's (and trained, for `fine_tuned`), its positions hold
+    the task's inputs."""
+    config = model.config
+    saved_as = config.extra.get("architectures") or []
+    wanted = family.model_class.__name__
+    if fine_tuned and saved_as and wanted not in saved_as:
+        raise BertforgeError(f"{folder}: a {saved_as[0]} model, but {family.task} needs a {wanted}")
+    if fine_tuned and model.fresh_parts:
+        raise BertforgeError(f"{folder}: has no trained {', '.join(model.fresh_parts)} for {family.task}; "
+                             f"fine-tune it first (bertforge finetune {family.task} --model {folder} ...)")
+    check_length(family, config, folder)
+
+
+def check_length(family: TaskFamily, config, folder) -> None:
+    if family.max_length > config.max_position_embeddings:
+        raise BertforgeError(f"--max-length {family.max_length}: the model in {folder} has "
+                             f"{config.max_position_embeddings} positions")
+
+
 def load_finetuned(args, reading: bool = True):
     """The family, tokenizer and model of a fine-tuned folder; label names are the model's where they fit."""
     family = make_family(args.task, args.data, args.max_length, vars(args), reading)
     tokenizer = BertTokenizer.from_pretrained(args.model)
     model = family.model_class.from_pretrained(args.model).to(args.device or "cpu")
+    check_model(family, model, args.model, fine_tuned=True)
     family.use_model_labels(model.config)
     return family, tokenizer, model
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .io import atomic_path, read_text, rounded
+from .io import atomic_path, check_output, read_text, rounded
 from .options import count, torch_device
 from .errors import BertforgeError
 from .inference import doc_spans, max_context_window, run_model
@@ -299,7 +299,7 @@ def read_texts(path, pair: bool = False) -> list:
     return out
 
 
-def check_output(path, level: str) -> str:
+def check_output_format(path, level: str) -> str:
     """The output format named by the file's suffix, or an error before any work is done."""
     suffix = Path(path).suffix.lower()
     allowed = (".npy", ".npz", ".jsonl") if level == "sentence" else (".npz", ".jsonl")
@@ -313,7 +313,7 @@ def check_output(path, level: str) -> str:
 def write_features(features: Features, path) -> Path:
     """Write `features` to .npy (sentence level), .npz or .jsonl, atomically; see the module docstring."""
     path = Path(path)
-    suffix = check_output(path, features.level)
+    suffix = check_output_format(path, features.level)
     name = "tokens" if features.level == "token" else "words"
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         if suffix == ".npy":
@@ -388,7 +388,8 @@ def add_features_arguments(parser):
 
 def run_features(args) -> int:
     t0 = time.time()
-    check_output(args.out, args.level)
+    check_output_format(args.out, args.level)
+    check_output(args.out, "--out", folder=False, inputs=[args.input])
     layers = _layer_list(args.layers)
     texts = read_texts(args.input, pair=args.pair)
     features = extract_features(args.model, texts, layers=layers, combine=args.combine, level=args.level,

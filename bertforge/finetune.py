@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .evaluate import evaluate_splits
+from .config import BertConfig
+from .evaluate import check_length, evaluate_splits
 from .inference import pad_batch, row_lengths
-from .io import read_json_lines, write_json
+from .io import check_output, read_json_lines, write_json
 from .options import add_training_arguments, count, positive, training_options
 from .tasks import TASKS, add_family_arguments, family_options, make_family
 from .tasks.base import TaskFamily, padding
@@ -85,6 +86,7 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     ctx = setup_distributed(train_options.get("device"))
     out = Path(out)
     family = make_family(task, data, max_length, options, reading=True)
+    check_length(family, BertConfig.load(str(model_dir)), model_dir)  # before the data is read
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     train_split = family.read("train", tokenizer, max_train_examples)
     eval_splits = [family.read(s, tokenizer, max_eval_examples) for s in family.eval_splits]
@@ -129,6 +131,7 @@ def add_finetune_arguments(p):
 
 
 def run_finetune(args) -> int:
+    check_output(args.out, "--out", inputs=[p for p in (args.model, args.data) if p])
     results = finetune(args.task, args.model, args.data, args.out, epochs=args.epochs, max_length=args.max_length,
                        max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
                        group_by_length=not args.no_length_grouping,

@@ -9,13 +9,15 @@ import csv
 import io
 import json
 import os
+import re
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from .errors import BertforgeError, where
+from .errors import FULL, BertforgeError, where
 
 TEXT_SUFFIXES = (".txt", ".raw", ".text")  # what is read when recursing into a folder of text
 
@@ -47,12 +49,37 @@ def read_text(path, encoding="utf-8") -> str:
         ) from None
 
 
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
 def parse_json(text: str, path, first_line: int = 1):
-    """JSON from `text`, which starts on line `first_line` of `path`; an error names the file and line."""
+    """JSON from `text`, which starts on line `first_line` of `path`; an error names the file and line.
+    A string holding an unpaired surrogate escape (e.g. "\\ud800") is refused: it is not Unicode text."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as e:
         raise BertforgeError(f"{where(path, first_line + e.lineno - 1)}: not valid JSON ({e.msg})") from None
+    found = SURROGATE_ESCAPE.search(text)
+    if found and not _is_unicode(value):
+        line = first_line + text.count("\n", 0, found.start())
+        raise BertforgeError(f"{where(path, line)}: a string holds an unpaired surrogate ({found.group()}), which is "
+                             "not Unicode text")
+    return value
+
+
+def _is_unicode(value) -> bool:
+    """Every string in a parsed JSON value encodes as UTF-8 (no unpaired surrogates)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, dict):
+        return all(_is_unicode(k) and _is_unicode(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(map(_is_unicode, value))
+    return True
 
 
 def read_json(path, expect: type | None = dict):
@@ -110,9 +137,42 @@ def atomic_path(path):
         yield Path(tmp)
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) or type(e).__name__ in WRITE_ERRORS:
+            raise BertforgeError(f"{path}: {write_failure(e)}") from None
         raise
+
+
+# What torch and safetensors raise when a write fails (a full disk: torch says "unexpected pos", safetensors
+# "No space left on device"); plain OSErrors are caught too.
+WRITE_ERRORS = ("RuntimeError", "SafetensorError")
+
+
+def write_failure(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.errno in FULL or "space" in str(e).lower() or "unexpected pos" in str(e):
+        return "could not be written: no space left (the disk is full or a file-size limit was reached)"
+    detail = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+    return f"could not be written ({detail})"
+
+
+def remove_folder(folder: Path):
+    """Delete a folder, renaming it first so that a deletion cut short never leaves it under its own name."""
+    doomed = folder.with_name(f".{folder.name}.old")
+    shutil.rmtree(doomed, ignore_errors=True)
+    if folder.exists():
+        folder.rename(doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def replace_folder(tmp: Path, final: Path):
+    """Move a fully written folder into place; an older folder of that name goes only after."""
+    old = final.with_name(f".{final.name}.old")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_text_atomic(path, text: str):
@@ -123,6 +183,26 @@ def write_text_atomic(path, text: str):
 def write_json(path, value, **dumps_options):
     """`value` as indented JSON, atomically."""
     write_text_atomic(path, json.dumps(value, indent=2, **dumps_options) + "\n")
+
+
+def check_output(path, flag: str, folder: bool = True, inputs=()) -> Path:
+    """An output path checked before any work starts: a folder (or a file) where one can write, not an input."""
+    path = Path(path)
+    if folder and path.exists() and not path.is_dir():
+        raise BertforgeError(f"{flag} {path}: is a file, not a folder")
+    if not folder and path.is_dir():
+        raise BertforgeError(f"{flag} {path}: is a folder, not a file")
+    for given in inputs:
+        if Path(given).exists() and Path(given).resolve() == path.resolve():
+            raise BertforgeError(f"{flag} {path}: is also the input; write somewhere else")
+    parent = path if folder else path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise BertforgeError(f"{flag} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK):
+        raise BertforgeError(f"{flag} {path}: cannot write in {parent} (permission denied or read-only)")
+    return path
 
 
 def text_files(inputs) -> tuple[list[Path], int]:

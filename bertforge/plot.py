@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from .errors import BertforgeError
-from .io import read_json, read_json_lines
+from .io import atomic_path, check_output, read_json, read_json_lines
 
 
 def read_metrics(run) -> list[dict]:
@@ -61,7 +61,8 @@ def plot_run(run, out=None) -> Path:
         ax.grid(alpha=0.3)
     fig.suptitle(Path(run).name)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return out
 
@@ -72,5 +73,7 @@ def add_plot_arguments(p):
 
 
 def run_plot(args) -> int:
+    if args.out:
+        check_output(args.out, "--out", folder=False, inputs=[args.run])
     print(plot_run(args.run, args.out))
     return 0

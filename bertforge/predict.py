@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .errors import BertforgeError, where
 from .evaluate import add_model_run_arguments, load_finetuned, predict_split
-from .io import parse_json, read_text, write_text_atomic
+from .io import check_output, parse_json, read_text, write_text_atomic
 from .tasks import make_family
 
 
@@ -87,6 +87,8 @@ def add_predict_arguments(p):
 
 
 def run_predict(args) -> int:
+    if args.out is not None:
+        check_output(args.out, "--out", inputs=[p for p in (args.model, args.data, args.input) if p])
     own = bool(args.text or args.input)
     if own == (args.data is not None or args.test is not None):
         raise BertforgeError("give either --data (a task's split; --test FILE for your own data's) or --text/--input "

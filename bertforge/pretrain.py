@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .io import write_json
+from .io import check_output, write_json
 from .options import add_training_arguments, count, probability, training_options
 from .config import BertConfig
 from .data.shards import check_vocab, load_pretraining_data
@@ -151,6 +151,9 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     job = PretrainJob(data, tokenizer, options["batch_size"], options["seed"], eval_rows)
     torch.manual_seed(options["seed"])
     model = build_model(config, tokenizer, init_from, dropout, job.train.index)
+    if job.train.max_seq_length > model.config.max_position_embeddings:
+        raise BertforgeError(f"{data}: rows of {job.train.max_seq_length} tokens, but the model has "
+                             f"{model.config.max_position_embeddings} positions (--config, --init-from)")
     args = TrainArgs(out=Path(out), **options)
     baselines = {}
     if ctx.main:  # beside metrics.jsonl, for `bertforge plot`
@@ -171,6 +174,7 @@ def add_pretrain_arguments(p):
 
 
 def run_pretrain(args) -> int:
+    check_output(args.out, "--out", inputs=[args.data])
     result = pretrain(args.data, args.out, config=args.config, init_from=args.init_from, dropout=args.dropout,
                       eval_rows=args.eval_rows, **training_options(args))
     for key, value in result.items():

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from .errors import BertforgeError, where
 from .options import count
-from .io import atomic_path, read_json, read_text, text_files, write_json, write_text_atomic
+from .io import atomic_path, check_output, read_json, read_text, text_files, write_json, write_text_atomic
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 MAX_CHARS_PER_WORD = 100  # longer words become [UNK]
@@ -368,6 +368,7 @@ SAMPLES = ["The quick brown fox jumps over the lazy dog.", "Tokenization splits 
 
 def run_tokenizer(args) -> int:
     if args.tokenizer_command == "train":
+        check_output(args.out, "--out", inputs=args.files)
         t0 = time.time()
         tokenizer = train_vocab(args.files, args.vocab_size, args.out, lowercase=not args.cased,
                                 min_frequency=args.min_frequency, encoding=args.encoding)

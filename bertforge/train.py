@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
-from .io import read_text, write_text_atomic
+from .io import atomic_path, read_text, remove_folder, replace_folder, write_text_atomic
 from .errors import BertforgeError
 from .optim import linear_schedule, make_optimizer
 from .options import count, fraction_or_steps, positive, torch_device
@@ -136,25 +136,6 @@ def latest_checkpoint(out: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def remove_folder(folder: Path):
-    """Delete a folder, renaming it first so that a deletion cut short never leaves it under its own name."""
-    doomed = folder.with_name(f".{folder.name}.old")
-    shutil.rmtree(doomed, ignore_errors=True)
-    if folder.exists():
-        folder.rename(doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
-
-
-def replace_folder(tmp: Path, final: Path):
-    """Move a fully written folder into place; an older folder of that name goes only after."""
-    old = final.with_name(f".{final.name}.old")
-    if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        final.rename(old)
-    tmp.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 RUN_FILES = ("metrics.jsonl", "eval_results.json")  # with step-*/, final/ and best/: what a run leaves
 
 
@@ -206,11 +187,16 @@ class Checkpointer:
         tmp = final.with_name(f".{final.name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self.job.save(model, tmp)
-        if full:
-            torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                        "rng": rngs}, tmp / STATE_FILE)
-        (tmp / COMPLETE).write_text(f"step {step}\n")
+        try:
+            self.job.save(model, tmp)
+            if full:
+                with atomic_path(tmp / STATE_FILE) as path:
+                    torch.save({"step": step, "optimizer": optimizer.state_dict(),
+                                "scheduler": scheduler.state_dict(), "rng": rngs}, path)
+            write_text_atomic(tmp / COMPLETE, f"step {step}\n")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # the last complete checkpoint stays as it was
+            raise
         replace_folder(tmp, final)
         if full and name is None:
             for old in sorted(self.args.out.glob("step-*"))[:-self.args.keep]:

@@ -109,7 +109,8 @@ def test_evaluate_reproduces_the_best_epoch(tiny_model, tmp_path, capsys):
 
 
 def test_unknown_task_is_one_line(tmp_path, capsys):
-    assert main(["finetune", "nosuch", "--model", str(tmp_path), "--data", str(tmp_path), "--out", str(tmp_path)]) == 2
+    out = str(tmp_path / "run")
+    assert main(["finetune", "nosuch", "--model", str(tmp_path), "--data", str(tmp_path), "--out", out]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("bertforge: error: unknown task 'nosuch'") and "\n" not in err
 

@@ -17,6 +17,7 @@ seed: each pass draws from its own ``np.random.default_rng([seed, split, pass])`
 """
 
 import argparse
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -26,9 +27,9 @@ from tqdm import tqdm
 from bertforge.data.corpus import read_corpus, token_dtype
 from bertforge.data.instances import Draws, assemble, iter_spans, special_positions, to_padded, truncate_pairs
 from bertforge.data.masking import continuation_table, mask_batch, word_starts
-from bertforge.data.shards import ShardWriter, clear_data, vocab_sha256
+from bertforge.data.shards import ShardWriter, vocab_sha256
 from bertforge.errors import BertforgeError
-from bertforge.io import write_json
+from bertforge.io import check_output, replace_folder, write_json
 from bertforge.options import count, open_fraction, share
 from bertforge.tokenizer import BertTokenizer
 
@@ -62,8 +63,12 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
             ("--eval-docs", eval_docs, eval_docs >= 0, "0 or more")):
         if not ok:
             raise BertforgeError(f"{flag} {value}: must be {rule}")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    final = Path(out)
+    # Everything is written into a partial folder that replaces `final` only when complete: a failed or
+    # interrupted run leaves the previous data as it was.
+    out = final.with_name(f".{final.name}.partial")
+    shutil.rmtree(out, ignore_errors=True)  # what a killed run left
+    out.mkdir(parents=True)
     token_file = out / "corpus-tokens.tmp"
     try:
         corpus, read_stats = read_corpus(inputs, tokenizer, token_file, fmt, encoding, progress)
@@ -89,13 +94,15 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
         if n_eval:
             held = {**header, "split": "eval", "dupe_factor": 1}
             stats["eval"] = _write_split(corpus, held_out, out / "eval", held, continuation, [seed, 2], progress)
-        else:
-            clear_data(out / "eval")  # no stale held-out data from an earlier run
         write_json(out / "stats.json", stats)
         tokenizer.save_pretrained(out)
-    finally:
         corpus = None  # drop the memory map before deleting its file
-        token_file.unlink(missing_ok=True)
+        token_file.unlink()
+        replace_folder(out, final)
+    except BaseException:
+        corpus = None
+        shutil.rmtree(out, ignore_errors=True)
+        raise
     return stats
 
 
@@ -240,6 +247,7 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_data_create(args) -> None:
+    check_output(args.out, "--out", inputs=args.input)
     stats = create_pretraining_data(
         args.input, BertTokenizer.from_pretrained(args.vocab), args.out, max_seq_length=args.max_seq_length,
         max_predictions=args.max_predictions, masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,

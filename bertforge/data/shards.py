@@ -42,20 +42,12 @@ def vocab_sha256(vocab: dict) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def clear_data(directory) -> None:
-    """Remove the data files of an earlier run from ``directory`` (index first, so no half state is readable)."""
-    directory = Path(directory)
-    for stale in [directory / "index.json", *directory.glob("shard-*.npy"), directory / "continuation.npy"]:
-        stale.unlink(missing_ok=True)
-
-
 class ShardWriter:
     """Writes shards into a directory, then ``index.json`` last (a directory without it is incomplete)."""
 
     def __init__(self, directory):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        clear_data(self.directory)
         self.shards = []
 
     def write(self, arrays: dict) -> None:

@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 from ..errors import BertforgeError, where
 from ..inference import doc_spans, max_context_window
 from ..options import count, open_fraction
-from ..io import read_json, rounded, write_json, write_text_atomic
+from ..io import check_output, read_json, rounded, write_json, write_text_atomic
 from ..model import BertForQuestionAnswering
 from .base import Split, TaskFamily, find_file
 from .metrics import squad_metrics
@@ -301,6 +301,7 @@ def add_squad_split_arguments(parser):
 
 
 def run_squad_split(args) -> int:
+    check_output(args.out, "--out", inputs=[args.file])
     data = read_json(args.file)
     squad_counts(data, args.file)  # a malformed file fails here, before anything is written
     version = str(data.get("version", "")).removeprefix("v")
