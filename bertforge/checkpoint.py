@@ -5,6 +5,7 @@ tokenizer files. Pickled `pytorch_model.bin` files can run code when loaded, so 
 caller trusts them explicitly, and even then read with `torch.load(weights_only=True)`.
 """
 
+import argparse
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from . import google_checkpoint
 from .config import BertConfig
 from .errors import BertforgeError
 
@@ -78,9 +80,13 @@ def weight_files(folder: Path) -> list[Path]:
     raise BertforgeError(f"{folder}: no {SAFETENSORS} (or {PICKLE}) in this folder")
 
 
-def read_weights(folder, trust_pickle: bool = False) -> tuple[dict[str, torch.Tensor], Path]:
-    """The tensors of a checkpoint folder (or a weights file) and the file they came from."""
+def read_weights(folder, trust_pickle: bool = False, shapes: dict | None = None) -> tuple[dict, Path]:
+    """The tensors of a checkpoint folder (or a weights file) and the file they came from. A Google checkpoint's
+    are renamed and checked against `shapes` (name -> the model's shape) where given."""
     folder = Path(folder)
+    google = google_checkpoint.find(folder)
+    if google is not None:
+        return google_checkpoint.read_weights(google, shapes)
     files = weight_files(folder)
     weights = {}
     for file in files:
@@ -159,7 +165,10 @@ class PretrainedMixin:
         `config_overrides` replace config fields, e.g. `id2label={0: "neg", 1: "pos"}` for a new classifier.
         """
         folder = Path(folder)
-        config = config or BertConfig.from_json_file(folder / "config.json")
+        google = google_checkpoint.find(folder)
+        if config is None:
+            config = google_checkpoint.read_config(google) if google else BertConfig.from_json_file(
+                folder / "config.json")
         if config_overrides:
             config = BertConfig.from_dict({**config.to_dict(), **config_overrides})
         model = cls(config)
@@ -168,11 +177,12 @@ class PretrainedMixin:
 
     def load_weights(self, folder, trust_pickle: bool = False) -> list[str]:
         """Load a checkpoint's tensors into this model; returns (and logs) the plain-words report."""
-        weights, file = read_weights(folder, trust_pickle)
-        prefix = self.base_model_prefix
-        wants_prefix = any(k.startswith(prefix + ".") for k in self.state_dict())
-        weights = normalise_keys(weights, prefix, wants_prefix)
         own = self.state_dict()
+        prefix = self.base_model_prefix
+        wants_prefix = any(k.startswith(prefix + ".") for k in own)
+        shapes = {k: v.shape for k, v in normalise_keys(own, prefix, wants_prefix=True).items()}
+        weights, file = read_weights(folder, trust_pickle, shapes)
+        weights = normalise_keys(weights, prefix, wants_prefix)
         for key, value in weights.items():
             if key in own and own[key].shape != value.shape:
                 raise BertforgeError(
@@ -205,13 +215,20 @@ class PretrainedMixin:
 
 
 def add_convert_arguments(parser):
-    parser.add_argument("src", help="checkpoint folder holding pytorch_model.bin, from a source you trust")
+    parser.add_argument("src", help="checkpoint folder holding pytorch_model.bin (from a source you trust), or "
+                        "Google's TensorFlow checkpoint (bert_config.json, *.ckpt.*, vocab.txt)")
     parser.add_argument("out", help="folder to write (config, model.safetensors and the tokenizer files)")
+    parser.add_argument("--do-lower-case", action=argparse.BooleanOptionalAction, default=None,
+                        help="for a Google checkpoint: its casing, when neither its name nor its vocabulary says")
 
 
 def run_convert(args) -> int:
-    """Read the pickle with torch.load(weights_only=True) once, on the user's say-so, and write safetensors."""
+    """Read the pickle with torch.load(weights_only=True) once, on the user's say-so, and write safetensors;
+    or rewrite a Google checkpoint in the Hugging Face layout."""
     src, out = Path(args.src), Path(args.out)
+    if google_checkpoint.find(src) is not None:
+        print(google_checkpoint.convert(src, out, getattr(args, "do_lower_case", None)))
+        return 0
     weights, file = read_weights(src, trust_pickle=True)
     out.mkdir(parents=True, exist_ok=True)
     for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
