@@ -194,7 +194,8 @@ class PretrainedMixin:
         if missing or extra:
             problems = ([f"{', '.join(missing)} not in the weights"] if missing else []) + (
                 [f"weights have {', '.join(extra)} beyond the config"] if extra else [])
-            raise BertforgeError(f"{file}: the config.json does not describe these weights: {'; '.join(problems)}")
+            config_name = google_checkpoint.CONFIG if file.suffix == ".index" else "config.json"
+            raise BertforgeError(f"{file}: the {config_name} does not describe these weights: {'; '.join(problems)}")
         result = self.load_state_dict(weights, strict=False)
         report = describe_mismatch(type(self).__name__, result.missing_keys, result.unexpected_keys)
         for line in report:

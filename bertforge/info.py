@@ -14,6 +14,13 @@ from .config import BertConfig
 from .errors import BertforgeError
 from .tokenizer import looks_uncased
 
+# What each hidden_act computes: the two GELUs differ by up to 5e-4 per unit, enough to move a checkpoint's outputs.
+ACTIVATIONS = {
+    "gelu": "exact GELU (erf), as the paper",
+    "gelu_new": "tanh approximation of GELU, as Google's modeling.py",
+    "gelu_pytorch_tanh": "tanh approximation of GELU, as Google's modeling.py",
+}
+
 DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64"}
 
 
@@ -101,6 +108,8 @@ def describe(folder: Path) -> list[str]:
         f"parameters:    {sum(counts.values()):,} total: embeddings {counts['embeddings']:,}, "
         f"encoder {counts['encoder']:,}, heads {counts['heads']:,}",
         f"heads:         {', '.join(heads) or 'none (the bare encoder)'}",
+        f"activation:    {config.hidden_act}"
+        + (f" ({ACTIVATIONS[config.hidden_act]})" if config.hidden_act in ACTIVATIONS else ""),
         f"weights:       {', '.join(f.name for f in files)}, {', '.join(dtypes)}, {size / 2**20:.1f} MiB",
         f"vocabulary:    {vocabulary(folder, config)}, {vocabulary_case(folder)}",
     ]

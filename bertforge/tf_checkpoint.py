@@ -208,7 +208,10 @@ def find_prefix(path) -> Path | None:
         names = ", ".join(p.stem for p in indexes)
         raise BertforgeError(f"{path}: several TensorFlow checkpoints ({names}); pass the one to read, "
                              f"e.g. {indexes[-1].with_suffix('')}")
-    return indexes[0].with_suffix("") if indexes else None
+    if indexes:
+        return indexes[0].with_suffix("")
+    shards = sorted(path.glob("*.data-*-of-*"))  # data without its index: name the index that is missing
+    return path / shards[0].name.rsplit(".data-", 1)[0] if shards else None
 
 
 class TFCheckpoint:
