@@ -221,6 +221,9 @@ def add_convert_arguments(parser):
     parser.add_argument("out", help="folder to write (config, model.safetensors and the tokenizer files)")
     parser.add_argument("--do-lower-case", action=argparse.BooleanOptionalAction, default=None,
                         help="for a Google checkpoint: its casing, when neither its name nor its vocabulary says")
+    parser.add_argument("--hidden-act", choices=("gelu", "gelu_new"), default=None,
+                        help="for a Google checkpoint: its `gelu` as the exact erf form (gelu, as the first release "
+                        "of Google's modeling.py) or the tanh approximation (gelu_new, its current code; default)")
 
 
 def run_convert(args) -> int:
@@ -228,7 +231,8 @@ def run_convert(args) -> int:
     or rewrite a Google checkpoint in the Hugging Face layout."""
     src, out = Path(args.src), Path(args.out)
     if google_checkpoint.find(src) is not None:
-        print(google_checkpoint.convert(src, out, getattr(args, "do_lower_case", None)))
+        print(google_checkpoint.convert(src, out, getattr(args, "do_lower_case", None),
+                                        getattr(args, "hidden_act", None)))
         return 0
     weights, file = read_weights(src, trust_pickle=True)
     out.mkdir(parents=True, exist_ok=True)

@@ -77,14 +77,14 @@ def skipped(name: str) -> str | None:
     return None if hf_name(name) else "unknown"
 
 
-def read_config(prefix: Path, checkpoint: TFCheckpoint | None = None) -> BertConfig:
-    """bert_config.json as Google's modeling.py uses it: its `gelu` is the tanh approximation (the first release
-    computed erf; the current code, which wrote the expected outputs of released checkpoints' users, uses tanh),
-    LayerNorm epsilon 1e-12, and a classifier's labels counted from `output_weights`."""
+def read_config(prefix: Path, checkpoint: TFCheckpoint | None = None, gelu: str = "gelu_new") -> BertConfig:
+    """bert_config.json as Google's modeling.py computes it: its `gelu` is the tanh approximation in the current
+    code (`gelu_new` here; the first release computed the exact erf form, `gelu`), LayerNorm epsilon 1e-12, and
+    a classifier's labels counted from `output_weights`."""
     config = BertConfig.from_json_file(Path(prefix).parent / CONFIG)
     changes = {"layer_norm_eps": 1e-12}
     if config.hidden_act == "gelu":
-        changes["hidden_act"] = "gelu_new"
+        changes["hidden_act"] = gelu
     checkpoint = checkpoint or TFCheckpoint(prefix)
     if "output_weights" in checkpoint.entries:
         changes["id2label"] = {i: f"LABEL_{i}" for i in range(checkpoint.entries["output_weights"].shape[0])}
@@ -101,6 +101,21 @@ def architecture(checkpoint: TFCheckpoint) -> str:
     if any(n.startswith("cls/predictions/") for n in names):
         return "BertForPreTraining" if "cls/seq_relationship/output_weights" in names else "BertForMaskedLM"
     return "BertModel"
+
+
+def header(prefix) -> tuple[BertConfig, dict[str, tuple[list[int], str]], list[Path]]:
+    """The config (architecture included), (shape, dtype) of each weight under our names, and the files, from
+    the index alone."""
+    checkpoint = TFCheckpoint(prefix)
+    config = read_config(prefix, checkpoint)
+    config.extra["architectures"] = [architecture(checkpoint)]
+    shapes = {}
+    for name, entry in checkpoint.entries.items():
+        if not skipped(name):
+            key, transposed = hf_name(name)
+            shapes[key] = list(entry.shape[::-1] if transposed else entry.shape), entry.dtype
+    shards = sorted({checkpoint.shard_path(e.shard) for e in checkpoint.entries.values()})
+    return config, shapes, [checkpoint.index, *shards]
 
 
 def as_torch(checkpoint: TFCheckpoint, name: str) -> torch.Tensor:
@@ -148,7 +163,7 @@ def report(checkpoint: TFCheckpoint) -> list[str]:
     return lines
 
 
-def convert(src, out, do_lower_case: bool | None = None) -> str:
+def convert(src, out, do_lower_case: bool | None = None, hidden_act: str | None = None) -> str:
     """Write a Google checkpoint as a Hugging Face-layout folder (config.json, model.safetensors, tokenizer
     files with the checkpoint's casing); the line to print (what was skipped is logged while loading)."""
     from . import model as models  # the model classes import the checkpoint machinery, which imports this
@@ -159,7 +174,8 @@ def convert(src, out, do_lower_case: bool | None = None) -> str:
     folder = prefix.parent
     tokenizer = BertTokenizer.from_pretrained(folder, do_lower_case=do_lower_case)
     model_class = getattr(models, architecture(checkpoint))
-    model = model_class.from_pretrained(prefix, config=read_config(prefix, checkpoint))
+    config = read_config(prefix, checkpoint, gelu=hidden_act or "gelu_new")
+    model = model_class.from_pretrained(prefix, config=config)
     model.save_pretrained(out, tokenizer)
     casing = "uncased" if tokenizer.do_lower_case else "cased"
     return (f"{checkpoint.index} -> {Path(out)} ({model_class.__name__}, hidden_act {model.config.hidden_act}, "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 
+from . import google_checkpoint
 from .checkpoint import PART_NAMES, normalise_keys, part_name, weight_files
 from .config import BertConfig
 from .errors import BertforgeError
@@ -77,13 +78,18 @@ def describe(folder: Path) -> list[str]:
     folder = Path(folder)
     if not folder.is_dir():
         raise BertforgeError(f"{folder}: no such checkpoint folder")
-    config = BertConfig.from_json_file(folder / "config.json")
-    files = weight_files(folder)
-    if files[0].suffix == ".bin":
-        raise BertforgeError(f"{files[0]}: info reads safetensors headers only; convert a pickle you trust first "
-                             f"(`bertforge convert {folder} OUT`)")
+    google = google_checkpoint.find(folder)
+    if google is not None:  # Google's TensorFlow checkpoint: the index alone is read
+        config, header, files = google_checkpoint.header(google)
+    else:
+        config = BertConfig.from_json_file(folder / "config.json")
+        files = weight_files(folder)
+        if files[0].suffix == ".bin":
+            raise BertforgeError(f"{files[0]}: info reads safetensors headers only; convert a pickle you trust "
+                                 f"first (`bertforge convert {folder} OUT`)")
+        header = read_header(files)
     # Without the prefix, the position-ids buffer, and the reference's second names for the tied decoder.
-    header = normalise_keys(read_header(files), "bert", wants_prefix=False)
+    header = normalise_keys(header, "bert", wants_prefix=False)
     dtypes = sorted({dtype for _, dtype in header.values()})
 
     counts = {"embeddings": 0, "encoder": 0, "heads": 0}

@@ -270,3 +270,24 @@ def test_config_with_more_layers_than_the_checkpoint(google_dir, tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "bert_model.ckpt.index" in err and "layer 2 not in the weights" in err
     assert "bert_config.json does not describe these weights" in err
+
+
+def test_erf_gelu_on_request_and_it_matters(google_dir, expected, tmp_path):
+    out = tmp_path / "erf"
+    assert main(["convert", str(google_dir), str(out), "--hidden-act", "gelu"]) == 0
+    model = bf.BertForPreTraining.from_pretrained(out)
+    assert model.config.hidden_act == "gelu"
+    with pytest.raises(AssertionError):  # the fixture tells the two GELUs apart
+        check_outputs(expected, *bertforge_outputs(model, expected))
+
+
+def test_info_reads_the_index_alone(google_dir):
+    out = dict(line.split(":", 1) for line in describe(google_dir))
+    out = {k: v.strip() for k, v in out.items()}
+    assert out["architecture"] == "BertForPreTraining"
+    assert out["sizes"] == "2 layers, hidden 128, 2 heads, feed-forward 512, 512 positions, vocabulary 30522"
+    model = bf.BertForPreTraining.from_pretrained(google_dir)
+    assert out["parameters"].startswith(f"{sum(p.numel() for p in model.parameters()):,} total")
+    assert out["heads"] == "pooler, masked-LM head, next-sentence head"
+    assert out["activation"].startswith("gelu_new (tanh approximation")
+    assert out["weights"].startswith("bert_model.ckpt.index, bert_model.ckpt.data-00000-of-00001, float32")
