@@ -1,8 +1,8 @@
 """CRC-32C (Castagnoli), the checksum of TensorFlow's checkpoints and LevelDB tables, and its masked form.
 
-Pure numpy: a byte-at-a-time table walk is serial, so the data is cut into many equal lanes that are walked
-side by side (one numpy operation per byte position advances every lane), and the lanes' checksums are then
-joined pairwise. Joining rests on CRC being linear: with the register started at 0,
+Pure numpy: a table walk is serial, so the data is cut into many equal lanes that are walked side by side
+(a few numpy operations per 4-byte word advance every lane, with two 65,536-entry tables), and the lanes'
+checksums are then joined pairwise. Joining rests on CRC being linear: with the register started at 0,
 crc(A + B) = Z_|B|(crc(A)) ^ crc(B), where Z_n (the register after n zero bytes) is a linear map on 32 bits.
 The `google-crc32c` package, when installed, is used instead (hardware CRC); nothing requires it.
 """
@@ -30,6 +30,23 @@ def _walk(register: np.ndarray, columns: np.ndarray) -> np.ndarray:
     """Advance each lane's register over its bytes: `columns` is [bytes, lanes]."""
     for column in columns:
         register = TABLE[(register ^ column) & 0xFF] ^ (register >> 8)
+    return register
+
+
+def _word_tables() -> tuple[np.ndarray, np.ndarray]:
+    """Four bytes at once: the register after a little-endian word w is Z_4(register ^ w), looked up by halves."""
+    halves = np.arange(1 << 16, dtype=np.uint32)
+    return _walk(halves, np.zeros((4, 1), np.uint8)), _walk(halves << 16, np.zeros((4, 1), np.uint8))
+
+
+LOW, HIGH = _word_tables()
+
+
+def _walk_words(register: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """As `_walk`, over little-endian uint32 words: `columns` is [words, lanes]."""
+    for column in columns:
+        x = register ^ column
+        register = LOW[x & 0xFFFF] ^ HIGH[x >> 16]
     return register
 
 
@@ -64,9 +81,10 @@ def _register_small(data: bytes, register: int = 0) -> int:
 
 
 def _register_lanes(block: np.ndarray) -> int:
-    """The register (started at 0) after `block`, a whole number of LANES-wide rows [lanes, length]."""
+    """The register (started at 0) after `block` [lanes, length], lanes a power of two, length a multiple of 4."""
     lanes, length = block.shape
-    register = _walk(np.zeros(lanes, np.uint32), np.ascontiguousarray(block.T))
+    words = np.ascontiguousarray(block).view("<u4")
+    register = _walk_words(np.zeros(lanes, np.uint32), np.ascontiguousarray(words.T))
     shift = ZeroBytes.of_length(length)
     while len(register) > 1:  # join neighbours: crc(A + B) = Z_|B|(crc(A)) ^ crc(B)
         register = shift(register[0::2]) ^ register[1::2]
@@ -87,16 +105,17 @@ def _zero_bytes(n: int) -> ZeroBytes:
 
 
 def crc32c_pure(data, chunk: int = 1 << 26) -> int:
-    """CRC-32C of bytes-like or a uint8 array, in numpy, `chunk` bytes (a multiple of LANES) at a time."""
+    """CRC-32C of bytes-like or a uint8 array, in numpy, `chunk` bytes (rounded to whole lane words) at a time."""
     view = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
     n = len(view)
     if n < SMALL:
         return _register_small(bytes(view), 0xFFFFFFFF) ^ 0xFFFFFFFF
     # Leading zero bytes leave a register started at 0 at 0, so the first chunk is padded at the front to fill
     # whole lanes; later chunks are full. The standard start value 0xFFFFFFFF is added back at the end.
-    chunk = max(LANES, chunk // LANES * LANES)
+    row = 4 * LANES  # lanes walk whole words
+    chunk = max(row, chunk // row * row)
     first = n % chunk or chunk
-    padded = np.zeros(-(-first // LANES) * LANES, np.uint8)
+    padded = np.zeros(-(-first // row) * row, np.uint8)
     padded[len(padded) - first:] = view[:first]
     register = _register_lanes(padded.reshape(LANES, -1))
     shift_chunk = None
