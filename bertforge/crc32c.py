@@ -125,17 +125,22 @@ def crc32c_pure(data, chunk: int = 1 << 26) -> int:
     return (int(_zero_bytes(n)(0xFFFFFFFF)) ^ register) ^ 0xFFFFFFFF
 
 
-try:  # the optional fast path
-    from google_crc32c import value as _fast
+try:  # the optional fast path; the package falls back to slow pure Python where its C extension is missing
+    import google_crc32c
+    _extend = google_crc32c.extend if google_crc32c.implementation == "c" else None
 except ImportError:  # pragma: no cover - depends on the environment
-    _fast = None
+    _extend = None
+FAST_CHUNK = 1 << 24  # the C function takes bytes only: copied a chunk at a time
 
 
 def crc32c(data) -> int:
     """CRC-32C of bytes-like or a uint8 array (`google-crc32c` when installed, else numpy)."""
-    if _fast is not None:
-        return _fast(memoryview(data).cast("B"))
-    return crc32c_pure(data)
+    if _extend is None:
+        return crc32c_pure(data)
+    view, crc = memoryview(data).cast("B"), 0
+    for start in range(0, len(view), FAST_CHUNK):
+        crc = _extend(crc, bytes(view[start:start + FAST_CHUNK]))
+    return crc
 
 
 def mask(crc: int) -> int:
