@@ -41,9 +41,10 @@ def find(path) -> Path | None:
     config.json, or the `.ckpt` prefix inside one); None for anything else."""
     path = Path(path)
     folder = path if path.is_dir() else path.parent
-    if not (folder / CONFIG).is_file() or (path / "config.json").is_file() or (
-            path.is_file() and path.suffix != ".index"):
+    if not (folder / CONFIG).is_file() or (path / "config.json").is_file():
         return None
+    if not path.is_dir() and not (path.suffix == ".index" or ".ckpt" in path.name):
+        return None  # another file of the folder, or a name that is no checkpoint's
     if path.is_dir():
         prefix = find_prefix(path)
         if prefix is None:
@@ -140,13 +141,13 @@ def read_weights(prefix, shapes: dict | None = None) -> tuple[dict[str, torch.Te
                                      "describe these weights")
         tensor = as_torch(checkpoint, name)
         weights[key] = tensor.t() if transposed else tensor
-    for line in report(checkpoint):
-        log.info(line)
+    for why, line in report(checkpoint):
+        (log.warning if why == "unknown" else log.info)(line)
     return weights, checkpoint.index
 
 
-def report(checkpoint: TFCheckpoint) -> list[str]:
-    """What loading leaves out, in plain words."""
+def report(checkpoint: TFCheckpoint) -> list[tuple[str, str]]:
+    """What loading leaves out, in plain words: (why, line) for the optimizer, training state, unknown names."""
     left_out = {"optimizer": [], "training": [], "unknown": []}
     for name in checkpoint.entries:
         why = skipped(name)
@@ -155,11 +156,12 @@ def report(checkpoint: TFCheckpoint) -> list[str]:
     lines = []
     if left_out["optimizer"]:
         slots = sorted({n.rsplit("/", 1)[1] for n in left_out["optimizer"]})
-        lines.append(f"skipped the optimizer's {' and '.join(slots)} ({len(left_out['optimizer'])} tensors)")
+        lines.append(("optimizer", f"skipped the optimizer's {' and '.join(slots)} "
+                                   f"({len(left_out['optimizer'])} tensors)"))
     if left_out["training"]:
-        lines.append(f"skipped the training state: {', '.join(left_out['training'])}")
+        lines.append(("training", f"skipped the training state: {', '.join(left_out['training'])}"))
     if left_out["unknown"]:
-        lines.append(f"skipped, not BERT weights: {', '.join(left_out['unknown'])}")
+        lines.append(("unknown", f"skipped, not BERT weights: {', '.join(left_out['unknown'])}"))
     return lines
 
 

@@ -291,3 +291,42 @@ def test_info_reads_the_index_alone(google_dir):
     assert out["heads"] == "pooler, masked-LM head, next-sentence head"
     assert out["activation"].startswith("gelu_new (tanh approximation")
     assert out["weights"].startswith("bert_model.ckpt.index, bert_model.ckpt.data-00000-of-00001, float32")
+
+
+def truncate(folder):
+    data = folder / "bert_model.ckpt.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[:-5000])  # into the tensor before the last three
+    return data, "cls/predictions/transform/dense/kernel"
+
+
+def flip_byte(folder):
+    data = folder / "bert_model.ckpt.data-00000-of-00001"
+    entry = TFCheckpoint(folder / "bert_model.ckpt").entries["bert/pooler/dense/kernel"]
+    content = bytearray(data.read_bytes())
+    content[entry.offset + entry.size // 2] ^= 0x80
+    data.write_bytes(bytes(content))
+    return data, entry.name
+
+
+def drop_index(folder):
+    (folder / "bert_model.ckpt.index").unlink()
+    return folder / "bert_model.ckpt.index", "not found"
+
+
+def garble_index(folder):
+    (folder / "bert_model.ckpt.index").write_text("not a table\n" * 20)
+    return folder / "bert_model.ckpt.index", "not a TensorFlow checkpoint index"
+
+
+@pytest.mark.parametrize("damage", [truncate, flip_byte, drop_index, garble_index])
+def test_damaged_checkpoint_is_one_line_from_the_command(google_dir, tmp_path, capsys, damage):
+    folder = tmp_path / "google"
+    folder.mkdir()
+    for path in google_dir.iterdir():  # real copies: these are damaged
+        (folder / path.name).write_bytes(path.read_bytes())
+    file, what = damage(folder)
+    assert main(["convert", str(folder), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(file) in err and what in err, err
+    with pytest.raises(BertforgeError):
+        bf.BertForPreTraining.from_pretrained(folder)
