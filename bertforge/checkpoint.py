@@ -8,19 +8,20 @@ caller trusts them explicitly, and even then read with `torch.load(weights_only=
 import argparse
 import json
 import logging
-import os
 import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
+from contextlib import contextmanager
+
 import torch
+from torch import nn
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from . import google_checkpoint
 from .config import BertConfig
 from .errors import BertforgeError
+from .io import atomic_path, read_json, write_text_atomic
 
 log = logging.getLogger("bertforge")
 
@@ -41,26 +42,6 @@ PART_NAMES = {
 }
 
 
-@contextmanager
-def atomic_path(path):
-    """Yield a temporary path beside `path`; on success it replaces `path` in one step, else it is removed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomic(path, text: str):
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-
-
 def weight_files(folder: Path) -> list[Path]:
     """The weights files of a checkpoint folder (or the file itself): safetensors, its shards, or else a pickle."""
     if folder.is_file():
@@ -68,10 +49,10 @@ def weight_files(folder: Path) -> list[Path]:
     if (folder / SAFETENSORS).is_file():
         return [folder / SAFETENSORS]
     if (folder / SAFETENSORS_INDEX).is_file():
+        index = read_json(folder / SAFETENSORS_INDEX)
         try:
-            index = json.loads((folder / SAFETENSORS_INDEX).read_text(encoding="utf-8"))
             return [folder / name for name in sorted(set(index["weight_map"].values()))]
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise BertforgeError(f"{folder / SAFETENSORS_INDEX}: not a valid shard index ({e!r})") from None
     if (folder / PICKLE).is_file():
         return [folder / PICKLE]
@@ -154,15 +135,33 @@ def encoder_parts(keys, prefix: str) -> list[str]:
     return sorted(tables) + [f"layer {i}" for i in sorted(layers)]
 
 
+@contextmanager
+def no_random_init():
+    """torch.nn.init's initialisers as no-ops (as transformers' no_init_weights): the checkpoint overwrites them."""
+    names = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
+             "xavier_normal_", "zeros_", "ones_", "constant_")
+    saved = {name: getattr(nn.init, name) for name in names}
+    try:
+        for name in names:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(nn.init, name, function)
+
+
 class PretrainedMixin:
     """`from_pretrained` / `save_pretrained` for the model classes (which define `base_model_prefix`)."""
 
     @classmethod
     def from_pretrained(cls, folder, trust_pickle: bool = False, config: BertConfig | None = None,
-                        **config_overrides):
+                        skip_init: bool = False, **config_overrides):
         """Build the model from `folder/config.json` (or `config`) and load the folder's weights; in eval mode.
 
         `config_overrides` replace config fields, e.g. `id2label={0: "neg", 1: "pos"}` for a new classifier.
+        `skip_init` builds the model without drawing random weights first (seconds for a base-sized embedding
+        table on a CPU, and every value is overwritten): parts the checkpoint lacks are then zeros, so use it
+        only where those parts are not used (a missing pooler, when reading hidden states).
         """
         folder = Path(folder)
         google = google_checkpoint.find(folder)
@@ -171,7 +170,14 @@ class PretrainedMixin:
                 folder / "config.json")
         if config_overrides:
             config = BertConfig.from_dict({**config.to_dict(), **config_overrides})
-        model = cls(config)
+        if skip_init:
+            with no_random_init():
+                model = cls(config)
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.zero_()
+        else:
+            model = cls(config)
         model.load_weights(folder, trust_pickle=trust_pickle)
         return model.eval()
 

@@ -15,7 +15,7 @@ COMMANDS = {
     "pretrain": ("pretrain", "pre-train with masked LM + next sentence prediction"),
     "plot": ("plot", "draw a run's loss and accuracy curves as a PNG"),
     "finetune": ("finetune", "fine-tune on GLUE, SQuAD, CoNLL NER or multiple choice"),
-    "evaluate": ("finetune", "score a fine-tuned model on a task's data"),
+    "evaluate": ("evaluate", "score a fine-tuned model on a task's data"),
     "predict": ("predict", "predictions of a fine-tuned model: a task's submission file, or on your own text"),
     "squad-split": ("tasks.squad", "split a SQuAD file by article into train and dev files"),
     "features": ("features", "hidden states of chosen layers, per token, word or sentence"),

@@ -124,7 +124,7 @@ def run_demo(args) -> int:
          f"--batch-size {args.batch_size} --lr {args.lr} --seed {args.seed} --eval-every {args.steps // 4} "
          f"--save-every {args.steps}")
     result = pretrain(str(data), str(run), config=args.config, steps=args.steps, batch_size=args.batch_size,
-                      lr=args.lr, seed=args.seed, eval_every=args.steps // 4, save_every=args.steps, log_every=10)
+                      lr=args.lr, warmup=0.1, seed=args.seed, eval_every=args.steps // 4, save_every=args.steps)
 
     step("held-out documents", f"bertforge plot {run}")
     print(f"   masked-LM accuracy {result['eval_mlm_accuracy']:.1%}  (most frequent token: "

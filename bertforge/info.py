@@ -3,7 +3,6 @@
 Only the safetensors headers are read (names, shapes, dtypes), so this is instant even for large models.
 """
 
-import json
 from math import prod
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from . import google_checkpoint
 from .checkpoint import PART_NAMES, normalise_keys, part_name, weight_files
 from .config import BertConfig
 from .errors import BertforgeError
+from .io import read_json
 from .tokenizer import looks_uncased
 
 # What each hidden_act computes: the two GELUs differ by up to 5e-4 per unit, enough to move a checkpoint's outputs.
@@ -59,10 +59,7 @@ def vocabulary_case(folder: Path) -> str:
                        ("tokenizer.json", lambda d: (d.get("normalizer") or {}).get("lowercase"))):
         path = folder / name
         if path.is_file():
-            try:
-                lower = find(json.loads(path.read_text(encoding="utf-8")))
-            except json.JSONDecodeError as e:
-                raise BertforgeError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+            lower = find(read_json(path))
             if lower is not None:
                 return f"{'uncased' if lower else 'cased'} ({name})"
     vocab = folder / "vocab.txt"

@@ -6,14 +6,15 @@ Departures in how the work is done, not in the numbers:
   into one [tokens, hidden] matrix, see packing.py), from the embedding look-up on; the masked-LM head
   scores only the masked positions when labels are given, and the pre-training and sequence heads read
   their rows straight from the packed matrix;
-- in training with dropout, the keep masks of a whole forward pass are drawn at once (packing.DropoutNoise)
-  and applied fused with the residual add (addcmul) and after the attention softmax, with the attention
-  products written out (baddbmm, softmax, bmm) since CPU SDPA has no fused dropout path. Eval, and training
-  without dropout, use SDPA.
+- in training with dropout, the keep masks of a whole forward pass are drawn at once (packing.DropoutNoise,
+  one slice per `DropoutSite`) and applied fused with the residual add (addcmul) and after the attention
+  softmax, with the attention products written out (baddbmm, softmax, bmm) since CPU SDPA has no fused dropout
+  path. Eval, and training without dropout, use SDPA.
+Both ride on one `packing.Layout` per forward pass, which every layer takes.
 """
 
+import collections
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +22,7 @@ from torch import nn
 
 from .checkpoint import PretrainedMixin
 from .config import BertConfig
-from .packing import DropoutNoise, Packing, gather_rows
+from .packing import DropoutNoise, Encoded, Layout, Packing
 
 
 class ModelOutput(dict):
@@ -43,6 +44,18 @@ ACT = {
 }
 
 
+class DropoutSite(nn.Module):
+    """A place where dropout applies: its keep mask for this pass comes from the layout (None: keep all).
+    The sites are counted from these modules, so that each pass draws exactly one mask per site."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind  # "hidden" ([tokens, H] masks) or "attention" ([B * heads, L, L] masks)
+
+    def forward(self, layout: Layout) -> torch.Tensor | None:
+        return layout.dropout(self.kind)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Input representation (spec section 3): token + segment + position embeddings, LayerNorm, dropout
 
@@ -54,14 +67,14 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = DropoutSite("hidden")
 
-    def forward(self, input_ids, token_type_ids, position_ids, noise: DropoutNoise | None = None):
+    def forward(self, input_ids, token_type_ids, position_ids, layout: Layout):
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(position_ids)
         x = self.LayerNorm(x)
-        mask = noise.take_hidden() if noise is not None else None
-        return x * mask if mask is not None else self.dropout(x)
+        mask = self.dropout(layout)
+        return x * mask if mask is not None else x
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -76,7 +89,7 @@ class BertSelfAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout_prob = config.attention_probs_dropout_prob
+        self.dropout = DropoutSite("attention")
 
     def qkv_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The Q, K and V projections stacked [3 H, H] and [3 H], for one matmul; the three keep their own
@@ -84,34 +97,19 @@ class BertSelfAttention(nn.Module):
         return (torch.cat([self.query.weight, self.key.weight, self.value.weight]),
                 torch.cat([self.query.bias, self.key.bias, self.value.bias]))
 
-    def forward(self, x: torch.Tensor, packing: Packing | None, noise: DropoutNoise | None = None) -> torch.Tensor:
-        qkv = F.linear(x, *self.qkv_parameters())
-        heads, size = self.num_heads, self.head_size
-        batch, length = (packing.batch, packing.length) if packing is not None else qkv.shape[:2]
-        drop = noise.take_attention() if noise is not None else None
-        if packing is not None:
-            q, k, v = packing.unpack_heads(qkv, heads)  # each [B * heads, L, size], contiguous, zero padding
-        elif drop is not None:
-            q, k, v = qkv.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4).reshape(
-                3, batch * heads, length, size)
-        else:
-            q, k, v = qkv.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4)
-        if drop is not None:  # written out: CPU SDPA with dropout runs this product anyway, with slower masks
-            if packing is not None:
-                scores = torch.baddbmm(packing.key_bias(heads, q.dtype), q, k.transpose(1, 2),
-                                       alpha=1 / math.sqrt(size))
-            else:
-                scores = torch.baddbmm(q.new_zeros(1, 1, 1), q, k.transpose(1, 2), beta=0.0,
-                                       alpha=1 / math.sqrt(size))
-            context = torch.bmm(torch.softmax(scores, dim=-1) * drop, v).view(batch, heads, length, size)
-        else:
-            p = self.dropout_prob if self.training else 0.0
-            mask = packing.key_mask if packing is not None else None
-            q, k, v = (t.view(batch, heads, length, size) for t in (q, k, v))
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        if packing is not None:
-            return packing.pack_heads(context)
-        return context.transpose(1, 2).reshape(batch, length, -1)
+    def forward(self, x: torch.Tensor, layout: Layout) -> torch.Tensor:
+        """softmax(Q K^T / sqrt(d) + padding mask) V, per head; dropout on the attention probabilities."""
+        q, k, v = layout.split_heads(F.linear(x, *self.qkv_parameters()), self.num_heads)  # [B, heads, L, d]
+        drop = self.dropout(layout)
+        if drop is None:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.key_mask)
+        else:  # written out: CPU SDPA with dropout runs this product anyway, with slower masks
+            q, k, v = (t.flatten(0, 1) for t in (q, k, v))
+            scores = torch.baddbmm(layout.key_bias(self.num_heads, q), q, k.transpose(1, 2),
+                                   alpha=1 / math.sqrt(self.head_size))
+            context = torch.bmm(torch.softmax(scores, dim=-1) * drop, v).view(layout.batch, self.num_heads,
+                                                                               layout.length, self.head_size)
+        return layout.merge_heads(context)
 
 
 class BertOutput(nn.Module):
@@ -122,13 +120,13 @@ class BertOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(in_features, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = DropoutSite("hidden")
 
-    def forward(self, h, residual, noise: DropoutNoise | None = None):
-        mask = noise.take_hidden() if noise is not None else None
+    def forward(self, h, residual, layout: Layout):
+        mask = self.dropout(layout)
         if mask is not None:
             return self.LayerNorm(torch.addcmul(residual, self.dense(h), mask))
-        return self.LayerNorm(residual + self.dropout(self.dense(h)))
+        return self.LayerNorm(residual + self.dense(h))
 
 
 class BertAttention(nn.Module):
@@ -137,8 +135,8 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertOutput(config, config.hidden_size)
 
-    def forward(self, x, packing, noise=None):
-        return self.output(self.self(x, packing, noise), x, noise)
+    def forward(self, x, layout: Layout):
+        return self.output(self.self(x, layout), x, layout)
 
 
 class BertIntermediate(nn.Module):
@@ -158,9 +156,9 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config, config.intermediate_size)
 
-    def forward(self, x, packing, noise=None):
-        x = self.attention(x, packing, noise)
-        return self.output(self.intermediate(x), x, noise)
+    def forward(self, x, layout: Layout):
+        x = self.attention(x, layout)
+        return self.output(self.intermediate(x), x, layout)
 
 
 class BertEncoder(nn.Module):
@@ -168,10 +166,10 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
 
-    def forward(self, x, packing, output_hidden_states=False, noise=None):
+    def forward(self, x, layout: Layout, output_hidden_states=False):
         states = [x] if output_hidden_states else None
         for layer in self.layer:
-            x = layer(x, packing, noise)
+            x = layer(x, layout)
             if output_hidden_states:
                 states.append(x)
         return x, states
@@ -201,7 +199,8 @@ def truncated_normal_(weight: torch.Tensor, std: float) -> torch.Tensor:
     times as long (seconds per table at Base size)."""
     bound = math.erf(2 / math.sqrt(2))  # the normal CDF at +-2 std, as erf
     with torch.no_grad():
-        return weight.uniform_(-bound, bound).erfinv_().mul_(std * math.sqrt(2)).clamp_(-2 * std, 2 * std)
+        # through nn.init, so that checkpoint.no_random_init can switch it off
+        return nn.init.uniform_(weight, -bound, bound).erfinv_().mul_(std * math.sqrt(2)).clamp_(-2 * std, 2 * std)
 
 
 class BertPreTrainedModel(nn.Module, PretrainedMixin):
@@ -253,7 +252,7 @@ class BertModel(BertPreTrainedModel):
         )
 
     def encode(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-               output_hidden_states=False) -> "Encoded":
+               output_hidden_states=False) -> Encoded:
         """The encoder's output as the heads read it: packed [T, H] when the batch has padding."""
         batch, length = input_ids.shape
         if token_type_ids is None:
@@ -266,48 +265,25 @@ class BertModel(BertPreTrainedModel):
         elif position_ids is None:
             position_ids = torch.arange(length, device=input_ids.device).expand(batch, length)
 
-        noise = None
-        c = self.config
-        if self.training and (c.hidden_dropout_prob > 0 or c.attention_probs_dropout_prob > 0):
-            hidden = (*input_ids.shape, c.hidden_size)
-            noise = DropoutNoise(hidden, 1 + 2 * c.num_hidden_layers, c.hidden_dropout_prob,
-                                 (batch * c.num_attention_heads, length, length), c.num_hidden_layers,
-                                 c.attention_probs_dropout_prob, input_ids.device)
-        x = self.embeddings(input_ids, token_type_ids, position_ids, noise)
-        x, states = self.encoder(x, packing, output_hidden_states, noise)
+        layout = Layout(batch, length, packing, self.dropout_noise(input_ids.shape, batch, length, input_ids.device))
+        x = self.embeddings(input_ids, token_type_ids, position_ids, layout)
+        x, states = self.encoder(x, layout, output_hidden_states)
+        if layout.noise is not None:
+            layout.noise.check_used()
         if packing is not None and states:
             states = [packing.unpack(s) for s in states]
         return Encoded(x, packing, batch, length, tuple(states) if states else None)
 
 
-@dataclass
-class Encoded:
-    """The last hidden states, packed [T, H] (with `packing`) or [B, L, H], and the unpacked hidden_states."""
-
-    x: torch.Tensor
-    packing: Packing | None
-    batch: int
-    length: int
-    hidden_states: tuple | None
-
-    def sequence(self) -> torch.Tensor:
-        """[B, L, H], zeros at the padding."""
-        return self.packing.unpack(self.x) if self.packing is not None else self.x
-
-    def rows(self, flat_positions: torch.Tensor) -> torch.Tensor:
-        """The vectors at these positions of the flattened [B * L] (distinct, in the given order)."""
-        if self.packing is None:
-            return gather_rows(self.x.flatten(0, 1), flat_positions)
-        index = self.packing.packed_index(flat_positions)
-        if index is None:  # a position in the padding: its vector is the zeros of the unpacked sequence
-            return gather_rows(self.sequence().flatten(0, 1), flat_positions)
-        return gather_rows(self.x, index)
-
-    def first_tokens(self) -> torch.Tensor:
-        """[B, H]: each row's first position, the [CLS] vector the pooler reads."""
-        if self.packing is None:
-            return self.x[:, 0]
-        return self.rows(torch.arange(self.batch, device=self.x.device) * self.length)
+    def dropout_noise(self, token_shape, batch: int, length: int, device) -> DropoutNoise | None:
+        """This pass's keep masks, one per DropoutSite of the encoder; None in eval or without dropout."""
+        c = self.config
+        if not self.training or (c.hidden_dropout_prob <= 0 and c.attention_probs_dropout_prob <= 0):
+            return None
+        sites = collections.Counter(m.kind for m in self.modules() if isinstance(m, DropoutSite))
+        shapes = {"hidden": (*token_shape, c.hidden_size), "attention": (batch * c.num_attention_heads, length, length)}
+        p = {"hidden": c.hidden_dropout_prob, "attention": c.attention_probs_dropout_prob}
+        return DropoutNoise(sites, shapes, p, device)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import numpy as np
 
 from .crc32c import crc32c, unmask
 from .errors import BertforgeError
+from .io import read_text
 
 TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_SIZE = 48
@@ -194,7 +195,7 @@ def find_prefix(path) -> Path | None:
         return None
     state = path / "checkpoint"
     if state.is_file():
-        found = re.search(r'^model_checkpoint_path:\s*"(.*)"', state.read_text(encoding="utf-8"), re.M)
+        found = re.search(r'^model_checkpoint_path:\s*"(.*)"', read_text(state), re.M)
         if found:
             named = Path(found.group(1))
             named = named if named.is_absolute() else path / named

@@ -5,7 +5,6 @@ owns the BERT-specific parts: the vocabulary file, cased/uncased checkpoints, th
 truncation, padding and the Hugging Face folder layout.
 """
 
-import json
 import re
 import time
 from pathlib import Path
@@ -14,7 +13,8 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from bertforge.errors import BertforgeError, where
+from .errors import BertforgeError, where
+from .io import atomic_path, read_json, read_text, text_files, write_json, write_text_atomic
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 MAX_CHARS_PER_WORD = 100  # longer words become [UNK]
@@ -23,20 +23,6 @@ DEFAULT_MAX_LENGTH = 512  # the position embeddings of every released BERT
 PADDING = (False, True, "longest", "max_length")
 TRUNCATION = (False, True, "longest_first", "only_first", "only_second")
 TENSORS = (None, "pt", "np")
-
-
-def read_text(path, encoding="utf-8") -> str:
-    """A whole text file, with a decoding error reported by file and byte offset."""
-    path = Path(path)
-    try:
-        return path.read_bytes().decode(encoding)
-    except FileNotFoundError:
-        raise BertforgeError(f"{path}: file not found") from None
-    except UnicodeDecodeError as e:
-        raise BertforgeError(
-            f"{path}: not valid {encoding} at byte {e.start} ({e.object[e.start:e.start + 1]!r}); "
-            f"pass the file's encoding (e.g. encoding='latin-1')"
-        ) from None
 
 
 def read_vocab(path) -> dict[str, int]:
@@ -144,12 +130,7 @@ class BertTokenizer:
         vocab_file = path / "vocab.txt" if path.is_dir() else path
         vocab = read_vocab(vocab_file)
         config_file = vocab_file.parent / "tokenizer_config.json"
-        config = {}
-        if config_file.is_file():
-            try:
-                config = json.loads(read_text(config_file))
-            except json.JSONDecodeError as e:
-                raise BertforgeError(f"{where(config_file, e.lineno)}: invalid JSON: {e.msg}") from None
+        config = read_json(config_file) if config_file.is_file() else {}
         trained_lower = config.get("do_lower_case")
         source, why = config_file, f"do_lower_case={str(trained_lower).lower()}"
         if trained_lower is None and (vocab_file.parent / "bert_config.json").is_file():
@@ -173,15 +154,16 @@ class BertTokenizer:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         tokens = sorted(self._vocab, key=self._vocab.get)
-        (out_dir / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
-        self._backend.save(str(out_dir / "tokenizer.json"))
+        write_text_atomic(out_dir / "vocab.txt", "".join(t + "\n" for t in tokens))
+        with atomic_path(out_dir / "tokenizer.json") as tmp:
+            self._backend.save(str(tmp))
         special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                    "mask_token": "[MASK]"}
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.do_lower_case,
                   "model_max_length": self.model_max_length, "tokenize_chinese_chars": True,
                   "strip_accents": None, **special}
-        (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        (out_dir / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n", encoding="utf-8")
+        write_json(out_dir / "tokenizer_config.json", config)
+        write_json(out_dir / "special_tokens_map.json", special)
 
     @property
     def vocab(self) -> dict[str, int]:
@@ -364,26 +346,12 @@ def as_list(ids):
     return ids.tolist() if hasattr(ids, "tolist") else ids
 
 
-def find_text_files(files) -> list[Path]:
-    """Files as given, and inside folders every *.txt or extensionless file (hidden ones aside), sorted."""
-    found = []
-    for f in map(Path, files):
-        if f.is_dir():
-            found += sorted(p for p in f.rglob("*") if p.is_file() and p.suffix in ("", ".txt")
-                            and not p.name.startswith("."))
-        elif f.is_file():
-            found.append(f)
-        else:
-            raise BertforgeError(f"{f}: no such file or folder")
-    if not found:
-        raise BertforgeError(f"no text files (*.txt or without extension) in {' '.join(map(str, files))}")
-    return found
-
-
 def train_vocab(files, vocab_size=30522, out_dir=None, lowercase=True, min_frequency=2, limit_alphabet=1000,
                 encoding="utf-8") -> BertTokenizer:
     """Train a WordPiece vocabulary; special tokens take ids 0-4. Saved with save_pretrained when out_dir is given."""
-    paths = find_text_files(files)
+    paths, _ = text_files(files)
+    if not paths:
+        raise BertforgeError(f"no text files (*.txt, *.raw, *.text) in {' '.join(map(str, files))}")
     backend = build_backend({}, lowercase)
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,

@@ -10,6 +10,7 @@ import torch
 
 from bertforge.errors import BertforgeError
 from bertforge.tokenizer import (
+    SAMPLES,
     BertTokenizer, add_tokenizer_arguments, looks_uncased, read_vocab, run_tokenizer, train_vocab,
 )
 from tests.conftest import require_shared
@@ -373,12 +374,16 @@ def test_cli_train(tmp_path, capsys):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "a.txt").write_text("The king said that the queen said nothing.\n" * 50, encoding="utf-8")
-    (corpus / "NOTES").write_text("Kings and queens, said the quick brown fox.\n" * 50, encoding="utf-8")
+    (corpus / "b.text").write_text("Kings and queens, said the quick brown fox.\n" * 50, encoding="utf-8")
+    (corpus / "NOTES").write_text("Zebras yodel\n" * 50, encoding="utf-8")  # no text suffix: not read
     (corpus / "skip.json").write_text("{not text}", encoding="utf-8")
     out = tmp_path / "vocab"
     args = parse("train", "--files", str(corpus), "--vocab-size", "120", "--out", str(out), "--cased")
     assert run_tokenizer(args) == 0
     printed = capsys.readouterr().out
-    assert "cased vocabulary" in printed and "The quick brown fox" in printed
     tokenizer = BertTokenizer.from_pretrained(out)
-    assert tokenizer.do_lower_case is False and "The" in tokenizer.vocab and "{" not in tokenizer.vocab
+    assert f"trained a {tokenizer.vocab_size}-token cased vocabulary" in printed
+    # the samples are printed as the saved vocabulary tokenizes them
+    assert f"-> {' '.join(tokenizer.tokenize(SAMPLES[0]))}" in printed
+    assert tokenizer.do_lower_case is False and {"The", "king", "queen", "brown", "fox"} <= set(tokenizer.vocab)
+    assert not {"{", "Z", "y"} & set(tokenizer.vocab)  # characters of the files that are not read

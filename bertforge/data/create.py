@@ -17,7 +17,6 @@ seed: each pass draws from its own ``np.random.default_rng([seed, split, pass])`
 """
 
 import argparse
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from bertforge.data.instances import Draws, assemble, iter_spans, special_positi
 from bertforge.data.masking import continuation_table, mask_batch, word_starts
 from bertforge.data.shards import ShardWriter, clear_data, vocab_sha256
 from bertforge.errors import BertforgeError
+from bertforge.io import write_json
 from bertforge.tokenizer import BertTokenizer
 
 SHARD_INSTANCES = 1 << 15
@@ -84,7 +84,7 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
             stats["eval"] = _write_split(corpus, held_out, out / "eval", held, continuation, [seed, 2], progress)
         else:
             clear_data(out / "eval")  # no stale held-out data from an earlier run
-        (out / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+        write_json(out / "stats.json", stats)
         tokenizer.save_pretrained(out)
     finally:
         corpus = None  # drop the memory map before deleting its file

@@ -21,7 +21,6 @@ a shard: sample indices at random when training.
 """
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +29,7 @@ import torch
 from bertforge.data.instances import ragged_arange, special_positions, to_padded
 from bertforge.data.masking import mask_batch, word_starts
 from bertforge.errors import BertforgeError
+from bertforge.io import read_json, write_json
 
 FORMAT = "bertforge-pretraining-data"
 VERSION = 1
@@ -68,9 +68,7 @@ class ShardWriter:
         index = {"format": FORMAT, "version": VERSION, **header,
                  "instances": sum(s["instances"] for s in self.shards),
                  "tokens": sum(s["tokens"] for s in self.shards), "shards": self.shards}
-        tmp = self.directory / "index.json.tmp"
-        tmp.write_text(json.dumps(index, indent=1) + "\n")
-        tmp.replace(self.directory / "index.json")
+        write_json(self.directory / "index.json", index)
         return index
 
 
@@ -122,12 +120,9 @@ class PretrainingShards:
     def __init__(self, directory):
         self.directory = Path(directory)
         path = self.directory / "index.json"
-        try:
-            self.index = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise BertforgeError(f"{path}: not found; is this a folder made by `bertforge data create`?") from None
-        except (OSError, ValueError) as e:
-            raise BertforgeError(f"{path}: unreadable index ({e})") from None
+        if not path.is_file():
+            raise BertforgeError(f"{path}: not found; is this a folder made by `bertforge data create`?")
+        self.index = read_json(path)
         if self.index.get("format") != FORMAT or self.index.get("version") != VERSION:
             raise BertforgeError(f"{path}: not {FORMAT} version {VERSION}")
         self.max_seq_length = self.index["max_seq_length"]
