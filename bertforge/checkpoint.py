@@ -5,6 +5,7 @@ tokenizer files. Pickled `pytorch_model.bin` files can run code when loaded, so 
 caller trusts them explicitly, and even then read with `torch.load(weights_only=True)`.
 """
 
+import argparse
 import json
 import logging
 import shutil
@@ -17,6 +18,7 @@ from torch import nn
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from . import google_checkpoint
 from .config import BertConfig
 from .errors import BertforgeError
 from .io import atomic_path, read_json, write_text_atomic
@@ -59,9 +61,13 @@ def weight_files(folder: Path) -> list[Path]:
     raise BertforgeError(f"{folder}: no {SAFETENSORS} (or {PICKLE}) in this folder")
 
 
-def read_weights(folder, trust_pickle: bool = False) -> tuple[dict[str, torch.Tensor], Path]:
-    """The tensors of a checkpoint folder (or a weights file) and the file they came from."""
+def read_weights(folder, trust_pickle: bool = False, shapes: dict | None = None) -> tuple[dict, Path]:
+    """The tensors of a checkpoint folder (or a weights file) and the file they came from. A Google checkpoint's
+    are renamed and checked against `shapes` (name -> the model's shape) where given."""
     folder = Path(folder)
+    google = google_checkpoint.find(folder)
+    if google is not None:
+        return google_checkpoint.read_weights(google, shapes)
     files = weight_files(folder)
     weights = {}
     for file in files:
@@ -158,7 +164,10 @@ class PretrainedMixin:
         only where those parts are not used (a missing pooler, when reading hidden states).
         """
         folder = Path(folder)
-        config = config or BertConfig.from_json_file(folder / "config.json")
+        google = google_checkpoint.find(folder)
+        if config is None:
+            config = google_checkpoint.read_config(google) if google else BertConfig.from_json_file(
+                folder / "config.json")
         if config_overrides:
             config = BertConfig.from_dict({**config.to_dict(), **config_overrides})
         if skip_init:
@@ -174,11 +183,12 @@ class PretrainedMixin:
 
     def load_weights(self, folder, trust_pickle: bool = False) -> list[str]:
         """Load a checkpoint's tensors into this model; returns (and logs) the plain-words report."""
-        weights, file = read_weights(folder, trust_pickle)
-        prefix = self.base_model_prefix
-        wants_prefix = any(k.startswith(prefix + ".") for k in self.state_dict())
-        weights = normalise_keys(weights, prefix, wants_prefix)
         own = self.state_dict()
+        prefix = self.base_model_prefix
+        wants_prefix = any(k.startswith(prefix + ".") for k in own)
+        shapes = {k: v.shape for k, v in normalise_keys(own, prefix, wants_prefix=True).items()}
+        weights, file = read_weights(folder, trust_pickle, shapes)
+        weights = normalise_keys(weights, prefix, wants_prefix)
         for key, value in weights.items():
             if key in own and own[key].shape != value.shape:
                 raise BertforgeError(
@@ -190,7 +200,8 @@ class PretrainedMixin:
         if missing or extra:
             problems = ([f"{', '.join(missing)} not in the weights"] if missing else []) + (
                 [f"weights have {', '.join(extra)} beyond the config"] if extra else [])
-            raise BertforgeError(f"{file}: the config.json does not describe these weights: {'; '.join(problems)}")
+            config_name = google_checkpoint.CONFIG if file.suffix == ".index" else "config.json"
+            raise BertforgeError(f"{file}: the {config_name} does not describe these weights: {'; '.join(problems)}")
         result = self.load_state_dict(weights, strict=False)
         self.fresh_parts = sorted({part_name(k) for k in result.missing_keys})  # initialised, not loaded
         report = describe_mismatch(type(self).__name__, result.missing_keys, result.unexpected_keys)
@@ -212,13 +223,24 @@ class PretrainedMixin:
 
 
 def add_convert_arguments(parser):
-    parser.add_argument("src", help="checkpoint folder holding pytorch_model.bin, from a source you trust")
+    parser.add_argument("src", help="checkpoint folder holding pytorch_model.bin (from a source you trust), or "
+                        "Google's TensorFlow checkpoint (bert_config.json, *.ckpt.*, vocab.txt)")
     parser.add_argument("out", help="folder to write (config, model.safetensors and the tokenizer files)")
+    parser.add_argument("--do-lower-case", action=argparse.BooleanOptionalAction, default=None,
+                        help="for a Google checkpoint: its casing, when neither its name nor its vocabulary says")
+    parser.add_argument("--hidden-act", choices=("gelu", "gelu_new"), default=None,
+                        help="for a Google checkpoint: its `gelu` as the exact erf form (gelu, as the first release "
+                        "of Google's modeling.py) or the tanh approximation (gelu_new, its current code; default)")
 
 
 def run_convert(args) -> int:
-    """Read the pickle with torch.load(weights_only=True) once, on the user's say-so, and write safetensors."""
+    """Read the pickle with torch.load(weights_only=True) once, on the user's say-so, and write safetensors;
+    or rewrite a Google checkpoint in the Hugging Face layout."""
     src, out = Path(args.src), Path(args.out)
+    if google_checkpoint.find(src) is not None:
+        print(google_checkpoint.convert(src, out, getattr(args, "do_lower_case", None),
+                                        getattr(args, "hidden_act", None)))
+        return 0
     weights, file = read_weights(src, trust_pickle=True)
     out.mkdir(parents=True, exist_ok=True)
     for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):

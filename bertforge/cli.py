@@ -20,7 +20,7 @@ COMMANDS = {
     "squad-split": ("tasks.squad", "split a SQuAD file by article into train and dev files"),
     "features": ("features", "hidden states of chosen layers, per token, word or sentence"),
     "info": ("info", "describe a checkpoint folder: sizes, parameters, heads, vocabulary"),
-    "convert": ("checkpoint", "rewrite a trusted pytorch_model.bin folder as safetensors"),
+    "convert": ("checkpoint", "rewrite a trusted pytorch_model.bin folder, or Google's TF checkpoint, as safetensors"),
 }
 # Modules whose command function is named after the module rather than the command.
 FUNCTION_NAMES = {"data": "data_create"}

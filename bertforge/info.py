@@ -8,11 +8,19 @@ from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 
+from . import google_checkpoint
 from .checkpoint import PART_NAMES, normalise_keys, part_name, weight_files
 from .config import BertConfig
 from .errors import BertforgeError
 from .io import read_json
 from .tokenizer import looks_uncased
+
+# What each hidden_act computes: the two GELUs differ by up to 5e-4 per unit, enough to move a checkpoint's outputs.
+ACTIVATIONS = {
+    "gelu": "exact GELU (erf), as the paper",
+    "gelu_new": "tanh approximation of GELU, as Google's modeling.py",
+    "gelu_pytorch_tanh": "tanh approximation of GELU, as Google's modeling.py",
+}
 
 DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64"}
 
@@ -67,13 +75,18 @@ def describe(folder: Path) -> list[str]:
     folder = Path(folder)
     if not folder.is_dir():
         raise BertforgeError(f"{folder}: no such checkpoint folder")
-    config = BertConfig.from_json_file(folder / "config.json")
-    files = weight_files(folder)
-    if files[0].suffix == ".bin":
-        raise BertforgeError(f"{files[0]}: info reads safetensors headers only; convert a pickle you trust first "
-                             f"(`bertforge convert {folder} OUT`)")
+    google = google_checkpoint.find(folder)
+    if google is not None:  # Google's TensorFlow checkpoint: the index alone is read
+        config, header, files = google_checkpoint.header(google)
+    else:
+        config = BertConfig.from_json_file(folder / "config.json")
+        files = weight_files(folder)
+        if files[0].suffix == ".bin":
+            raise BertforgeError(f"{files[0]}: info reads safetensors headers only; convert a pickle you trust "
+                                 f"first (`bertforge convert {folder} OUT`)")
+        header = read_header(files)
     # Without the prefix, the position-ids buffer, and the reference's second names for the tied decoder.
-    header = normalise_keys(read_header(files), "bert", wants_prefix=False)
+    header = normalise_keys(header, "bert", wants_prefix=False)
     dtypes = sorted({dtype for _, dtype in header.values()})
 
     counts = {"embeddings": 0, "encoder": 0, "heads": 0}
@@ -98,6 +111,8 @@ def describe(folder: Path) -> list[str]:
         f"parameters:    {sum(counts.values()):,} total: embeddings {counts['embeddings']:,}, "
         f"encoder {counts['encoder']:,}, heads {counts['heads']:,}",
         f"heads:         {', '.join(heads) or 'none (the bare encoder)'}",
+        f"activation:    {config.hidden_act}"
+        + (f" ({ACTIVATIONS[config.hidden_act]})" if config.hidden_act in ACTIVATIONS else ""),
         f"weights:       {', '.join(f.name for f in files)}, {', '.join(dtypes)}, {size / 2**20:.1f} MiB",
         f"vocabulary:    {vocabulary(folder, config)}, {vocabulary_case(folder)}",
     ]

@@ -5,6 +5,7 @@ owns the BERT-specific parts: the vocabulary file, cased/uncased checkpoints, th
 truncation, padding and the Hugging Face folder layout.
 """
 
+import re
 import time
 from pathlib import Path
 
@@ -71,6 +72,32 @@ def looks_uncased(vocab) -> bool:
     return not any(t != t.lower() for t in vocab if not (t.startswith("[") and t.endswith("]")))
 
 
+def casing_from_name(name: str) -> bool | None:
+    """True where a checkpoint's name says uncased, False where it says cased (Google's `uncased_L-12_H-768_A-12`,
+    `multi_cased_L-12_H-768_A-12`, the reference's `bert-base-cased`), None where it says neither."""
+    words = re.split(r"[^a-z]+", name.lower())
+    return True if "uncased" in words else False if "cased" in words else None
+
+
+def casing_contradiction(source, trained_lower: bool, why: str, setting: str) -> BertforgeError:
+    trained = "uncased" if trained_lower else "cased"
+    return BertforgeError(f"{source}: the checkpoint was trained {trained} ({why}); {setting} contradicts it")
+
+
+def google_casing(vocab_file: Path, vocab) -> tuple[bool, str]:
+    """The casing of one of Google's checkpoint folders (which have no tokenizer_config.json): from its name,
+    which must agree with the vocabulary (an uncased one has no capitals), else from the vocabulary; and why."""
+    by_vocab = looks_uncased(vocab)
+    vocab_says = f"{vocab_file.name} has {'no ' if by_vocab else ''}capitals"
+    by_name = casing_from_name(vocab_file.parent.name)
+    if by_name is None:
+        return by_vocab, vocab_says
+    name_says = f"its name {vocab_file.parent.name!r} says so"
+    if by_name != by_vocab:
+        raise casing_contradiction(vocab_file.parent, by_name, name_says, f"{vocab_says}, which")
+    return by_name, name_says
+
+
 class Encoding(dict):
     """input_ids, token_type_ids, attention_mask (and offset_mapping, special_tokens_mask when asked)."""
 
@@ -106,12 +133,12 @@ class BertTokenizer:
         config_file = vocab_file.parent / "tokenizer_config.json"
         config = read_json(config_file) if config_file.is_file() else {}
         trained_lower = config.get("do_lower_case")
+        source, why = config_file, f"do_lower_case={str(trained_lower).lower()}"
+        if trained_lower is None and (vocab_file.parent / "bert_config.json").is_file():
+            trained_lower, why = google_casing(vocab_file, vocab)
+            source = vocab_file.parent
         if trained_lower is not None and do_lower_case is not None and do_lower_case != trained_lower:
-            trained = "uncased" if trained_lower else "cased"
-            raise BertforgeError(
-                f"{config_file}: the checkpoint was trained {trained} (do_lower_case={str(trained_lower).lower()}); "
-                f"do_lower_case={do_lower_case} contradicts it"
-            )
+            raise casing_contradiction(source, trained_lower, why, f"do_lower_case={do_lower_case}")
         if do_lower_case is None:
             do_lower_case = trained_lower if trained_lower is not None else looks_uncased(vocab)
         for option, supported in (("strip_accents", do_lower_case), ("tokenize_chinese_chars", True)):
