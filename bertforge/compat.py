@@ -76,7 +76,7 @@ class ModelApiMixin:
                                 mean_resizing: bool = True) -> nn.Embedding:
         """Grow or shrink the token table (and the masked-LM output bias) to `new_num_tokens` rows, rounded up to
         `pad_to_multiple_of`. New rows are the old rows' mean (mean_resizing, as transformers) or drawn as at
-        initialisation; the masked-LM decoder stays tied to the table, since it reads the table itself."""
+        initialisation, new output biases 0; the masked-LM decoder stays tied to the table (it reads the table)."""
         table = self.word_embeddings
         if new_num_tokens is None and pad_to_multiple_of is None:
             return table
@@ -89,7 +89,7 @@ class ModelApiMixin:
                 table.weight = nn.Parameter(resized(table.weight, new, mean_resizing, self.config.initializer_range))
                 table.num_embeddings = new
                 for head in (m for m in self.modules() if hasattr(m, "transform") and hasattr(m, "bias")):
-                    head.bias = nn.Parameter(resized_bias(head.bias, new, mean_resizing))
+                    head.bias = nn.Parameter(resized_bias(head.bias, new))
             self.config.vocab_size = new
         return table
 
@@ -119,12 +119,6 @@ def resized(weight: torch.Tensor, rows: int, mean_resizing: bool, std: float) ->
     return torch.cat([weight, extra])
 
 
-def resized_bias(bias: torch.Tensor, rows: int, mean_resizing: bool) -> torch.Tensor:
-    """The output bias: new entries are the old ones' mean (with 1e-9 of their spread, as transformers), or 0."""
-    old = bias.shape[0]
-    if rows <= old:
-        return bias[:rows].clone()
-    extra = bias.new_zeros(rows - old)
-    if mean_resizing:
-        extra.normal_(float(bias.float().mean()), 1e-9 * float(bias.float().std()))
-    return torch.cat([bias, extra])
+def resized_bias(bias: torch.Tensor, rows: int) -> torch.Tensor:
+    """The masked-LM output bias: new entries 0, as transformers 5 leaves the bias of a tied decoder."""
+    return bias[:rows].clone() if rows <= bias.shape[0] else torch.cat([bias, bias.new_zeros(rows - bias.shape[0])])

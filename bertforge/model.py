@@ -483,7 +483,8 @@ class BertForMultipleChoice(TaskHead):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, choice_mask=None,
                 return_dict=True, **inputs):
-        batch, choices = (input_ids if input_ids is not None else inputs["inputs_embeds"]).shape[:2]
+        given = input_ids if input_ids is not None else inputs.get("inputs_embeds")
+        batch, choices = given.shape[:2] if given is not None else (0, 0)  # (encode says what is missing)
         flat = [t.flatten(0, 1) if torch.is_tensor(t) else t for t in (input_ids, attention_mask, token_type_ids)]
         inputs = {k: v.flatten(0, 1) if torch.is_tensor(v) else v for k, v in inputs.items()}
         logits, states = self.features(*flat, inputs)
