@@ -1,7 +1,11 @@
 """What the tokenizer returns: the model's inputs by name (a dict, also read as attributes), and per row where
 each token came from (its word, its text of the pair, its characters), as transformers' BatchEncoding."""
 
+import logging
+
 import torch
+
+log = logging.getLogger("bertforge")
 
 
 class Encoding(dict):
@@ -19,7 +23,12 @@ class Encoding(dict):
             raise AttributeError(name) from None
 
     def to(self, device) -> "Encoding":
-        """The tensors moved to `device` (in place, as transformers does); returns self."""
+        """The tensors moved to `device` (in place, as transformers does); returns self. Anything but a device
+        (a dtype, say) leaves them as they are, with a warning, as transformers does."""
+        if not isinstance(device, (str, torch.device, int)):
+            log.warning(f"Encoding.to({device!r}): not a device, so the tensors stay as they are (ids must stay "
+                        "integers)")
+            return self
         for key, value in self.items():
             if isinstance(value, torch.Tensor):
                 self[key] = value.to(device)

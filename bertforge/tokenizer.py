@@ -52,6 +52,7 @@ class BertTokenizer:
             raise BertforgeError(f"vocabulary lacks the special tokens {' '.join(missing)}")
         self._vocab = dict(vocab)
         self._added: dict[str, int] = {}  # add_tokens: matched whole before WordPiece, ids after the vocabulary
+        self._given = set(SPECIAL_TOKENS)  # every token added to the pipeline, new or in the vocabulary
         self._id_to_token = {i: t for t, i in self._vocab.items()}
         self._backend = build_backend(self._vocab, do_lower_case)
         self.do_lower_case = do_lower_case
@@ -138,14 +139,17 @@ class BertTokenizer:
         return {**self._vocab, **self._added}
 
     def add_tokens(self, new_tokens, special_tokens: bool = False) -> int:
-        """Tokens matched whole in a text before WordPiece, with the next free ids; returns how many were new.
+        """Tokens matched whole in a text before WordPiece, with the next free ids; returns how many were not
+        added before (as transformers: a token already in the vocabulary counts, and keeps its id).
         Give the model room for them with `model.resize_token_embeddings(len(tokenizer))`."""
         new_tokens = [new_tokens] if isinstance(new_tokens, str) else list(new_tokens)
-        fresh = [t for t in dict.fromkeys(new_tokens) if t not in self._vocab and t not in self._added]
+        (self._backend.add_special_tokens if special_tokens else self._backend.add_tokens)(new_tokens)
+        fresh = [t for t in dict.fromkeys(new_tokens) if t not in self._given]
+        self._given.update(fresh)
         for token in fresh:
-            self._added[token] = len(self)
-            self._id_to_token[self._added[token]] = token
-        (self._backend.add_special_tokens if special_tokens else self._backend.add_tokens)(fresh)
+            if token not in self._vocab and token not in self._added:
+                self._added[token] = self._backend.token_to_id(token)
+                self._id_to_token[self._added[token]] = token
         return len(fresh)
 
     @property
@@ -186,6 +190,9 @@ class BertTokenizer:
             raise BertforgeError(f"return_tensors must be one of {TENSORS}, got {return_tensors!r}")
         if max_length is None and (truncation or padding == "max_length"):
             max_length = self.model_max_length
+        if truncation and padding and pad_to_multiple_of and max_length % pad_to_multiple_of:
+            raise BertforgeError(f"max_length={max_length} (truncation) is not a multiple of "
+                                 f"pad_to_multiple_of={pad_to_multiple_of} (padding)")
 
         if return_overflowing_tokens and truncation:
             rows, sample_of_row = self._windows(texts, pairs, max_length, stride, truncation, add_special_tokens,
