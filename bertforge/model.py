@@ -264,11 +264,8 @@ class BertModel(BertPreTrainedModel):
             token_type_ids = torch.zeros(batch, length, dtype=torch.long, device=tokens.device)
         packing = Packing.from_attention_mask(attention_mask) if attention_mask is not None else None
         if packing is not None:  # embed the real tokens only
-            if input_ids is not None:
-                input_ids = input_ids.reshape(-1)[packing.indices]
-            else:
-                inputs_embeds = inputs_embeds.flatten(0, 1)[packing.indices]
-            token_type_ids = token_type_ids.reshape(-1)[packing.indices]
+            input_ids, inputs_embeds, token_type_ids = (t.flatten(0, 1)[packing.indices] if t is not None else None
+                                                        for t in (input_ids, inputs_embeds, token_type_ids))
             position_ids = packing.cols if position_ids is None else position_ids.reshape(-1)[packing.indices]
         elif position_ids is None:
             position_ids = torch.arange(length, device=tokens.device).expand(batch, length)
