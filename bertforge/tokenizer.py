@@ -97,12 +97,12 @@ class BertTokenizer:
         if max_length > 1_000_000:  # transformers writes int(1e30) for "no limit"
             max_length = DEFAULT_MAX_LENGTH
         tokenizer = cls(vocab, do_lower_case, max_length)
-        added = sorted((t["id"], t["content"]) for t in (pipeline or {}).get("added_tokens", [])
-                       if t["id"] >= len(vocab))
-        for i, (token_id, token) in enumerate(added):
+        added = sorted((t["id"], t["content"], t.get("special", False))
+                       for t in (pipeline or {}).get("added_tokens", []) if t["id"] >= len(vocab))
+        for i, (token_id, token, special) in enumerate(added):
             if token_id != len(vocab) + i:
                 raise BertforgeError(f"{json_file}: added token {token!r} has id {token_id}, expected {len(vocab) + i}")
-            tokenizer.add_tokens([token])
+            tokenizer.add_tokens([token], special_tokens=special)
         return tokenizer
 
     def save_pretrained(self, out_dir):

@@ -153,6 +153,8 @@ def test_add_tokens_as_transformers_and_saved(tmp_path, minilm_dir):
     for folder in (tmp_path / "ours",):
         again = BertTokenizer.from_pretrained(folder)
         assert again.get_vocab() == ours.get_vocab() and again(text)["input_ids"] == ours(text)["input_ids"]
+        assert again.decode(again(text)["input_ids"], skip_special_tokens=True) == \
+            ours.decode(ours(text)["input_ids"], skip_special_tokens=True)  # <extra> still special
         assert transformers.AutoTokenizer.from_pretrained(folder)(text)["input_ids"] == ours(text)["input_ids"]
     ref.save_pretrained(tmp_path / "ref")  # a transformers 5 folder: tokenizer.json, no vocab.txt
     assert not (tmp_path / "ref" / "vocab.txt").exists()
