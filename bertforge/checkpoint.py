@@ -155,21 +155,34 @@ class PretrainedMixin:
 
     @classmethod
     def from_pretrained(cls, folder, trust_pickle: bool = False, config: BertConfig | None = None,
-                        skip_init: bool = False, **config_overrides):
+                        skip_init: bool = False, *, num_labels: int | None = None, id2label: dict | None = None,
+                        label2id: dict | None = None, dtype=None, torch_dtype=None, device=None, device_map=None,
+                        ignore_mismatched_sizes: bool = False, **config_overrides):
         """Build the model from `folder/config.json` (or `config`) and load the folder's weights; in eval mode.
 
-        `config_overrides` replace config fields, e.g. `id2label={0: "neg", 1: "pos"}` for a new classifier.
-        `skip_init` builds the model without drawing random weights first (seconds for a base-sized embedding
-        table on a CPU, and every value is overwritten): parts the checkpoint lacks are then zeros, so use it
-        only where those parts are not used (a missing pooler, when reading hidden states).
+        As transformers: `num_labels`, `id2label`, `label2id` set the task head's labels (LABEL_0.. when only
+        the number is given); `dtype` (or `torch_dtype`; "auto" reads the config's) casts the weights;
+        `ignore_mismatched_sizes` initialises fresh a head whose checkpoint shape differs. `device` (or a
+        one-device `device_map`) moves the model. Other keywords replace BertConfig fields; any other name is
+        a TypeError. `skip_init` builds the model without drawing random weights first (seconds for a
+        base-sized embedding table on a CPU, and every value is overwritten): parts the checkpoint lacks are then
+        zeros, so use it only where those parts are not used (a missing pooler, when reading hidden states).
         """
         folder = Path(folder)
         google = google_checkpoint.find(folder)
         if config is None:
             config = google_checkpoint.read_config(google) if google else BertConfig.from_json_file(
                 folder / "config.json")
-        if config_overrides:
-            config = BertConfig.from_dict({**config.to_dict(), **config_overrides})
+        if config_overrides.pop("attn_implementation", None) is not None:
+            log.warning("attn_implementation is ignored: bertforge runs SDPA, or the written-out product where "
+                        "dropout or output_attentions need it")
+        overrides = {**config_overrides, **labels_override(num_labels, id2label, label2id)}
+        unknown = sorted(set(overrides) - set(config.to_dict()) - {"id2label"})
+        if unknown:
+            raise TypeError(f"{cls.__name__}.from_pretrained() got unexpected keyword arguments: {', '.join(unknown)}"
+                            " (neither its own nor BertConfig fields; pass output_attentions and the like to forward)")
+        if overrides:
+            config = BertConfig.from_dict({**config.to_dict(), **overrides})
         if skip_init:
             with no_random_init():
                 model = cls(config)
@@ -178,22 +191,31 @@ class PretrainedMixin:
                     parameter.zero_()
         else:
             model = cls(config)
-        model.load_weights(folder, trust_pickle=trust_pickle)
-        return model.eval()
+        model.load_weights(folder, trust_pickle=trust_pickle, ignore_mismatched_sizes=ignore_mismatched_sizes)
+        dtype = weights_dtype(dtype, torch_dtype, config)
+        return model.to(device=placement(device, device_map), dtype=dtype).eval()
 
-    def load_weights(self, folder, trust_pickle: bool = False) -> list[str]:
-        """Load a checkpoint's tensors into this model; returns (and logs) the plain-words report."""
+    def load_weights(self, folder, trust_pickle: bool = False, ignore_mismatched_sizes: bool = False) -> list[str]:
+        """Load a checkpoint's tensors into this model; returns (and logs) the plain-words report.
+
+        `ignore_mismatched_sizes`: a head whose shape differs from the checkpoint's is initialised fresh."""
         own = self.state_dict()
         prefix = self.base_model_prefix
         wants_prefix = any(k.startswith(prefix + ".") for k in own)
         shapes = {k: v.shape for k, v in normalise_keys(own, prefix, wants_prefix=True).items()}
         weights, file = read_weights(folder, trust_pickle, shapes)
         weights = normalise_keys(weights, prefix, wants_prefix)
-        for key, value in weights.items():
-            if key in own and own[key].shape != value.shape:
+        for key, value in list(weights.items()):
+            if key in own and own[key].shape != value.shape and ignore_mismatched_sizes and not encoder_parts([key],
+                                                                                                              prefix):
+                log.warning(f"{part_name(key)}: {key} is {tuple(value.shape)} in the checkpoint, "
+                            f"{tuple(own[key].shape)} here: initialised fresh")
+                del weights[key]
+            elif key in own and own[key].shape != value.shape:
                 raise BertforgeError(
                     f"{file}: {key} has shape {tuple(value.shape)} but the config gives {tuple(own[key].shape)}; "
-                    "the config.json does not describe these weights")
+                    "the config.json does not describe these weights (for a task head of another size, pass "
+                    "ignore_mismatched_sizes=True)")
         # Only heads may be initialised fresh: an encoder part missing or left over means the config is wrong.
         missing = encoder_parts(own.keys() - weights.keys(), prefix)
         extra = encoder_parts(weights.keys() - own.keys(), prefix)
@@ -214,12 +236,67 @@ class PretrainedMixin:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         config = {**self.config.to_dict(), "architectures": [type(self).__name__]}
+        config.pop("torch_dtype", None)  # as transformers 5: the weights' dtype, under its new name
+        config["dtype"] = str(next(self.parameters()).dtype).removeprefix("torch.")
         write_text_atomic(folder / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in self.state_dict().items()}
         with atomic_path(folder / SAFETENSORS) as tmp:
             save_file(tensors, tmp, metadata={"format": "pt"})
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
+
+
+def labels_override(num_labels, id2label, label2id) -> dict:
+    """The config's id2label for transformers' num_labels / id2label / label2id keywords (none given: {})."""
+    if id2label is not None:
+        id2label = {int(k): v for k, v in id2label.items()}
+        if label2id is not None and {v: k for k, v in id2label.items()} != {k: int(v) for k, v in label2id.items()}:
+            raise BertforgeError(f"label2id {label2id} is not the inverse of id2label {id2label}")
+        if num_labels is not None and num_labels != len(id2label):
+            log.warning(f"num_labels={num_labels} but id2label has {len(id2label)} labels: id2label is used, "
+                        "as transformers does")
+        return {"id2label": id2label}
+    if label2id is not None:  # transformers would keep its old id2label beside this label2id; bertforge cannot
+        log.warning("label2id without id2label: the labels are taken from label2id (transformers keeps id2label)")
+        return {"id2label": {int(i): label for label, i in label2id.items()}}
+    if num_labels is not None:
+        return {"id2label": {i: f"LABEL_{i}" for i in range(num_labels)}}
+    return {}
+
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+def weights_dtype(dtype, torch_dtype, config: BertConfig) -> torch.dtype | None:
+    """transformers' dtype (or its older name torch_dtype): a torch.dtype, its name, or "auto" (the config's)."""
+    if torch_dtype is not None:
+        if dtype is not None and dtype != torch_dtype:
+            raise BertforgeError(f"dtype={dtype} and torch_dtype={torch_dtype} disagree; pass dtype alone")
+        dtype = torch_dtype
+    if dtype == "auto":
+        dtype = config.extra.get("dtype") or config.extra.get("torch_dtype") or "float32"
+    if isinstance(dtype, str):
+        if dtype.removeprefix("torch.") not in DTYPES:
+            raise BertforgeError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)} or 'auto'")
+        dtype = DTYPES[dtype.removeprefix("torch.")]
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise BertforgeError(f"dtype {dtype!r} is not a torch dtype")
+    return dtype
+
+
+def placement(device, device_map):
+    """The one device of `device` or a single-device `device_map` (bertforge does not split a model)."""
+    if device_map is None:
+        return device
+    if device is not None:
+        raise BertforgeError("pass device or device_map, not both")
+    if isinstance(device_map, int):
+        return torch.device("cuda", device_map)
+    if isinstance(device_map, dict) and len(set(device_map.values())) == 1:
+        return placement(None, next(iter(device_map.values())))
+    if device_map == "auto" or isinstance(device_map, dict):
+        raise BertforgeError(f"device_map={device_map!r}: bertforge keeps a model on one device; pass device=")
+    return torch.device(device_map)
 
 
 def add_convert_arguments(parser):

@@ -10,7 +10,8 @@ Departures in how the work is done, not in the numbers:
   one slice per `DropoutSite`) and applied fused with the residual add (addcmul) and after the attention
   softmax, with the attention products written out (baddbmm, softmax, bmm) since CPU SDPA has no fused dropout
   path. Eval, and training without dropout, use SDPA.
-Both ride on one `packing.Layout` per forward pass, which every layer takes.
+Both ride on one `packing.Layout` per forward pass, which every layer takes. With output_attentions, the
+attention products are written out too, to return the probabilities (padded query rows hold zeros).
 """
 
 import collections
@@ -19,20 +20,12 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .checkpoint import PretrainedMixin
+from .compat import ModelApiMixin, finish
 from .config import BertConfig
 from .packing import DropoutNoise, Encoded, Layout, Packing
-
-
-class ModelOutput(dict):
-    """A dict whose entries are also attributes, like the reference library's outputs."""
-
-    def __getattr__(self, name):
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
 
 
 ACT = {
@@ -69,8 +62,9 @@ class BertEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = DropoutSite("hidden")
 
-    def forward(self, input_ids, token_type_ids, position_ids, layout: Layout):
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+    def forward(self, input_ids, token_type_ids, position_ids, layout: Layout, inputs_embeds=None):
+        x = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        x = x + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(position_ids)
         x = self.LayerNorm(x)
         mask = self.dropout(layout)
@@ -101,14 +95,15 @@ class BertSelfAttention(nn.Module):
         """softmax(Q K^T / sqrt(d) + padding mask) V, per head; dropout on the attention probabilities."""
         q, k, v = layout.split_heads(F.linear(x, *self.qkv_parameters()), self.num_heads)  # [B, heads, L, d]
         drop = self.dropout(layout)
-        if drop is None:
+        if drop is None and layout.attentions is None:
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.key_mask)
         else:  # written out: CPU SDPA with dropout runs this product anyway, with slower masks
             q, k, v = (t.flatten(0, 1) for t in (q, k, v))
             scores = torch.baddbmm(layout.key_bias(self.num_heads, q), q, k.transpose(1, 2),
                                    alpha=1 / math.sqrt(self.head_size))
-            context = torch.bmm(torch.softmax(scores, dim=-1) * drop, v).view(layout.batch, self.num_heads,
-                                                                               layout.length, self.head_size)
+            probs = torch.softmax(scores, dim=-1) if drop is None else torch.softmax(scores, dim=-1) * drop
+            layout.record_attention(probs, self.num_heads)
+            context = torch.bmm(probs, v).view(layout.batch, self.num_heads, layout.length, self.head_size)
         return layout.merge_heads(context)
 
 
@@ -165,11 +160,15 @@ class BertEncoder(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        self.gradient_checkpointing = False
 
     def forward(self, x, layout: Layout, output_hidden_states=False):
         states = [x] if output_hidden_states else None
         for layer in self.layer:
-            x = layer(x, layout)
+            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(layout.replaying(layer), x, use_reentrant=False)
+            else:
+                x = layer(x, layout)
             if output_hidden_states:
                 states.append(x)
         return x, states
@@ -203,7 +202,7 @@ def truncated_normal_(weight: torch.Tensor, std: float) -> torch.Tensor:
         return nn.init.uniform_(weight, -bound, bound).erfinv_().mul_(std * math.sqrt(2)).clamp_(-2 * std, 2 * std)
 
 
-class BertPreTrainedModel(nn.Module, PretrainedMixin):
+class BertPreTrainedModel(nn.Module, PretrainedMixin, ModelApiMixin):
     base_model_prefix = "bert"
 
     def __init__(self, config: BertConfig):
@@ -224,8 +223,7 @@ class BertPreTrainedModel(nn.Module, PretrainedMixin):
 
     @property
     def word_embeddings(self) -> nn.Embedding:
-        bert = self if isinstance(self, BertModel) else self.bert
-        return bert.embeddings.word_embeddings
+        return self.base_model.embeddings.word_embeddings
 
 
 class BertModel(BertPreTrainedModel):
@@ -241,39 +239,47 @@ class BertModel(BertPreTrainedModel):
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.init_weights()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                output_hidden_states=False, **_):
-        enc = self.encode(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+                *, return_dict=True, **inputs):
+        """`inputs`: output_attentions, output_hidden_states (see encode)."""
+        enc = self.encode(input_ids, attention_mask, token_type_ids, position_ids=position_ids,
+                          inputs_embeds=inputs_embeds, **inputs)
         x = enc.sequence()
-        return ModelOutput(
-            last_hidden_state=x,
-            pooler_output=self.pooler(x) if self.pooler is not None else None,
-            hidden_states=enc.hidden_states,
-        )
+        pooled = self.pooler(x) if self.pooler is not None else None
+        return finish(return_dict, last_hidden_state=x, pooler_output=pooled, hidden_states=enc.hidden_states,
+                      attentions=enc.attentions)
 
-    def encode(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-               output_hidden_states=False) -> Encoded:
-        """The encoder's output as the heads read it: packed [T, H] when the batch has padding."""
-        batch, length = input_ids.shape
+    def encode(self, input_ids=None, attention_mask=None, token_type_ids=None, *, position_ids=None,
+               inputs_embeds=None, output_attentions=False, output_hidden_states=False) -> Encoded:
+        """The encoder's output as the heads read it: packed [T, H] when the batch has padding.
+
+        `inputs_embeds` [B, L, H] replace the token embedding look-up of `input_ids` (give one of the two);
+        `output_attentions` adds each layer's attention probabilities [B, heads, L, L], zeros in padded query rows.
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        tokens = input_ids if input_ids is not None else inputs_embeds[..., 0]
+        batch, length = tokens.shape
         if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
+            token_type_ids = torch.zeros(batch, length, dtype=torch.long, device=tokens.device)
         packing = Packing.from_attention_mask(attention_mask) if attention_mask is not None else None
         if packing is not None:  # embed the real tokens only
-            input_ids = input_ids.reshape(-1)[packing.indices]
-            token_type_ids = token_type_ids.reshape(-1)[packing.indices]
+            input_ids, inputs_embeds, token_type_ids = (t.flatten(0, 1)[packing.indices] if t is not None else None
+                                                        for t in (input_ids, inputs_embeds, token_type_ids))
             position_ids = packing.cols if position_ids is None else position_ids.reshape(-1)[packing.indices]
         elif position_ids is None:
-            position_ids = torch.arange(length, device=input_ids.device).expand(batch, length)
+            position_ids = torch.arange(length, device=tokens.device).expand(batch, length)
 
-        layout = Layout(batch, length, packing, self.dropout_noise(input_ids.shape, batch, length, input_ids.device))
-        x = self.embeddings(input_ids, token_type_ids, position_ids, layout)
+        noise = self.dropout_noise(token_type_ids.shape, batch, length, tokens.device)
+        layout = Layout(batch, length, packing, noise, [] if output_attentions else None)
+        x = self.embeddings(input_ids, token_type_ids, position_ids, layout, inputs_embeds)
         x, states = self.encoder(x, layout, output_hidden_states)
         if layout.noise is not None:
             layout.noise.check_used()
         if packing is not None and states:
             states = [packing.unpack(s) for s in states]
-        return Encoded(x, packing, batch, length, tuple(states) if states else None)
-
+        return Encoded(x, packing, batch, length, tuple(states) if states else None,
+                       tuple(layout.attentions) if output_attentions else None)
 
     def dropout_noise(self, token_shape, batch: int, length: int, device) -> DropoutNoise | None:
         """This pass's keep masks, one per DropoutSite of the encoder; None in eval or without dropout."""
@@ -348,21 +354,16 @@ class BertForPreTraining(BertPreTrainedModel):
         self.cls = BertPreTrainingHeads(config)
         self.init_weights()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
-                next_sentence_label=None, output_hidden_states=False, **_):
-        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None,
+                next_sentence_label=None, return_dict=True, **inputs):
+        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, **inputs)
         mlm_logits, mlm_loss = masked_lm(self.cls.predictions, self.word_embeddings.weight, enc, labels)
         nsp_logits = self.cls.seq_relationship(self.bert.pooler.pool(enc.first_tokens()))
         nsp_loss = None if next_sentence_label is None else F.cross_entropy(nsp_logits.float(), next_sentence_label)
         losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
-        return ModelOutput(
-            loss=sum(losses) if losses else None,
-            mlm_loss=mlm_loss,
-            nsp_loss=nsp_loss,
-            prediction_logits=mlm_logits,
-            seq_relationship_logits=nsp_logits,
-            hidden_states=enc.hidden_states,
-        )
+        return finish(return_dict, loss=sum(losses) if losses else None, prediction_logits=mlm_logits,
+                      seq_relationship_logits=nsp_logits, hidden_states=enc.hidden_states, attentions=enc.attentions,
+                      mlm_loss=mlm_loss, nsp_loss=nsp_loss)
 
 
 class BertForMaskedLM(BertPreTrainedModel):
@@ -372,11 +373,11 @@ class BertForMaskedLM(BertPreTrainedModel):
         self.cls = BertOnlyMLMHead(config)
         self.init_weights()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
-                output_hidden_states=False, **_):
-        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
+                **inputs):
+        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, **inputs)
         logits, loss = masked_lm(self.cls.predictions, self.word_embeddings.weight, enc, labels)
-        return ModelOutput(loss=loss, logits=logits, hidden_states=enc.hidden_states)
+        return finish(return_dict, loss=loss, logits=logits, hidden_states=enc.hidden_states, attentions=enc.attentions)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -397,10 +398,12 @@ class TaskHead(BertPreTrainedModel):
         setattr(self, self.head_name, nn.Linear(config.hidden_size, num_outputs))
         self.init_weights()
 
-    def features(self, input_ids, attention_mask, token_type_ids, output_hidden_states):
-        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+    def features(self, input_ids, attention_mask, token_type_ids, inputs: dict):
+        """The head's outputs and the encoder's (hidden_states, attentions); `inputs` are encode's keywords."""
+        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, **inputs)
         x = self.bert.pooler.pool(enc.first_tokens()) if self.uses_pooler else enc.sequence()
-        return getattr(self, self.head_name)(self.dropout(x)), enc.hidden_states
+        return getattr(self, self.head_name)(self.dropout(x)), dict(hidden_states=enc.hidden_states,
+                                                                    attentions=enc.attentions)
 
 
 class BertForSequenceClassification(TaskHead):
@@ -409,9 +412,9 @@ class BertForSequenceClassification(TaskHead):
     def __init__(self, config: BertConfig):
         super().__init__(config, config.num_labels)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
-                output_hidden_states=False, **_):
-        logits, states = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
+                **inputs):
+        logits, states = self.features(input_ids, attention_mask, token_type_ids, inputs)
         loss = None
         if labels is not None:
             if self.config.num_labels == 1:
@@ -420,7 +423,7 @@ class BertForSequenceClassification(TaskHead):
                 loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
             else:
                 loss = F.cross_entropy(logits.float(), labels)
-        return ModelOutput(loss=loss, logits=logits, hidden_states=states)
+        return finish(return_dict, loss=loss, logits=logits, **states)
 
 
 class BertForTokenClassification(TaskHead):
@@ -431,13 +434,13 @@ class BertForTokenClassification(TaskHead):
     def __init__(self, config: BertConfig):
         super().__init__(config, config.num_labels)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
-                output_hidden_states=False, **_):
-        logits, states = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
+                **inputs):
+        logits, states = self.features(input_ids, attention_mask, token_type_ids, inputs)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
-        return ModelOutput(loss=loss, logits=logits, hidden_states=states)
+        return finish(return_dict, loss=loss, logits=logits, **states)
 
 
 class BertForQuestionAnswering(TaskHead):
@@ -449,9 +452,9 @@ class BertForQuestionAnswering(TaskHead):
     def __init__(self, config: BertConfig):
         super().__init__(config, 2)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, start_positions=None,
-                end_positions=None, output_hidden_states=False, **_):
-        logits, states = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, start_positions=None,
+                end_positions=None, return_dict=True, **inputs):
+        logits, states = self.features(input_ids, attention_mask, token_type_ids, inputs)
         logits = logits.float()
         if attention_mask is not None:  # an answer never lies in the padding (whose states are not computed)
             logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)
@@ -463,7 +466,7 @@ class BertForQuestionAnswering(TaskHead):
             end = end_positions.clamp(0, length)
             loss = (F.cross_entropy(start_logits, start, ignore_index=length)
                     + F.cross_entropy(end_logits, end, ignore_index=length)) / 2
-        return ModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=states)
+        return finish(return_dict, loss=loss, start_logits=start_logits, end_logits=end_logits, **states)
 
 
 class BertForMultipleChoice(TaskHead):
@@ -475,13 +478,15 @@ class BertForMultipleChoice(TaskHead):
     def __init__(self, config: BertConfig):
         super().__init__(config, 1)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, choice_mask=None,
-                output_hidden_states=False, **_):
-        batch, choices = input_ids.shape[:2]
-        flat = [t.flatten(0, 1) if t is not None else None for t in (input_ids, attention_mask, token_type_ids)]
-        logits, states = self.features(*flat, output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, choice_mask=None,
+                return_dict=True, **inputs):
+        given = input_ids if input_ids is not None else inputs.get("inputs_embeds")
+        batch, choices = given.shape[:2] if given is not None else (0, 0)  # (encode says what is missing)
+        flat = [t.flatten(0, 1) if torch.is_tensor(t) else t for t in (input_ids, attention_mask, token_type_ids)]
+        inputs = {k: v.flatten(0, 1) if torch.is_tensor(v) else v for k, v in inputs.items()}
+        logits, states = self.features(*flat, inputs)
         logits = logits.view(batch, choices)
         if choice_mask is not None:
             logits = logits.masked_fill(~choice_mask.bool(), -math.inf)
         loss = None if labels is None else F.cross_entropy(logits.float(), labels)
-        return ModelOutput(loss=loss, logits=logits, hidden_states=states)
+        return finish(return_dict, loss=loss, logits=logits, **states)

@@ -28,7 +28,8 @@ class _ScatterRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return (grad.permute(ctx.perm)[ctx.saved_tensors], None, None) + (None,) * len(ctx.saved_tensors)
+        index = ctx.saved_tensors  # read once: gradient checkpointing allows one unpacking
+        return (grad.permute(ctx.perm)[index], None, None) + (None,) * len(index)
 
 
 class _GatherRows(torch.autograd.Function):
@@ -42,9 +43,10 @@ class _GatherRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        index = ctx.saved_tensors
         out = grad.new_zeros(ctx.shape)
-        out.permute(ctx.perm)[ctx.saved_tensors] = grad
-        return (out, None) + (None,) * len(ctx.saved_tensors)
+        out.permute(ctx.perm)[index] = grad
+        return (out, None) + (None,) * len(index)
 
 
 def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -167,9 +169,29 @@ class Layout:
     length: int
     packing: Packing | None
     noise: DropoutNoise | None
+    attentions: list | None = None  # with output_attentions: each layer's probabilities, [B, heads, L, L]
 
     def dropout(self, kind: str) -> torch.Tensor | None:
         return self.noise.take(kind) if self.noise is not None else None
+
+    def record_attention(self, probs: torch.Tensor, heads: int):
+        """Keep a layer's attention probabilities [B * heads, L, L] when asked; padded query rows as zeros."""
+        if self.attentions is not None:
+            probs = probs.view(self.batch, heads, self.length, self.length)
+            if self.packing is not None:
+                probs = probs * self.packing.key_mask.transpose(-1, -2)
+            self.attentions.append(probs)
+
+    def replaying(self, layer):
+        """`layer` as a function of x that takes the same dropout masks each time it runs: gradient checkpointing
+        runs it again in the backward pass."""
+        start = dict(self.noise.taken) if self.noise is not None else None
+
+        def run(x):
+            if start is not None:
+                self.noise.taken = dict(start)
+            return layer(x, self)
+        return run
 
     def split_heads(self, qkv: torch.Tensor, heads: int) -> tuple[torch.Tensor, ...]:
         """Q, K, V, each [B, heads, L, head_size] (zeros at the padding), from the [.., 3 H] projections."""
@@ -198,13 +220,15 @@ class Layout:
 
 @dataclass
 class Encoded:
-    """The last hidden states, packed [T, H] (with `packing`) or [B, L, H], and the unpacked hidden_states."""
+    """The last hidden states, packed [T, H] (with `packing`) or [B, L, H], the unpacked hidden_states and the
+    attention probabilities (when asked)."""
 
     x: torch.Tensor
     packing: Packing | None
     batch: int
     length: int
     hidden_states: tuple | None
+    attentions: tuple | None = None
 
     def sequence(self) -> torch.Tensor:
         """[B, L, H], zeros at the padding."""
