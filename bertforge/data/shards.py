@@ -10,6 +10,10 @@ A data directory (``DIR``, held-out documents in ``DIR/eval`` with the same layo
     shard-00000.offsets.npy          int64 [n + 1], instance i is tokens[offsets[i]:offsets[i + 1]]
     shard-00000.a_lengths.npy        int32 [n], length of A: [SEP] is at a_length + 1, B starts after it
     shard-00000.nsp_labels.npy       int8 [n], 1 when B is a random next segment, 0 when it really follows A
+
+Data made with ``--no-nsp`` (index ``"nsp": false``) holds single segments ``[CLS] ... [SEP]``: A is the
+whole row (``a_length = length - 2``), there is no B, NSP labels are 0, and a [SEP] inside a row marks where
+one document ends and the next begins (never masked).
     shard-00000.mlm_positions.npy    uint16, masked positions in increasing order, back to back   } static
     shard-00000.mlm_labels.npy       original ids at those positions (token dtype)                } masking
     shard-00000.mlm_offsets.npy      int64 [n + 1] into the two arrays above                      } only
@@ -86,9 +90,10 @@ class _Shard:
         self.a_lengths = self._load(directory, "a_lengths", np.int32, (n,))
         self.nsp_labels = self._load(directory, "nsp_labels", np.int8, (n,))
         lengths = np.diff(self.offsets)
-        if self.offsets[0] != 0 or self.offsets[-1] != tokens or (lengths < 5).any() or \
+        pairs = index.get("nsp", True)  # [CLS] A [SEP] B [SEP], or one segment [CLS] A [SEP]
+        if self.offsets[0] != 0 or self.offsets[-1] != tokens or (lengths < (5 if pairs else 3)).any() or \
                 (lengths > index["max_seq_length"]).any() or (self.a_lengths < 1).any() or \
-                (self.a_lengths > lengths - 4).any():
+                (self.a_lengths > lengths - (4 if pairs else 2)).any():
             raise BertforgeError(f"{directory / self.name}.offsets.npy: corrupted shard (inconsistent offsets)")
         if index["masked"]:
             self.mlm_offsets = self._load(directory, "mlm_offsets", np.int64, (n + 1,))
@@ -141,6 +146,11 @@ class PretrainingShards:
     def static_masked(self) -> bool:
         return self.index["masked"]
 
+    @property
+    def has_pairs(self) -> bool:
+        """Sentence pairs with NSP labels, or (``data create --no-nsp``) single segments."""
+        return self.index.get("nsp", True)
+
     def __len__(self) -> int:
         return int(self._starts[-1])
 
@@ -187,6 +197,8 @@ class PretrainingShards:
         cols = np.arange(width)
         attention = cols < lengths[:, None]
         special = special_positions(lengths, a_lengths, width)
+        if not self.has_pairs:
+            special |= ids == self.special["sep"]  # document joins
         out = {
             "input_ids": ids,
             "token_type_ids": ((cols > a_lengths[:, None] + 1) & attention).astype(np.int64),
