@@ -21,7 +21,7 @@ from torch import nn
 
 from .checkpoint import PretrainedMixin
 from .config import BertConfig
-from .packing import DropoutNoise, Packing, gather_rows
+from .packing import DropoutNoise, Packing, causal_bias, gather_rows
 
 
 class ModelOutput(dict):
@@ -77,6 +77,7 @@ class BertSelfAttention(nn.Module):
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_prob = config.attention_probs_dropout_prob
+        self.causal = config.is_decoder
 
     def qkv_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The Q, K and V projections stacked [3 H, H] and [3 H], for one matmul; the three keep their own
@@ -97,18 +98,20 @@ class BertSelfAttention(nn.Module):
         else:
             q, k, v = qkv.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4)
         if drop is not None:  # written out: CPU SDPA with dropout runs this product anyway, with slower masks
-            if packing is not None:
-                scores = torch.baddbmm(packing.key_bias(heads, q.dtype), q, k.transpose(1, 2),
-                                       alpha=1 / math.sqrt(size))
-            else:
-                scores = torch.baddbmm(q.new_zeros(1, 1, 1), q, k.transpose(1, 2), beta=0.0,
-                                       alpha=1 / math.sqrt(size))
+            bias = packing.key_bias(heads, q.dtype) if packing is not None else None
+            if self.causal:
+                bias = causal_bias(length, q) if bias is None else bias + causal_bias(length, q)
+            scores = torch.baddbmm(q.new_zeros(1, 1, 1) if bias is None else bias, q, k.transpose(1, 2),
+                                   beta=0.0 if bias is None else 1.0, alpha=1 / math.sqrt(size))
             context = torch.bmm(torch.softmax(scores, dim=-1) * drop, v).view(batch, heads, length, size)
         else:
             p = self.dropout_prob if self.training else 0.0
             mask = packing.key_mask if packing is not None else None
+            if self.causal and mask is not None:
+                mask = mask & torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
             q, k, v = (t.view(batch, heads, length, size) for t in (q, k, v))
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                                     is_causal=self.causal and mask is None)
         if packing is not None:
             return packing.pack_heads(context)
         return context.transpose(1, 2).reshape(batch, length, -1)

@@ -122,6 +122,12 @@ class Packing:
         return torch.cumsum(real, 0)[flat_positions] - 1
 
 
+def causal_bias(length: int, like: torch.Tensor) -> torch.Tensor:
+    """[L, L] additive mask: 0 on and below the diagonal, the lowest value above (keys to the right)."""
+    bias = torch.full((length, length), torch.finfo(like.dtype).min, dtype=like.dtype, device=like.device)
+    return bias.triu_(1)
+
+
 class DropoutNoise:
     """Pre-scaled keep masks (0 or 1/(1-p)) for every dropout site of one forward pass, drawn in one call each
     for the hidden sites and the attention sites: a site's mask is a slice, applied with one multiply.
