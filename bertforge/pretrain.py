@@ -1,4 +1,5 @@
-"""Pre-training (spec section 6): masked LM + next sentence prediction on data made by `bertforge data create`.
+"""Pre-training (spec section 6): masked LM + next sentence prediction on data made by `bertforge data create`,
+or one of the other objectives (`--objective mlm|ltr`) and recipes (`--recipe`, see recipe.py).
 
 The batch of step s is a deterministic function of (seed, s): an epoch is a seeded permutation of the
 instances, and a global batch is split by rows across processes. Data written without masks is masked
@@ -7,6 +8,7 @@ batch), so the masks do not depend on the number of processes either.
 """
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -20,8 +22,10 @@ from .errors import BertforgeError
 from .model import BertForPreTraining
 from .plot import BASELINES_FILE
 from .tokenizer import BertTokenizer
+from .recipe import RECIPES, add_recipe_arguments, resolve
 from .train import TrainArgs, fit, setup_distributed, trim
 
+log = logging.getLogger("bertforge")
 EVAL_STEP = 2**40  # seeds the held-out masks: the same at every evaluation, unlike any training step's
 
 
@@ -34,19 +38,32 @@ def labels_from_positions(input_ids: torch.Tensor, positions: torch.Tensor, labe
     return full
 
 
-class PretrainTask:
-    """Batches, losses and evaluation for BertForPreTraining."""
+def next_token_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, L] labels for left-to-right LM: each real position predicts the token after it (-100 at the last)."""
+    labels = torch.full_like(input_ids, -100)
+    labels[:, :-1] = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)
+    return labels
 
-    loss_units = {
-        "mlm_loss": lambda b: int((b["labels"] != -100).sum()),
-        "nsp_loss": lambda b: len(b["next_sentence_label"]),
-    }
+
+class PretrainTask:
+    """Batches, losses and evaluation for BertForPreTraining, for one objective (see `check_objective`).
+
+    For `ltr` the "mlm" figures are next-token ones: labels are every next token, not masked positions.
+    """
+
     best_metric = None
 
-    def __init__(self, data_dir, tokenizer: BertTokenizer, batch_size: int, seed: int, eval_rows: int = 1024):
+    def __init__(self, data_dir, tokenizer: BertTokenizer, batch_size: int, seed: int, eval_rows: int = 1024,
+                 objective: str | None = None, mask_prob: float | None = None):
         self.tokenizer = tokenizer
         self.train = load_pretraining_data(data_dir, "train")
         check_vocab(self.train.index, tokenizer)
+        self.objective = check_objective(self.train, objective, mask_prob)
+        self.mask_prob = mask_prob
+        self.nsp = self.objective == "mlm+nsp"
+        self.loss_units = {"mlm_loss": lambda b: int((b["labels"] != -100).sum())}
+        if self.nsp:
+            self.loss_units["nsp_loss"] = lambda b: len(b["next_sentence_label"])
         held_out = (Path(data_dir) / "eval" / "index.json").is_file()
         self.eval = load_pretraining_data(data_dir, "eval") if held_out else None
         self.batch_size, self.seed = batch_size, seed
@@ -58,16 +75,24 @@ class PretrainTask:
                                  f"fewer than one batch of {batch_size}")
 
     def rows_of(self, data, indices, first_row: int, step: int) -> dict:
-        """Instances with [B, L] masked-LM labels; unmasked data is masked now, row by row (see module doc)."""
-        if data.static_masked:
+        """Instances with [B, L] labels; unmasked data is masked now, row by row (see module doc); for ltr the
+        labels are the next tokens."""
+        if data.static_masked or self.objective == "ltr":
             b = data.batch(indices)
         else:
+            masking = {} if self.mask_prob is None else \
+                {"masked_lm_prob": self.mask_prob, "max_predictions": math.ceil(data.max_seq_length * self.mask_prob)}
             rows = [data.batch([i], rng=np.random.default_rng([self.seed, step, first_row + j]),
-                               pad_to=data.max_seq_length) for j, i in enumerate(indices)]
+                               pad_to=data.max_seq_length, **masking) for j, i in enumerate(indices)]
             b = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
         b.pop("special_tokens_mask")
         b = trim(b)
-        b["labels"] = labels_from_positions(b["input_ids"], b.pop("mlm_positions"), b.pop("mlm_labels"))
+        if self.objective == "ltr":
+            b["labels"] = next_token_labels(b["input_ids"], b["attention_mask"])
+        else:
+            b["labels"] = labels_from_positions(b["input_ids"], b.pop("mlm_positions"), b.pop("mlm_labels"))
+        if not self.nsp:
+            b.pop("next_sentence_label")
         return b
 
     def batch(self, step: int, rank: int, world: int) -> dict:
@@ -90,16 +115,18 @@ class PretrainTask:
             rows = np.arange(start, min(start + self.batch_size, self.eval_rows))
             b = {k: v.to(device) for k, v in self.rows_of(self.eval, rows, start, EVAL_STEP).items()}
             labels = b.pop("labels")
-            nsp = b.pop("next_sentence_label")
+            nsp = b.pop("next_sentence_label", None)
             out = model(**b, labels=labels)
             count = int((labels != -100).sum())
             mlm_loss += float(out.mlm_loss) * count
             mlm_correct += float((out.prediction_logits.argmax(-1) == labels[labels != -100]).sum())
             mlm_count += count
-            nsp_correct += float((out.seq_relationship_logits.argmax(-1) == nsp).sum())
+            if nsp is not None:
+                nsp_correct += float((out.seq_relationship_logits.argmax(-1) == nsp).sum())
         loss = mlm_loss / mlm_count
-        return {"eval_mlm_loss": loss, "eval_mlm_accuracy": mlm_correct / mlm_count,
-                "eval_mlm_perplexity": math.exp(min(loss, 50)), "eval_nsp_accuracy": nsp_correct / self.eval_rows}
+        result = {"eval_mlm_loss": loss, "eval_mlm_accuracy": mlm_correct / mlm_count,
+                  "eval_mlm_perplexity": math.exp(min(loss, 50))}
+        return result | ({"eval_nsp_accuracy": nsp_correct / self.eval_rows} if self.nsp else {})
 
     def baselines(self) -> dict:
         """The trivial predictors on the evaluation rows: the most frequent masked token, the majority NSP label."""
@@ -110,17 +137,35 @@ class PretrainTask:
             rows = np.arange(start, min(start + self.batch_size, self.eval_rows))
             b = self.rows_of(self.eval, rows, start, EVAL_STEP)
             labels.append(b["labels"][b["labels"] != -100])
-            nsp.append(b["next_sentence_label"])
+            nsp.append(b.get("next_sentence_label", torch.zeros(0, dtype=torch.long)))
         labels, nsp = torch.cat(labels), torch.cat(nsp)
-        return {"mlm_most_frequent_token_accuracy": float(labels.bincount().max() / len(labels)),
-                "nsp_majority_accuracy": float(nsp.bincount().max() / len(nsp))}
+        result = {"mlm_most_frequent_token_accuracy": float(labels.bincount().max() / len(labels))}
+        return result | ({"nsp_majority_accuracy": float(nsp.bincount().max() / len(nsp))} if self.nsp else {})
 
     def save(self, model, folder: Path):
         model.save_pretrained(folder, tokenizer=self.tokenizer)
 
 
+def check_objective(data, objective: str | None, mask_prob: float | None) -> str:
+    """The objective to train (by default what the data holds), or a one-line error if the data cannot serve it."""
+    where = data.directory
+    objective = objective or ("mlm+nsp" if data.has_pairs else "mlm")
+    if objective == "mlm+nsp" and not data.has_pairs:
+        raise BertforgeError(f"--objective {objective}: {where} holds single segments (made with --no-nsp), not "
+                             "sentence pairs; use --objective mlm or ltr, or make pairs without --no-nsp")
+    if objective == "ltr" and data.static_masked:
+        raise BertforgeError(f"--objective ltr: {where} is statically masked; left-to-right LM needs the real "
+                             "tokens: make the data with --no-mask")
+    if mask_prob is not None and data.static_masked:
+        raise BertforgeError(f"--mask-prob {mask_prob}: {where} is statically masked (at "
+                             f"{data.index['masked_lm_prob']}); dynamic masking needs data made with --no-mask")
+    if mask_prob is not None and objective == "ltr":
+        raise BertforgeError("--mask-prob: --objective ltr predicts every next token and masks nothing")
+    return objective
+
+
 def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | None, dropout: float | None,
-                data_index: dict | None = None):
+                data_index: dict | None = None, causal: bool = False):
     if init_from:
         if data_index is not None and (Path(init_from) / "vocab.txt").is_file():
             check_vocab(data_index, BertTokenizer.from_pretrained(init_from))
@@ -128,8 +173,12 @@ def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | Non
         if model.config.vocab_size != tokenizer.vocab_size:
             raise BertforgeError(f"{init_from}: the model's vocabulary has {model.config.vocab_size} entries, "
                                  f"the data's {tokenizer.vocab_size}: the data was made with another vocabulary")
+        if model.config.is_decoder != causal:
+            kind = {True: "causal (ltr)", False: "bidirectional"}
+            raise BertforgeError(f"--init-from {init_from}: a {kind[model.config.is_decoder]} model cannot continue "
+                                 f"with a {kind[causal]} objective")
         return model
-    overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_token_id}
+    overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_token_id, "is_decoder": causal}
     if dropout is not None:
         overrides |= {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     config = BertConfig.load(config_name)
@@ -139,16 +188,27 @@ def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | Non
 
 def pretrain(data: str, out: str, config: str = "mini", steps: int = 1000, batch_size: int = 64, lr: float = 1e-4,
              seed: int = 0, init_from: str | None = None, dropout: float | None = None, eval_rows: int = 1024,
-             device: str | None = None, **train_options) -> dict:
-    """Pre-train and return the last held-out evaluation (with the trivial baselines beside it)."""
+             device: str | None = None, objective: str | None = None, mask_prob: float | None = None,
+             recipe: str | None = None, **train_options) -> dict:
+    """Pre-train and return the last held-out evaluation (with the trivial baselines beside it).
+
+    `recipe` is only recorded (the caller resolves it into the other arguments, see recipe.resolve).
+    """
     ctx = setup_distributed(device)
     tokenizer = BertTokenizer.from_pretrained(data)
-    task = PretrainTask(data, tokenizer, batch_size, seed, eval_rows)
+    task = PretrainTask(data, tokenizer, batch_size, seed, eval_rows, objective, mask_prob)
     torch.manual_seed(seed)
-    model = build_model(config, tokenizer, init_from, dropout, task.train.index)
-    args = TrainArgs(out=Path(out), steps=steps, batch_size=batch_size, lr=lr, seed=seed, **train_options)
+    model = build_model(config, tokenizer, init_from, dropout, task.train.index, causal=task.objective == "ltr")
+    recorded = {"recipe": recipe, "objective": task.objective, "mask_prob": mask_prob or task.train.index.get(
+        "masked_lm_prob"), "dropout": model.config.hidden_dropout_prob, "config": config, "init_from": init_from,
+        "data": str(data)}
+    args = TrainArgs(out=Path(out), steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                     extra={**train_options.pop("extra", {}), **recorded}, **train_options)
     baselines = {}
     if ctx.main:  # beside metrics.jsonl, for `bertforge plot`
+        log.info("pre-training: " + ", ".join(f"{k} {v}" for k, v in {
+            **recorded, "lr": lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": batch_size,
+            "steps": steps if not args.time_budget else f"until the {args.time_budget:g} s budget"}.items()))
         baselines = task.baselines()
         args.out.mkdir(parents=True, exist_ok=True)
         write_text_atomic(args.out / BASELINES_FILE, json.dumps(baselines, indent=2) + "\n")
@@ -159,18 +219,16 @@ def pretrain(data: str, out: str, config: str = "mini", steps: int = 1000, batch
 def add_pretrain_arguments(p):
     p.add_argument("--data", required=True, help="folder written by `bertforge data create`")
     p.add_argument("--out", required=True, help="run folder: metrics.jsonl, step-*/ checkpoints, final/")
-    p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large or a config.json")
+    p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large or a config.json "
+                   "(default: mini)")
     p.add_argument("--init-from", help="start from this checkpoint folder instead of random weights")
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=64, help="global batch, all processes together")
+    p.add_argument("--steps", type=int, help="optimizer steps (default: 1000, or as many as --time-budget allows)")
+    add_recipe_arguments(p)
     p.add_argument("--grad-accum", type=int, default=1, help="split each process's share into this many passes")
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--warmup", type=float, default=0.05, help="fraction of the steps (<1) or a step count")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--adam-eps", type=float, default=1e-6)
     p.add_argument("--google-adam", action="store_true", help="Adam without bias correction, as Google's code")
     p.add_argument("--max-grad-norm", type=float, default=1.0)
-    p.add_argument("--dropout", type=float, help="override the config's dropout (0.1)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (AMX on recent CPUs, tensor cores on GPUs)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10)
@@ -184,13 +242,22 @@ def add_pretrain_arguments(p):
 
 
 def run_pretrain(args) -> int:
+    r = resolve(args.recipe, {k: getattr(args, k) for k in RECIPES[args.recipe]})
+    if args.time_budget and r["warmup"] >= 1:
+        raise BertforgeError(f"--warmup {r['warmup']:g}: with --time-budget the warm-up is a fraction (< 1) of it")
+    if not 0 <= r["warmup"] < (1 if args.time_budget else float("inf")) or r["lr"] <= 0 or r["batch_size"] < 1:
+        raise BertforgeError("--warmup must not be negative, --lr must be positive, --batch-size at least 1")
+    if r["dropout"] is not None and not 0 <= r["dropout"] < 1:
+        raise BertforgeError(f"--dropout {r['dropout']}: must be in [0, 1)")
+    steps = args.steps if args.steps is not None else (10**12 if args.time_budget else 1000)
     result = pretrain(
-        args.data, args.out, config=args.config, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-        seed=args.seed, init_from=args.init_from, dropout=args.dropout, eval_rows=args.eval_rows, device=args.device,
-        warmup=args.warmup, weight_decay=args.weight_decay, adam_eps=args.adam_eps,
-        bias_correction=not args.google_adam, max_grad_norm=args.max_grad_norm, grad_accum=args.grad_accum,
-        bf16=args.bf16, log_every=args.log_every, eval_every=args.eval_every, save_every=args.save_every,
-        keep=args.keep, resume=args.resume, progress=not args.no_progress,
+        args.data, args.out, config=args.config, steps=steps, batch_size=r["batch_size"], lr=r["lr"],
+        seed=args.seed, init_from=args.init_from, dropout=r["dropout"], eval_rows=args.eval_rows, device=args.device,
+        objective=r["objective"], mask_prob=r["mask_prob"], recipe=args.recipe, schedule=r["schedule"],
+        time_budget=args.time_budget or 0.0, warmup=r["warmup"], weight_decay=args.weight_decay,
+        adam_eps=args.adam_eps, bias_correction=not args.google_adam, max_grad_norm=args.max_grad_norm,
+        grad_accum=args.grad_accum, bf16=args.bf16, log_every=args.log_every, eval_every=args.eval_every,
+        save_every=args.save_every, keep=args.keep, resume=args.resume, progress=not args.no_progress,
     )
     for key, value in result.items():
         print(f"{key}: {value:.4f}")

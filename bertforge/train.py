@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from .checkpoint import write_text_atomic
 from .errors import BertforgeError
-from .optim import linear_schedule, make_optimizer
+from .optim import TimeSchedule, make_optimizer, step_schedule
 
 STATE_FILE = "training_state.pt"
 
@@ -44,7 +44,9 @@ class TrainArgs:
     steps: int
     batch_size: int  # global: all processes and accumulation steps together
     lr: float
-    warmup: float = 0.1  # a fraction of the steps when below 1, else a number of steps
+    warmup: float = 0.1  # a fraction of the steps (or of the time budget) when below 1, else a number of steps
+    schedule: str = "linear"  # linear | one-cycle (optim.schedule_factor)
+    time_budget: float = 0.0  # seconds of training (evaluation and checkpoints excluded); 0: `steps` decide
     weight_decay: float = 0.01
     adam_eps: float = 1e-6
     bias_correction: bool = True  # False: Google's Adam without bias correction
@@ -273,7 +275,9 @@ def fit(model: nn.Module, task: Task, args: TrainArgs, ctx: Dist | None = None) 
     torch.manual_seed(args.seed + ctx.rank)
     model.to(ctx.device)
     optimizer = make_optimizer(model, args.lr, args.weight_decay, args.adam_eps, bias_correction=args.bias_correction)
-    scheduler = linear_schedule(optimizer, args.warmup_steps, args.steps)
+    timed = args.time_budget > 0  # the schedule follows training time; the run ends when it is spent
+    scheduler = TimeSchedule(optimizer, args.schedule, args.warmup, args.time_budget) if timed else \
+        step_schedule(optimizer, args.schedule, args.warmup_steps, args.steps)
     ckpt = Checkpointer(args, task, ctx)
     start = ckpt.restore(model, optimizer, scheduler) if args.resume else 0
     if ctx.main:
@@ -281,32 +285,45 @@ def fit(model: nn.Module, task: Task, args: TrainArgs, ctx: Dist | None = None) 
     log = MetricsLog(args.out / "metrics.jsonl", start, ctx.main)
     trained = nn.parallel.DistributedDataParallel(model) if ctx.world > 1 else model
     stop = StopRequest()
-    bar = tqdm(total=args.steps, initial=start, disable=not (args.progress and ctx.main), unit="step",
-               dynamic_ncols=True)
+    bar = tqdm(total=round(args.time_budget) if timed else args.steps,
+               initial=round(scheduler.seconds) if timed else start, unit="s" if timed else "step",
+               disable=not (args.progress and ctx.main), dynamic_ncols=True)
     last_eval, best = {}, -math.inf
     tokens_since, clock = 0, time.perf_counter()
+    done = start
     try:
         for step in range(start, args.steps):
+            if timed and scheduler.finished:
+                break
             model.train()
+            began = time.perf_counter()
             stats = train_step(trained, task, args, ctx, step, optimizer)
-            scheduler.step()
+            spent = time.perf_counter() - began
+            if timed:  # every process steps by rank 0's time, so that all stop at the same step
+                spent = float(ctx.all_reduce(torch.tensor([spent if ctx.main else 0.0], dtype=torch.float64)))
+                scheduler.step(spent)
+            else:
+                scheduler.step()
             tokens_since += stats.pop("tokens")
             done = step + 1
+            last = done == args.steps or (timed and scheduler.finished)
             row = {"step": done, **stats, "lr": scheduler.get_last_lr()[0]}
+            if timed:
+                row["train_seconds"] = round(scheduler.seconds, 3)
             evaluated = False
-            if args.eval_every and (done % args.eval_every == 0 or done == args.steps):
+            if args.eval_every and (done % args.eval_every == 0 or last):
                 last_eval, evaluated = evaluate_on_main(model, task, ctx), True
                 row.update(last_eval)
                 if task.best_metric and last_eval.get(task.best_metric, -math.inf) > best:
                     best = last_eval[task.best_metric]
                     ckpt.save(model, optimizer, scheduler, done, name="best", full=False)
-            if done % args.log_every == 0 or done == args.steps or evaluated:
+            if done % args.log_every == 0 or last or evaluated:
                 elapsed = time.perf_counter() - clock
                 row["tokens_per_s"] = round(tokens_since / elapsed, 1) if elapsed else None
                 tokens_since, clock = 0, time.perf_counter()
                 log.write(row)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s'] or 0:.0f}")
-            bar.update(1)
+            bar.update(spent if timed else 1)
             stop_now = bool(ctx.all_reduce(torch.tensor([float(stop.requested)])).item())
             if (args.save_every and done % args.save_every == 0) or stop_now:
                 ckpt.save(model, optimizer, scheduler, done)
@@ -314,8 +331,8 @@ def fit(model: nn.Module, task: Task, args: TrainArgs, ctx: Dist | None = None) 
                 if ctx.main:
                     tqdm.write(f"stopped at step {done}: checkpoint saved; continue with --resume")
                 return last_eval
-        ckpt.save(model, optimizer, scheduler, args.steps)
-        ckpt.save(model, optimizer, scheduler, args.steps, name="final", full=False)
+        ckpt.save(model, optimizer, scheduler, done)
+        ckpt.save(model, optimizer, scheduler, done, name="final", full=False)
     finally:
         bar.close()
         stop.restore()

@@ -160,19 +160,21 @@ class PretrainingShards:
             raise IndexError(f"instance {i} out of range for {len(self)} instances")
         return {key: value[0] for key, value in self.batch([i % len(self)]).items()}
 
-    def batch(self, indices, rng=None, pad_to: int | None = None) -> dict:
+    def batch(self, indices, rng=None, pad_to: int | None = None, masked_lm_prob: float | None = None,
+              max_predictions: int | None = None) -> dict:
         """Instances ``indices`` as a dict of torch tensors, padded to the longest (or to ``pad_to``).
 
         input_ids, token_type_ids, attention_mask [B, L] int64 (padding: pad id, 0, 0),
         special_tokens_mask [B, L] bool ([CLS], [SEP], padding), next_sentence_label [B] int64, and for
         statically masked data, or when ``rng`` (np.random.Generator or torch.Generator) is given for
         unmasked data (dynamic masking with the settings in the index), mlm_positions [B, P] (padded with
-        0) and mlm_labels [B, P] (padded with -100), P = max_predictions.
+        0) and mlm_labels [B, P] (padded with -100), P = max_predictions. ``masked_lm_prob`` and
+        ``max_predictions`` override the index's for dynamic masking.
         """
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
             raise IndexError(f"instance indices must be in [0, {len(self)})")
-        B, P = len(idx), self.index["max_predictions"]
+        B, P = len(idx), max_predictions or self.index["max_predictions"]
         width = max(self.max_seq_length, pad_to or 0)
         ids = np.full((B, width), self.special["pad"], dtype=np.int64)
         lengths, a_lengths, nsp = (np.zeros(B, np.int64) for _ in range(3))
@@ -213,8 +215,8 @@ class PretrainingShards:
             whole_words = word_starts(ids, self._continuation_table()) if self.index["whole_word_mask"] else None
             out["input_ids"], positions, labels = mask_batch(
                 ids, special, rng, self.index["vocab_size"], self.special["mask"],
-                masked_lm_prob=self.index["masked_lm_prob"], max_predictions=P, whole_word_starts=whole_words,
-                lengths=lengths)
+                masked_lm_prob=masked_lm_prob or self.index["masked_lm_prob"], max_predictions=P,
+                whole_word_starts=whole_words, lengths=lengths)
         if self.static_masked or rng is not None:
             out.update(mlm_positions=positions, mlm_labels=labels)
         return {key: torch.from_numpy(value) for key, value in out.items()}
