@@ -59,8 +59,8 @@ def main():
             opts[k].step()
             opts[k].zero_grad(set_to_none=True)
             scheds[k].step()
-            sums[k][0] += float(mlm)
-            sums[k][1] += float(nsp)
+            sums[k][0] += float(mlm.detach())
+            sums[k][1] += float(nsp.detach())
         if (step + 1) % a.every == 0:
             f = {k: [v / a.every for v in s] for k, s in sums.items()}
             print(f"{step + 1:5d} | {f['bertforge'][0]:.4f} {f['bertforge'][1]:.4f} | "

@@ -80,7 +80,8 @@ class PretrainTask:
         if data.static_masked or self.objective == "ltr":
             b = data.batch(indices)
         else:
-            masking = {} if self.mask_prob is None else \
+            # Held-out rows keep the data's rate (0.15 by default), so that runs with other rates compare.
+            masking = {} if self.mask_prob is None or data is not self.train else \
                 {"masked_lm_prob": self.mask_prob, "max_predictions": math.ceil(data.max_seq_length * self.mask_prob)}
             rows = [data.batch([i], rng=np.random.default_rng([self.seed, step, first_row + j]),
                                pad_to=data.max_seq_length, **masking) for j, i in enumerate(indices)]
@@ -106,7 +107,8 @@ class PretrainTask:
 
     @torch.no_grad()
     def evaluate(self, model) -> dict:
-        """Held-out masked-LM loss, accuracy and perplexity, NSP accuracy (same rows and masks every time)."""
+        """Held-out masked-LM loss, accuracy and perplexity, NSP accuracy (same rows and masks every time, at the
+        data's masking rate whatever --mask-prob trains with)."""
         if not self.eval_rows:
             return {}
         device = next(model.parameters()).device
