@@ -167,9 +167,9 @@ def add_demo_arguments(p):
     p.add_argument("--corpus-only", action="store_true", help="only write the corpus, one file per document")
     p.add_argument("--config", default="tiny", help="model size (default: tiny)")
     p.add_argument("--vocab-size", type=int, default=8000, help="(default: 8000)")
-    p.add_argument("--max-seq-length", type=int, default=128, help="(default: 128)")
+    p.add_argument("--max-seq-length", type=int, default=64, help="(default: 64)")
     p.add_argument("--eval-docs", type=int, default=20, help="documents held out (default: 20)")
     p.add_argument("--recipe", choices=tuple(RECIPES), default="budget", help="pre-training recipe (default: budget)")
-    p.add_argument("--time-budget", type=parse_duration, default=150.0, metavar="DURATION",
-                   help="pre-training time, evaluation and checkpoints excluded (default: 150s)")
+    p.add_argument("--time-budget", type=parse_duration, default=200.0, metavar="DURATION",
+                   help="pre-training time, evaluation and checkpoints excluded (default: 200s)")
     p.add_argument("--seed", type=int, default=0)

@@ -13,7 +13,7 @@ RECIPES = {
     "paper": {"objective": None, "mask_prob": None, "dropout": None, "lr": 1e-4, "schedule": "linear",
               "warmup": 0.05, "batch_size": 64},
     "budget": {"objective": "mlm", "mask_prob": 0.3, "dropout": 0.0, "lr": 2e-3, "schedule": "one-cycle",
-               "warmup": 0.1, "batch_size": 64},
+               "warmup": 0.1, "batch_size": 16},
 }  # None: what the data and the model config hold (objective, masking rate, dropout)
 
 OBJECTIVES = ("mlm+nsp", "mlm", "ltr")

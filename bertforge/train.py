@@ -323,7 +323,7 @@ def fit(model: nn.Module, task: Task, args: TrainArgs, ctx: Dist | None = None) 
                 tokens_since, clock = 0, time.perf_counter()
                 log.write(row)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s'] or 0:.0f}")
-            bar.update(spent if timed else 1)
+            bar.update(min(round(scheduler.seconds), bar.total) - bar.n if timed else 1)  # timed: whole seconds
             stop_now = bool(ctx.all_reduce(torch.tensor([float(stop.requested)])).item())
             if (args.save_every and done % args.save_every == 0) or stop_now:
                 ckpt.save(model, optimizer, scheduler, done)
