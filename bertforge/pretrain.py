@@ -7,6 +7,7 @@ afresh every time a row is drawn (dynamic masking), with a generator seeded by (
 batch), so the masks do not depend on the number of processes either.
 """
 
+import dataclasses
 import json
 import logging
 import math
@@ -60,6 +61,7 @@ class PretrainTask:
         check_vocab(self.train.index, tokenizer)
         self.objective = check_objective(self.train, objective, mask_prob)
         self.mask_prob = mask_prob
+        self.saved_dropout = None  # see save
         self.nsp = self.objective == "mlm+nsp"
         self.loss_units = {"mlm_loss": lambda b: int((b["labels"] != -100).sum())}
         if self.nsp:
@@ -145,7 +147,17 @@ class PretrainTask:
         return result | ({"nsp_majority_accuracy": float(nsp.bincount().max() / len(nsp))} if self.nsp else {})
 
     def save(self, model, folder: Path):
-        model.save_pretrained(folder, tokenizer=self.tokenizer)
+        """The checkpoint with its tokenizer. A run trained with `--dropout` other than its config's saves the
+        config's rate (`saved_dropout`), so that fine-tuning uses it: the budget recipe drops dropout in
+        pre-training only, as Cramming and MosaicBERT do."""
+        config = model.config
+        if self.saved_dropout is not None:
+            model.config = dataclasses.replace(config, hidden_dropout_prob=self.saved_dropout,
+                                               attention_probs_dropout_prob=self.saved_dropout)
+        try:
+            model.save_pretrained(folder, tokenizer=self.tokenizer)
+        finally:
+            model.config = config
 
 
 def check_objective(data, objective: str | None, mask_prob: float | None) -> str:
@@ -201,6 +213,8 @@ def pretrain(data: str, out: str, config: str = "mini", steps: int = 1000, batch
     task = PretrainTask(data, tokenizer, batch_size, seed, eval_rows, objective, mask_prob)
     torch.manual_seed(seed)
     model = build_model(config, tokenizer, init_from, dropout, task.train.index, causal=task.objective == "ltr")
+    if dropout is not None and not init_from:
+        task.saved_dropout = BertConfig.load(config).hidden_dropout_prob
     recorded = {"recipe": recipe, "objective": task.objective, "mask_prob": mask_prob or task.train.index.get(
         "masked_lm_prob"), "dropout": model.config.hidden_dropout_prob, "config": config, "init_from": init_from,
         "data": str(data)}

@@ -123,6 +123,8 @@ def test_budget_recipe_and_explicit_flags_win(root, tmp_path):
     assert (args["lr"], args["schedule"], args["extra"]["recipe"], args["extra"]["mask_prob"]) == \
         (5e-4, "one-cycle", "budget", 0.3)
     assert args["extra"]["dropout"] == 0.0 and args["extra"]["objective"] == "mlm"
+    # Trained without dropout, saved with the config's, for fine-tuning.
+    assert json.loads((run / "final" / "config.json").read_text())["hidden_dropout_prob"] == 0.1
     assert rows(run)[-1]["lr"] == 0.0
 
 
