@@ -170,6 +170,6 @@ def add_demo_arguments(p):
     p.add_argument("--max-seq-length", type=int, default=64, help="(default: 64)")
     p.add_argument("--eval-docs", type=int, default=20, help="documents held out (default: 20)")
     p.add_argument("--recipe", choices=tuple(RECIPES), default="budget", help="pre-training recipe (default: budget)")
-    p.add_argument("--time-budget", type=parse_duration, default=240.0, metavar="DURATION",
-                   help="pre-training time, evaluation and checkpoints excluded (default: 240s)")
+    p.add_argument("--time-budget", type=parse_duration, default=200.0, metavar="DURATION",
+                   help="pre-training time, evaluation and checkpoints excluded (default: 200s)")
     p.add_argument("--seed", type=int, default=0)
