@@ -16,6 +16,7 @@ COMMANDS = {
     "plot": ("plot", "draw a run's loss and accuracy curves as a PNG"),
     "finetune": ("finetune", "fine-tune on a task: GLUE, SQuAD, CoNLL NER, multiple choice, or your own data"),
     "evaluate": ("evaluate", "score a fine-tuned model on a task's data"),
+    "suite": ("suite", "fine-tune one model on several tasks x seeds (or a grid) and report mean ± sd"),
     "predict": ("predict", "predictions of a fine-tuned model: a task's submission file, or on your own text"),
     "squad-split": ("tasks.squad", "split a SQuAD file by article into train and dev files"),
     "features": ("features", "hidden states of chosen layers, per token, word or sentence"),

@@ -35,6 +35,9 @@ class BertConfig:
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
+    # Causal self-attention (each position sees only itself and its left), as the reference's `is_decoder`:
+    # set by `pretrain --objective ltr`, kept by everything that loads the checkpoint.
+    is_decoder: bool = False
     # Task heads: labels for classification (num_labels 1 means regression), dropout before the head.
     id2label: dict[int, str] = field(default_factory=lambda: {0: "LABEL_0", 1: "LABEL_1"})
     classifier_dropout: float | None = None

@@ -3,8 +3,9 @@
 The corpus is the prose of the standard library's docstrings (read from its source files with `ast`, nothing
 imported, nothing downloaded) plus the reference-manual topics of `pydoc_data`: one document per module. The
 demo trains a WordPiece vocabulary on it, builds pre-training data with held-out documents, pre-trains a tiny
-BERT, reports held-out masked-LM and NSP accuracy against their trivial baselines, and fills in masked words.
-Each step prints the command that does it alone.
+BERT with the budget recipe (recipe.py) for a fixed time, reports held-out masked-LM accuracy (and NSP
+accuracy, when the objective has it) against the trivial baselines, and fills in masked words, counting how
+often the masked word is among the top 5. Each step prints the command that does it alone.
 """
 
 import ast
@@ -18,18 +19,25 @@ import torch
 from .data.create import create_pretraining_data
 from .model import BertForPreTraining
 from .io import check_output
-from .options import count, positive
+from .options import count
 from .pretrain import pretrain
+from .options import duration
+from .recipe import RECIPES, resolve
 from .tokenizer import BertTokenizer, train_vocab
 
 SKIP_PARTS = {"test", "tests", "idlelib", "site-packages", "lib2to3", "turtledemo", "__pycache__"}
 CODE_LINE = re.compile(r"^\s*(>>>|\.\.\.|\$ |[-=~*]{3,}|:\w+:|\|)")
 
+# Sentences in the corpus's register (not taken from it) and the words that count as a hit for their [MASK].
 FILL_MASK_SENTENCES = [
-    "return a new [MASK] containing the items of the list.",
-    "raise an [MASK] if the file does not exist.",
-    "the [MASK] argument is the name of the module.",
-    "this function returns the number of [MASK] in the string.",
+    ("return [MASK] if the path is an existing directory.", {"true"}),
+    ("raise an [MASK] if the file does not exist.", {"exception", "error"}),
+    ("the default [MASK] is none.", {"value"}),
+    ("read the whole [MASK] and return its contents as a string.", {"file"}),
+    ("return a new [MASK] containing the items of the list.", {"list", "sequence"}),
+    ("if the optional argument is not given, the [MASK] value is used.", {"default"}),
+    ("convert the [MASK] to a string and return it.", {"object", "value", "argument"}),
+    ("this [MASK] returns the number of items in the sequence.", {"function", "method"}),
 ]
 
 
@@ -115,33 +123,44 @@ def run_demo(args) -> int:
     tokenizer = train_vocab([corpus], vocab_size=args.vocab_size, out_dir=vocab)
     print(f"   {tokenizer.vocab_size} pieces; 'tokenization' -> {tokenizer.tokenize('tokenization')}")
 
-    step("pre-training data (masked afresh at training time)",
-         f"bertforge data create --input {corpus} --vocab {vocab} --out {data} --no-mask --max-seq-length "
-         f"{args.max_seq_length} --dupe-factor {args.dupe_factor} --eval-docs {args.eval_docs} --seed {args.seed}")
-    create_pretraining_data([corpus], vocab, data, max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,
-                            mask=False, eval_docs=args.eval_docs, seed=args.seed)
+    recipe = resolve(args.recipe, {})
+    nsp = recipe["objective"] in (None, "mlm+nsp")
+    kind = "sentence pairs" if nsp else "single segments filled with whole sentences (no NSP)"
+    step(f"pre-training data: {kind}, masked afresh at training time",
+         f"bertforge data create --input {corpus} --vocab {vocab} --out {data} --no-mask"
+         f"{'' if nsp else ' --no-nsp'} --max-seq-length {args.max_seq_length} --dupe-factor 1 "
+         f"--eval-docs {args.eval_docs} --seed {args.seed}")
+    create_pretraining_data([corpus], vocab, data, max_seq_length=args.max_seq_length, dupe_factor=1, mask=False,
+                            nsp=nsp, eval_docs=args.eval_docs, seed=args.seed)
 
-    step(f"pre-training a {args.config} BERT for {args.steps} steps",
-         f"bertforge pretrain --data {data} --config {args.config} --out {run} --steps {args.steps} "
-         f"--batch-size {args.batch_size} --lr {args.lr} --seed {args.seed} --eval-every {args.steps // 4} "
-         f"--save-every {args.steps}")
-    result = pretrain(str(data), str(run), config=args.config, steps=args.steps, batch_size=args.batch_size,
-                      lr=args.lr, warmup=0.1, seed=args.seed, eval_every=args.steps // 4, save_every=args.steps,
-                      overwrite=True)
+    step(f"pre-training a {args.config} BERT with the {args.recipe} recipe for {args.time_budget:g} s",
+         f"bertforge pretrain --data {data} --config {args.config} --out {run} --recipe {args.recipe} "
+         f"--time-budget {args.time_budget:g}s --seed {args.seed}")
+    result = pretrain(str(data), str(run), config=args.config, steps=10**12, time_budget=args.time_budget,
+                      batch_size=recipe["batch_size"], lr=recipe["lr"], seed=args.seed, dropout=recipe["dropout"],
+                      objective=recipe["objective"], mask_prob=recipe["mask_prob"], recipe=args.recipe,
+                      schedule=recipe["schedule"], warmup=recipe["warmup"], eval_every=10**12,
+                      save_every=10**12, log_every=10, overwrite=True)
 
-    step("held-out documents", f"bertforge plot {run}")
+    step("held-out documents (15% of their tokens masked)", f"bertforge plot {run}")
     print(f"   masked-LM accuracy {result['eval_mlm_accuracy']:.1%}  (most frequent token: "
           f"{result['mlm_most_frequent_token_accuracy']:.1%}), perplexity {result['eval_mlm_perplexity']:.1f}")
-    print(f"   next-sentence accuracy {result['eval_nsp_accuracy']:.1%}  "
-          f"(majority: {result['nsp_majority_accuracy']:.1%})")
+    if "eval_nsp_accuracy" in result:
+        print(f"   next-sentence accuracy {result['eval_nsp_accuracy']:.1%}  "
+              f"(majority: {result['nsp_majority_accuracy']:.1%})")
 
-    step("fill-mask",
+    step("fill-mask (top 5; a hit when the masked word is among them)",
          f"python -c \"import bertforge; bertforge.BertForPreTraining.from_pretrained('{run / 'final'}')\"")
     model = BertForPreTraining.from_pretrained(run / "final")
     tokenizer = BertTokenizer.from_pretrained(run / "final")
-    for sentence in FILL_MASK_SENTENCES:
-        guesses = ", ".join(f"{tok} ({p:.0%})" for tok, p in fill_mask(model, tokenizer, sentence)[0])
-        print(f"   {sentence}\n      -> {guesses}")
+    hits = 0
+    for sentence, answers in FILL_MASK_SENTENCES:
+        guesses = fill_mask(model, tokenizer, sentence)[0]
+        hit = any(token in answers for token, _ in guesses)
+        hits += hit
+        shown = ", ".join(f"{tok} ({p:.0%})" for tok, p in guesses)
+        print(f"   {sentence}\n      -> {shown}   [{'hit' if hit else 'miss'}: {'/'.join(sorted(answers))}]")
+    print(f"   {hits} of {len(FILL_MASK_SENTENCES)} sentences hold the masked word in their top 5")
     print(f"\ndone in {time.perf_counter() - started:.0f} s; the model is in {run / 'final'}")
     return 0
 
@@ -149,12 +168,11 @@ def run_demo(args) -> int:
 def add_demo_arguments(p):
     p.add_argument("--out", default="runs/demo", help="working folder (default runs/demo)")
     p.add_argument("--corpus-only", action="store_true", help="only write the corpus, one file per document")
-    p.add_argument("--config", default="tiny")
-    p.add_argument("--vocab-size", type=count(100), default=8000)
-    p.add_argument("--max-seq-length", type=count(5, 512), default=64)
-    p.add_argument("--dupe-factor", type=count(1), default=2)
-    p.add_argument("--eval-docs", type=count(1), default=20)
-    p.add_argument("--steps", type=count(4), default=600)
-    p.add_argument("--batch-size", type=count(1), default=32)
-    p.add_argument("--lr", type=positive, default=2e-3)
+    p.add_argument("--config", default="tiny", help="model size (default: tiny)")
+    p.add_argument("--vocab-size", type=count(100), default=8000, help="(default: 8000)")
+    p.add_argument("--max-seq-length", type=count(5, 512), default=64, help="(default: 64)")
+    p.add_argument("--eval-docs", type=count(1), default=20, help="documents held out (default: 20)")
+    p.add_argument("--recipe", choices=tuple(RECIPES), default="budget", help="pre-training recipe (default: budget)")
+    p.add_argument("--time-budget", type=duration, default=200.0, metavar="DURATION",
+                   help="pre-training time, evaluation and checkpoints excluded (default: 200s)")
     p.add_argument("--seed", type=count(0), default=0)

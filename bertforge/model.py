@@ -271,7 +271,8 @@ class BertModel(BertPreTrainedModel):
             position_ids = torch.arange(length, device=tokens.device).expand(batch, length)
 
         noise = self.dropout_noise(token_type_ids.shape, batch, length, tokens.device)
-        layout = Layout(batch, length, packing, noise, [] if output_attentions else None)
+        layout = Layout(batch, length, packing, noise, [] if output_attentions else None, self.config.is_decoder,
+                        tokens.device)
         x = self.embeddings(input_ids, token_type_ids, position_ids, layout, inputs_embeds)
         x, states = self.encoder(x, layout, output_hidden_states)
         if layout.noise is not None:

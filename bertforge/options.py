@@ -8,6 +8,7 @@ A bad value is argparse's one-line usage error naming the flag and the problem, 
 import argparse
 import dataclasses
 import math
+import re
 
 
 def _number(kind, text: str):
@@ -99,11 +100,29 @@ def torch_device(text: str) -> str:
     return text
 
 
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DURATION = re.compile(r"(\d+(?:\.\d*)?)([smhd])")
+
+
+def duration(text: str) -> float:
+    """Seconds in '90s', '45m', '4h', '1h30m' or a plain number of seconds; argparse type of --time-budget."""
+    t = text.strip().lower()
+    try:
+        seconds = float(t)
+    except ValueError:
+        parts = DURATION.findall(t)
+        seconds = sum(float(n) * UNITS[u] for n, u in parts) if "".join(n + u for n, u in parts) == t else -1
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive duration such as 90s, 45m, 4h or 1h30m")
+    return seconds
+
+
 TYPES = {int: count(0), float: non_negative}  # the checks of fields that name no type of their own
 
 
-def add_training_arguments(parser, defaults: dict, skip=()) -> None:
-    """Flags for the `TrainArgs` fields (but those in `skip`), with this command's defaults."""
+def add_training_arguments(parser, defaults: dict, skip=(), notes: dict | None = None) -> None:
+    """Flags for the `TrainArgs` fields (but those in `skip`), with this command's defaults; `notes` end the help
+    of some (a default of None there means: decided elsewhere, e.g. by a recipe, as the note says)."""
     from .train import TrainArgs
 
     group = parser.add_argument_group("training")
@@ -113,14 +132,16 @@ def add_training_arguments(parser, defaults: dict, skip=()) -> None:
             continue
         flag = meta.get("flag", "--" + f.name.replace("_", "-"))
         default = defaults.get(f.name, f.default)
+        note = (notes or {}).get(f.name)
         if meta.get("inverse"):  # a False-by-default flag that turns the field off
             group.add_argument(flag, dest=f.name, action="store_false", default=True, help=meta["help"])
         elif f.type in (bool, "bool"):
             group.add_argument(flag, dest=f.name, action="store_true", help=meta["help"])
         else:
-            kind = meta.get("type") or TYPES.get(f.type) or TYPES.get({"int": int, "float": float}.get(f.type))
-            shown = f" (default {default})" if default is not None else ""
-            group.add_argument(flag, dest=f.name, type=kind, default=default, help=meta["help"] + shown)
+            kind = None if "choices" in meta else meta.get("type") or TYPES.get(f.type)
+            shown = f" {note}" if note else f" (default {default})" if default is not None else ""
+            group.add_argument(flag, dest=f.name, type=kind, choices=meta.get("choices"), default=default,
+                               help=meta["help"] + shown)
 
 
 def training_options(args, skip=()) -> dict:

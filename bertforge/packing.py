@@ -124,6 +124,12 @@ class Packing:
         return torch.cumsum(real, 0)[flat_positions] - 1
 
 
+def causal_bias(length: int, like: torch.Tensor) -> torch.Tensor:
+    """[L, L] additive mask: 0 on and below the diagonal, the lowest value above (keys to the right)."""
+    bias = torch.full((length, length), torch.finfo(like.dtype).min, dtype=like.dtype, device=like.device)
+    return bias.triu_(1)
+
+
 class DropoutNoise:
     """Pre-scaled keep masks (0 or 1/(1-p)) for every dropout site of one forward pass, drawn in one call per
     kind of site ("hidden", "attention"): a site's mask is a slice, applied with one multiply. Each element is
@@ -170,6 +176,8 @@ class Layout:
     packing: Packing | None
     noise: DropoutNoise | None
     attentions: list | None = None  # with output_attentions: each layer's probabilities, [B, heads, L, L]
+    causal: bool = False  # each position attends to itself and its left only (config.is_decoder)
+    device: torch.device = torch.device("cpu")
 
     def dropout(self, kind: str) -> torch.Tensor | None:
         return self.noise.take(kind) if self.noise is not None else None
@@ -202,14 +210,19 @@ class Layout:
 
     @property
     def key_mask(self) -> torch.Tensor | None:
-        """[B, 1, 1, L], True where a key may be attended to; None without padding."""
-        return self.packing.key_mask if self.packing is not None else None
+        """True where a query may attend to a key: [B, 1, 1, L] for padding, [.., L, L] when causal; None when
+        every key may be attended to."""
+        mask = self.packing.key_mask if self.packing is not None else None
+        if self.causal:
+            left = torch.ones(self.length, self.length, dtype=torch.bool, device=self.device).tril()
+            mask = left if mask is None else mask & left
+        return mask
 
     def key_bias(self, heads: int, like: torch.Tensor) -> torch.Tensor:
-        """An additive [B * heads, 1, L] mask for the scores: 0 for real keys, the lowest value for padding."""
-        if self.packing is None:
-            return like.new_zeros(1, 1, 1)
-        return self.packing.key_bias(heads, like.dtype)
+        """An additive mask for the [B * heads, L, L] scores: 0 where a key may be attended to, the lowest value
+        for padding keys (and, when causal, keys to the right)."""
+        bias = like.new_zeros(1, 1, 1) if self.packing is None else self.packing.key_bias(heads, like.dtype)
+        return bias + causal_bias(self.length, like) if self.causal else bias
 
     def merge_heads(self, context: torch.Tensor) -> torch.Tensor:
         """Attention output [B, heads, L, head_size] (any strides) -> [T, H] packed or [B, L, H]."""

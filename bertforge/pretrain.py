@@ -1,4 +1,5 @@
-"""Pre-training (spec section 6): masked LM + next sentence prediction on data made by `bertforge data create`.
+"""Pre-training (spec section 6): masked LM + next sentence prediction on data made by `bertforge data create`,
+or one of the other objectives (`--objective mlm|ltr`) and recipes (`--recipe`, see recipe.py).
 
 The batch of step s is a deterministic function of (seed, s): an epoch is a seeded permutation of the
 instances, and a global batch is split by rows across processes. Data written without masks is masked
@@ -6,6 +7,8 @@ afresh every time a row is drawn (dynamic masking), with a generator seeded by (
 batch), so the masks do not depend on the number of processes either.
 """
 
+import dataclasses
+import logging
 import math
 from pathlib import Path
 
@@ -13,18 +16,20 @@ import numpy as np
 import torch
 
 from .io import check_output, write_json
-from .options import add_training_arguments, count, probability, training_options
+from .options import add_training_arguments, count, training_options
 from .config import BertConfig
 from .data.shards import check_vocab, load_pretraining_data
 from .errors import BertforgeError
 from .model import BertForPreTraining
 from .plot import BASELINES_FILE
 from .tokenizer import BertTokenizer
+from .recipe import RECIPES, add_recipe_arguments, recipe_notes, resolve
 from .train import TrainArgs, fit, setup_distributed, trim
 
 # The command's defaults (the paper's recipe at a size that runs on a CPU); any TrainArgs field may be given.
 PRETRAIN_DEFAULTS = dict(steps=1000, batch_size=64, lr=1e-4, warmup=0.05, log_every=10, eval_every=200,
                          save_every=500)
+log = logging.getLogger("bertforge")
 EVAL_STEP = 2**40  # seeds the held-out masks: the same at every evaluation, unlike any training step's
 
 
@@ -37,19 +42,34 @@ def labels_from_positions(input_ids: torch.Tensor, positions: torch.Tensor, labe
     return full
 
 
-class PretrainJob:
-    """Batches, losses and evaluation for BertForPreTraining (the training loop's view, see train.TrainingJob)."""
+def next_token_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, L] labels for left-to-right LM: each real position predicts the token after it (-100 at the last)."""
+    labels = torch.full_like(input_ids, -100)
+    labels[:, :-1] = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)
+    return labels
 
-    loss_units = {
-        "mlm_loss": lambda b: int((b["labels"] != -100).sum()),
-        "nsp_loss": lambda b: len(b["next_sentence_label"]),
-    }
+
+class PretrainJob:
+    """Batches, losses and evaluation for BertForPreTraining, for one objective (see `check_objective`); the
+    training loop's view (see train.TrainingJob).
+
+    For `ltr` the "mlm" figures are next-token ones: labels are every next token, not masked positions.
+    """
+
     best_metric = None
 
-    def __init__(self, data_dir, tokenizer: BertTokenizer, batch_size: int, seed: int, eval_rows: int = 1024):
+    def __init__(self, data_dir, tokenizer: BertTokenizer, batch_size: int, seed: int, eval_rows: int = 1024,
+                 objective: str | None = None, mask_prob: float | None = None):
         self.tokenizer = tokenizer
         self.train = load_pretraining_data(data_dir, "train")
         check_vocab(self.train.index, tokenizer)
+        self.objective = check_objective(self.train, objective, mask_prob)
+        self.mask_prob = mask_prob
+        self.saved_dropout = None  # see save
+        self.nsp = self.objective == "mlm+nsp"
+        self.loss_units = {"mlm_loss": lambda b: int((b["labels"] != -100).sum())}
+        if self.nsp:
+            self.loss_units["nsp_loss"] = lambda b: len(b["next_sentence_label"])
         held_out = (Path(data_dir) / "eval" / "index.json").is_file()
         self.eval = load_pretraining_data(data_dir, "eval") if held_out else None
         self.batch_size, self.seed = batch_size, seed
@@ -61,16 +81,25 @@ class PretrainJob:
                                  f"fewer than one batch of {batch_size}")
 
     def rows_of(self, data, indices, first_row: int, step: int) -> dict:
-        """Instances with [B, L] masked-LM labels; unmasked data is masked now, row by row (see module doc)."""
-        if data.static_masked:
+        """Instances with [B, L] labels; unmasked data is masked now, row by row (see module doc); for ltr the
+        labels are the next tokens."""
+        if data.static_masked or self.objective == "ltr":
             b = data.batch(indices)
         else:
+            # Held-out rows keep the data's rate (0.15 by default), so that runs with other rates compare.
+            masking = {} if self.mask_prob is None or data is not self.train else \
+                {"masked_lm_prob": self.mask_prob, "max_predictions": math.ceil(data.max_seq_length * self.mask_prob)}
             rows = [data.batch([i], rng=np.random.default_rng([self.seed, step, first_row + j]),
-                               pad_to=data.max_seq_length) for j, i in enumerate(indices)]
+                               pad_to=data.max_seq_length, **masking) for j, i in enumerate(indices)]
             b = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
         b.pop("special_tokens_mask")
         b = trim(b)
-        b["labels"] = labels_from_positions(b["input_ids"], b.pop("mlm_positions"), b.pop("mlm_labels"))
+        if self.objective == "ltr":
+            b["labels"] = next_token_labels(b["input_ids"], b["attention_mask"])
+        else:
+            b["labels"] = labels_from_positions(b["input_ids"], b.pop("mlm_positions"), b.pop("mlm_labels"))
+        if not self.nsp:
+            b.pop("next_sentence_label")
         return b
 
     def batch(self, step: int, rank: int, world: int) -> dict:
@@ -84,7 +113,8 @@ class PretrainJob:
 
     @torch.no_grad()
     def evaluate(self, model) -> dict:
-        """Held-out masked-LM loss, accuracy and perplexity, NSP accuracy (same rows and masks every time)."""
+        """Held-out masked-LM loss, accuracy and perplexity, NSP accuracy (same rows and masks every time, at the
+        data's masking rate whatever --mask-prob trains with)."""
         if not self.eval_rows:
             return {}
         device = next(model.parameters()).device
@@ -93,16 +123,18 @@ class PretrainJob:
             rows = np.arange(start, min(start + self.batch_size, self.eval_rows))
             b = {k: v.to(device) for k, v in self.rows_of(self.eval, rows, start, EVAL_STEP).items()}
             labels = b.pop("labels")
-            nsp = b.pop("next_sentence_label")
+            nsp = b.pop("next_sentence_label", None)
             out = model(**b, labels=labels)
             count = int((labels != -100).sum())
             mlm_loss += float(out.mlm_loss) * count
             mlm_correct += float((out.prediction_logits.argmax(-1) == labels[labels != -100]).sum())
             mlm_count += count
-            nsp_correct += float((out.seq_relationship_logits.argmax(-1) == nsp).sum())
+            if nsp is not None:
+                nsp_correct += float((out.seq_relationship_logits.argmax(-1) == nsp).sum())
         loss = mlm_loss / mlm_count
-        return {"eval_mlm_loss": loss, "eval_mlm_accuracy": mlm_correct / mlm_count,
-                "eval_mlm_perplexity": math.exp(min(loss, 50)), "eval_nsp_accuracy": nsp_correct / self.eval_rows}
+        result = {"eval_mlm_loss": loss, "eval_mlm_accuracy": mlm_correct / mlm_count,
+                  "eval_mlm_perplexity": math.exp(min(loss, 50))}
+        return result | ({"eval_nsp_accuracy": nsp_correct / self.eval_rows} if self.nsp else {})
 
     def baselines(self) -> dict:
         """The trivial predictors on the evaluation rows: the most frequent masked token, the majority NSP label."""
@@ -113,17 +145,45 @@ class PretrainJob:
             rows = np.arange(start, min(start + self.batch_size, self.eval_rows))
             b = self.rows_of(self.eval, rows, start, EVAL_STEP)
             labels.append(b["labels"][b["labels"] != -100])
-            nsp.append(b["next_sentence_label"])
+            nsp.append(b.get("next_sentence_label", torch.zeros(0, dtype=torch.long)))
         labels, nsp = torch.cat(labels), torch.cat(nsp)
-        return {"mlm_most_frequent_token_accuracy": float(labels.bincount().max() / len(labels)),
-                "nsp_majority_accuracy": float(nsp.bincount().max() / len(nsp))}
+        result = {"mlm_most_frequent_token_accuracy": float(labels.bincount().max() / len(labels))}
+        return result | ({"nsp_majority_accuracy": float(nsp.bincount().max() / len(nsp))} if self.nsp else {})
 
     def save(self, model, folder: Path):
-        model.save_pretrained(folder, tokenizer=self.tokenizer)
+        """The checkpoint with its tokenizer. A run trained with `--dropout` other than its config's saves the
+        config's rate (`saved_dropout`), so that fine-tuning uses it: the budget recipe drops dropout in
+        pre-training only, as Cramming and MosaicBERT do."""
+        config = model.config
+        if self.saved_dropout is not None:
+            model.config = dataclasses.replace(config, hidden_dropout_prob=self.saved_dropout,
+                                               attention_probs_dropout_prob=self.saved_dropout)
+        try:
+            model.save_pretrained(folder, tokenizer=self.tokenizer)
+        finally:
+            model.config = config
+
+
+def check_objective(data, objective: str | None, mask_prob: float | None) -> str:
+    """The objective to train (by default what the data holds), or a one-line error if the data cannot serve it."""
+    where = data.directory
+    objective = objective or ("mlm+nsp" if data.has_pairs else "mlm")
+    if objective == "mlm+nsp" and not data.has_pairs:
+        raise BertforgeError(f"--objective {objective}: {where} holds single segments (made with --no-nsp), not "
+                             "sentence pairs; use --objective mlm or ltr, or make pairs without --no-nsp")
+    if objective == "ltr" and data.static_masked:
+        raise BertforgeError(f"--objective ltr: {where} is statically masked; left-to-right LM needs the real "
+                             "tokens: make the data with --no-mask")
+    if mask_prob is not None and data.static_masked:
+        raise BertforgeError(f"--mask-prob {mask_prob}: {where} is statically masked (at "
+                             f"{data.index['masked_lm_prob']}); dynamic masking needs data made with --no-mask")
+    if mask_prob is not None and objective == "ltr":
+        raise BertforgeError("--mask-prob: --objective ltr predicts every next token and masks nothing")
+    return objective
 
 
 def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | None, dropout: float | None,
-                data_index: dict | None = None):
+                data_index: dict | None = None, causal: bool = False):
     if init_from:
         if data_index is not None and (Path(init_from) / "vocab.txt").is_file():
             check_vocab(data_index, BertTokenizer.from_pretrained(init_from))
@@ -131,8 +191,12 @@ def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | Non
         if model.config.vocab_size != tokenizer.vocab_size:
             raise BertforgeError(f"{init_from}: the model's vocabulary has {model.config.vocab_size} entries, "
                                  f"the data's {tokenizer.vocab_size}: the data was made with another vocabulary")
+        if model.config.is_decoder != causal:
+            kind = {True: "causal (ltr)", False: "bidirectional"}
+            raise BertforgeError(f"--init-from {init_from}: a {kind[model.config.is_decoder]} model cannot continue "
+                                 f"with a {kind[causal]} objective")
         return model
-    overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_token_id}
+    overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_token_id, "is_decoder": causal}
     if dropout is not None:
         overrides |= {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     config = BertConfig.load(config_name)
@@ -141,22 +205,32 @@ def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | Non
 
 
 def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = None, dropout: float | None = None,
-             eval_rows: int = 1024, **options) -> dict:
+             eval_rows: int = 1024, objective: str | None = None, mask_prob: float | None = None,
+             recipe: str | None = None, **options) -> dict:
     """Pre-train and return the last held-out evaluation (with the trivial baselines beside it).
 
-    `options`: TrainArgs fields (defaults PRETRAIN_DEFAULTS)."""
+    `options`: TrainArgs fields (defaults PRETRAIN_DEFAULTS). `recipe` is only recorded (the caller resolves it
+    into the other arguments, see recipe.resolve)."""
     options = {**PRETRAIN_DEFAULTS, **options}
     ctx = setup_distributed(options.get("device"))
     tokenizer = BertTokenizer.from_pretrained(data)
-    job = PretrainJob(data, tokenizer, options["batch_size"], options["seed"], eval_rows)
+    job = PretrainJob(data, tokenizer, options["batch_size"], options["seed"], eval_rows, objective, mask_prob)
     torch.manual_seed(options["seed"])
-    model = build_model(config, tokenizer, init_from, dropout, job.train.index)
+    model = build_model(config, tokenizer, init_from, dropout, job.train.index, causal=job.objective == "ltr")
     if job.train.max_seq_length > model.config.max_position_embeddings:
         raise BertforgeError(f"{data}: rows of {job.train.max_seq_length} tokens, but the model has "
                              f"{model.config.max_position_embeddings} positions (--config, --init-from)")
-    args = TrainArgs(out=Path(out), **options)
+    if dropout is not None and not init_from:
+        job.saved_dropout = BertConfig.load(config).hidden_dropout_prob
+    recorded = {"recipe": recipe, "objective": job.objective, "mask_prob": mask_prob or job.train.index.get(
+        "masked_lm_prob"), "dropout": model.config.hidden_dropout_prob, "config": config, "init_from": init_from,
+        "data": str(data)}
+    args = TrainArgs(out=Path(out), **{**options, "extra": {**options.get("extra", {}), **recorded}})
     baselines = {}
     if ctx.main:  # beside metrics.jsonl, for `bertforge plot`
+        log.info("pre-training: " + ", ".join(f"{k} {v}" for k, v in {
+            **recorded, "lr": args.lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": args.batch_size,
+            "steps": args.steps if not args.time_budget else f"until the {args.time_budget:g} s budget"}.items()))
         baselines = job.baselines()
         write_json(args.out / BASELINES_FILE, baselines)
     result = fit(model, job, args, ctx)
@@ -168,15 +242,24 @@ def add_pretrain_arguments(p):
     p.add_argument("--out", required=True, help="run folder: metrics.jsonl, step-*/ checkpoints, final/")
     p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large or a config.json (default mini)")
     p.add_argument("--init-from", help="start from this checkpoint folder instead of random weights")
-    p.add_argument("--dropout", type=probability, help="override the config's dropout (0.1)")
     p.add_argument("--eval-rows", type=count(1), default=1024, help="held-out instances per evaluation (default 1024)")
-    add_training_arguments(p, PRETRAIN_DEFAULTS)
+    add_recipe_arguments(p)
+    # None: the recipe decides (and --steps: 1000, or as many as --time-budget allows)
+    add_training_arguments(p, {**PRETRAIN_DEFAULTS, **dict.fromkeys(("steps", "lr", "warmup", "batch_size",
+                                                                      "schedule"))},
+                           notes={**recipe_notes(), "steps": "(default 1000, or as many as --time-budget allows)"})
 
 
 def run_pretrain(args) -> int:
     check_output(args.out, "--out", inputs=[args.data])
-    result = pretrain(args.data, args.out, config=args.config, init_from=args.init_from, dropout=args.dropout,
-                      eval_rows=args.eval_rows, **training_options(args))
+    r = resolve(args.recipe, {k: getattr(args, k) for k in RECIPES[args.recipe]})
+    if args.time_budget and r["warmup"] >= 1:
+        raise BertforgeError(f"--warmup {r['warmup']:g}: with --time-budget the warm-up is a fraction (< 1) of it")
+    options = {**training_options(args), **{k: r[k] for k in ("lr", "warmup", "batch_size", "schedule")}}
+    options["steps"] = args.steps or (10**12 if args.time_budget else 1000)
+    result = pretrain(args.data, args.out, config=args.config, init_from=args.init_from, dropout=r["dropout"],
+                      eval_rows=args.eval_rows, objective=r["objective"], mask_prob=r["mask_prob"],
+                      recipe=args.recipe, **options)
     for key, value in result.items():
         print(f"{key}: {value:.4f}")
     return 0

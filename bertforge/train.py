@@ -31,8 +31,8 @@ from tqdm import tqdm
 
 from .io import atomic_path, read_text, remove_folder, replace_folder, write_text_atomic
 from .errors import BertforgeError
-from .optim import linear_schedule, make_optimizer
-from .options import count, fraction_or_steps, positive, torch_device
+from .optim import TimeSchedule, make_optimizer, step_schedule
+from .options import count, duration, fraction_or_steps, positive, torch_device
 
 STATE_FILE = "training_state.pt"
 COMPLETE = "COMPLETE"  # written last into a checkpoint folder: a folder without it is not a checkpoint
@@ -54,7 +54,14 @@ class TrainArgs:
     steps: int = option(1000, "optimizer steps", type=count(1))
     batch_size: int = option(32, "global batch, all processes and accumulation steps together", type=count(1))
     lr: float = option(1e-4, "peak learning rate", type=positive)
-    warmup: float = option(0.1, "warm-up: a fraction of the steps (<1) or a number of steps", type=fraction_or_steps)
+    warmup: float = option(0.1, "warm-up: a fraction of the steps or of the time budget (<1), or a number of steps",
+                           type=fraction_or_steps)
+    schedule: str = option("linear", "linear: warm-up from 0, then linear decay to 0; one-cycle: cosine warm-up "
+                           "from lr/25, then cosine decay to 0", choices=("linear", "one-cycle"))
+    time_budget: float = option(0.0, "train for this much time (90s, 45m, 4h): the schedule follows training time "
+                                "and reaches 0 when it is spent; --resume counts the time already spent; "
+                                "evaluation and checkpoints are not counted; --steps still caps the run "
+                                "(0: --steps decide)", type=duration)
     weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)")
     adam_eps: float = option(1e-6, "Adam epsilon", type=positive)
     bias_correction: bool = option(True, "Adam without bias correction, as Google's code", flag="--google-adam",
@@ -322,7 +329,9 @@ def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = 
     torch.manual_seed(args.seed + ctx.rank)
     model.to(ctx.device)
     optimizer = make_optimizer(model, args.lr, args.weight_decay, args.adam_eps, bias_correction=args.bias_correction)
-    scheduler = linear_schedule(optimizer, args.warmup_steps, args.steps)
+    timed = args.time_budget > 0  # the schedule follows training time; the run ends when it is spent
+    scheduler = TimeSchedule(optimizer, args.schedule, args.warmup, args.time_budget) if timed else \
+        step_schedule(optimizer, args.schedule, args.warmup_steps, args.steps)
     ckpt = Checkpointer(args, job, ctx)
     start = ckpt.restore(model, optimizer, scheduler) if args.resume else 0
     if ctx.main:
@@ -330,41 +339,54 @@ def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = 
     log = MetricsLog(args.out / "metrics.jsonl", start, ctx.main)
     trained = nn.parallel.DistributedDataParallel(model) if ctx.world > 1 else model
     stop = StopRequest()
-    bar = tqdm(total=args.steps, initial=start, disable=not (args.progress and ctx.main), unit="step",
-               dynamic_ncols=True)
+    bar = tqdm(total=round(args.time_budget) if timed else args.steps,
+               initial=round(scheduler.seconds) if timed else start, unit="s" if timed else "step",
+               disable=not (args.progress and ctx.main), dynamic_ncols=True)
     last_eval = {}
     best = max((row[job.best_metric] for row in log.rows if job.best_metric in row), default=-math.inf)
     tokens_since, clock = 0, time.perf_counter()
+    done = start
     try:
         for step in range(start, args.steps):
+            if timed and scheduler.finished:
+                break
             model.train()
+            began = time.perf_counter()
             stats = train_step(trained, job, args, ctx, step, optimizer)
-            scheduler.step()
+            spent = time.perf_counter() - began
+            if timed:  # every process steps by rank 0's time, so that all stop at the same step
+                spent = float(ctx.all_reduce(torch.tensor([spent if ctx.main else 0.0], dtype=torch.float64)))
+                scheduler.step(spent)
+            else:
+                scheduler.step()
             tokens_since += stats.pop("tokens")
             done = step + 1
+            last = done == args.steps or (timed and scheduler.finished)
             row = {"step": done, **stats, "lr": scheduler.get_last_lr()[0]}
+            if timed:
+                row["train_seconds"] = round(scheduler.seconds, 3)
             evaluated = False
-            if args.eval_every and (done % args.eval_every == 0 or done == args.steps):
+            if args.eval_every and (done % args.eval_every == 0 or last):
                 last_eval, evaluated = evaluate_on_main(model, job, ctx), True
                 row.update(last_eval)
                 if job.best_metric and last_eval.get(job.best_metric, -math.inf) > best:
                     best = last_eval[job.best_metric]
                     ckpt.save(model, optimizer, scheduler, done, name="best", full=False)
-            if done % args.log_every == 0 or done == args.steps or evaluated:
+            if done % args.log_every == 0 or last or evaluated:
                 elapsed = time.perf_counter() - clock
                 row["tokens_per_s"] = round(tokens_since / elapsed, 1) if elapsed else None
                 tokens_since, clock = 0, time.perf_counter()
                 log.write(row)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s'] or 0:.0f}")
-            bar.update(1)
+            bar.update(min(round(scheduler.seconds), bar.total) - bar.n if timed else 1)  # timed: whole seconds
             stop_now = bool(ctx.all_reduce(torch.tensor([float(stop.requested)])).item())
             if (args.save_every and done % args.save_every == 0) or stop_now:
                 ckpt.save(model, optimizer, scheduler, done)
             if stop_now:
                 raise Interrupted(f"stopped at step {done}: checkpoint saved in {step_folder(args.out, done)}; "
                                   "continue with --resume")
-        ckpt.save(model, optimizer, scheduler, args.steps)
-        ckpt.save(model, optimizer, scheduler, args.steps, name="final", full=False)
+        ckpt.save(model, optimizer, scheduler, done)
+        ckpt.save(model, optimizer, scheduler, done, name="final", full=False)
     finally:
         bar.close()
         stop.restore()

@@ -25,7 +25,8 @@ import numpy as np
 from tqdm import tqdm
 
 from bertforge.data.corpus import read_corpus, token_dtype
-from bertforge.data.instances import Draws, assemble, iter_spans, special_positions, to_padded, truncate_pairs
+from bertforge.data.instances import (Draws, assemble, iter_full_rows, iter_spans, ragged_arange, special_positions,
+                                      to_padded, truncate_pairs)
 from bertforge.data.masking import continuation_table, mask_batch, word_starts
 from bertforge.data.shards import ShardWriter, vocab_sha256
 from bertforge.errors import BertforgeError
@@ -42,14 +43,16 @@ MASK_ROWS = 4096  # rows masked at once: bounds the temporary [rows, max_seq_len
 def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128, max_predictions: int = 20,
                             masked_lm_prob: float = 0.15, short_seq_prob: float = 0.1, dupe_factor: int = 10,
                             seed: int = 12345, whole_word_mask: bool = False, mask: bool = True,
-                            eval_docs: float = 0, encoding: str = "utf-8", fmt: str = "auto",
+                            eval_docs: float = 0, encoding: str = "utf-8", fmt: str = "auto", nsp: bool = True,
                             progress: bool = False) -> dict:
     """Write pre-training data for ``inputs`` (files or folders) to ``out``; return the statistics.
 
     ``tokenizer`` is a :class:`~bertforge.tokenizer.BertTokenizer`, or a vocab.txt or tokenizer folder; it is
     saved in ``out`` (vocab.txt and the Hugging Face tokenizer files). ``eval_docs``: that many documents (or
     that fraction of them, when below 1) are held out and made into ``out/eval`` (one pass, never used for
-    training pairs). ``mask=False`` writes unmasked instances for dynamic masking.
+    training pairs). ``mask=False`` writes unmasked instances for dynamic masking. ``nsp=False`` writes
+    single-segment rows filled with consecutive sentences instead of Google's pairs
+    (:func:`~bertforge.data.instances.iter_full_rows`).
     """
     if not isinstance(tokenizer, BertTokenizer):
         tokenizer = BertTokenizer.from_pretrained(tokenizer)
@@ -85,7 +88,8 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
             "special_token_ids": {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
                                   "mask": tokenizer.mask_token_id, "pad": tokenizer.pad_token_id},
             "max_seq_length": max_seq_length, "short_seq_prob": short_seq_prob, "seed": seed, "masked": mask,
-            "masked_lm_prob": masked_lm_prob, "max_predictions": max_predictions, "whole_word_mask": whole_word_mask,
+            "nsp": nsp, "masked_lm_prob": masked_lm_prob, "max_predictions": max_predictions,
+            "whole_word_mask": whole_word_mask,
         }
         continuation = continuation_table(tokenizer.vocab)
         stats = {"corpus": {**read_stats, "eval_documents": n_eval}}
@@ -118,14 +122,22 @@ def _write_split(corpus, documents, directory: Path, header: dict, continuation:
         corpus.sentence_offsets[corpus.document_offsets[documents]]
     bar = tqdm(total=int(doc_tokens.sum()) * passes, unit="tok", unit_scale=True, desc=f"{header['split']} instances",
                disable=not progress)
+    special_ids = header["special_token_ids"]
     with bar:
         for p in range(passes):
             rng = np.random.default_rng(seed + [p])
-            for spans in iter_spans(corpus, rng.permutation(documents), header["max_seq_length"],
-                                    header["short_seq_prob"], Draws(rng), SHARD_INSTANCES, counts, bar):
-                writer.write(_make_shard(corpus, spans[rng.permutation(len(spans))], header, continuation, rng, counts))
+            if header["nsp"]:
+                for spans in iter_spans(corpus, rng.permutation(documents), header["max_seq_length"],
+                                        header["short_seq_prob"], Draws(rng), SHARD_INSTANCES, counts, bar):
+                    writer.write(_make_shard(corpus, spans[rng.permutation(len(spans))], header, continuation, rng,
+                                             counts))
+            else:
+                for ids, offsets in iter_full_rows(corpus, rng.permutation(documents), header["max_seq_length"],
+                                                   special_ids["cls"], special_ids["sep"], SHARD_INSTANCES, counts,
+                                                   bar):
+                    writer.write(_make_row_shard(ids, offsets, header, continuation, rng, counts))
     writer.finish(header)
-    return _split_stats(counts, len(documents), passes, len(writer.shards))
+    return _split_stats(counts, len(documents), passes, len(writer.shards), header)
 
 
 def _make_shard(corpus, spans, header: dict, continuation: np.ndarray, rng, counts: Counter) -> dict:
@@ -135,20 +147,40 @@ def _make_shard(corpus, spans, header: dict, continuation: np.ndarray, rng, coun
     spans = truncate_pairs(spans, L - 3, rng)
     ids, offsets = assemble(corpus.tokens, spans, special_ids["cls"], special_ids["sep"])
     a_lengths = (spans.a_end - spans.a_start).astype(np.int32)
+    counts.update(random_next=int(spans.is_random_next.sum()))
+    return _masked_shard(ids, offsets, a_lengths, spans.is_random_next, header, continuation, rng, counts)
+
+
+def _make_row_shard(ids, offsets, header: dict, continuation: np.ndarray, rng, counts: Counter) -> dict:
+    """Shuffle and (statically) mask a block of single-segment rows (``--no-nsp``): the arrays of one shard."""
+    perm = rng.permutation(len(offsets) - 1)
+    lengths = np.diff(offsets)[perm]
+    ids = ids[ragged_arange(offsets[:-1][perm], lengths)]
+    return _masked_shard(ids, np.concatenate([[0], np.cumsum(lengths)]), (lengths - 2).astype(np.int32),
+                         np.zeros(len(lengths), bool), header, continuation, rng, counts)
+
+
+def _masked_shard(ids, offsets, a_lengths, nsp_labels, header: dict, continuation: np.ndarray, rng,
+                  counts: Counter) -> dict:
+    """The arrays of one shard from assembled rows, (statically) masked when the header says so."""
+    L = header["max_seq_length"]
+    special_ids = header["special_token_ids"]
     lengths = np.diff(offsets)
-    counts.update(instances=len(spans), random_next=int(spans.is_random_next.sum()), tokens=len(ids),
-                  non_special_tokens=len(ids) - 3 * len(spans))
-    arrays = {"tokens": ids, "offsets": offsets, "a_lengths": a_lengths,
-              "nsp_labels": spans.is_random_next.astype(np.int8)}
+    specials = 3 * len(lengths) if header["nsp"] else len(lengths) + int((ids == special_ids["sep"]).sum())
+    counts.update(instances=len(lengths), tokens=len(ids), non_special_tokens=len(ids) - specials)
+    arrays = {"tokens": ids, "offsets": offsets, "a_lengths": a_lengths, "nsp_labels": nsp_labels.astype(np.int8)}
     if not header["masked"]:
         return arrays
     positions, labels, mlm_counts = [], [], []
-    for lo in range(0, len(spans), MASK_ROWS):
-        hi = min(lo + MASK_ROWS, len(spans))
+    for lo in range(0, len(lengths), MASK_ROWS):
+        hi = min(lo + MASK_ROWS, len(lengths))
         n, rows = lengths[lo:hi], slice(offsets[lo], offsets[hi])
         padded = to_padded(ids[rows], n, L, special_ids["pad"])
         whole_words = word_starts(padded, continuation) if header["whole_word_mask"] else None
-        masked, pos, lab = mask_batch(padded, special_positions(n, a_lengths[lo:hi], L), rng, header["vocab_size"],
+        special = special_positions(n, a_lengths[lo:hi], L)
+        if not header["nsp"]:  # the [SEP] between two documents in a row
+            special |= padded == special_ids["sep"]
+        masked, pos, lab = mask_batch(padded, special, rng, header["vocab_size"],
                                       special_ids["mask"], masked_lm_prob=header["masked_lm_prob"],
                                       max_predictions=header["max_predictions"], whole_word_starts=whole_words,
                                       lengths=n)
@@ -166,16 +198,20 @@ def _make_shard(corpus, spans, header: dict, continuation: np.ndarray, rng, coun
     return arrays
 
 
-def _split_stats(c: Counter, documents: int, passes: int, shards: int) -> dict:
-    stats = {
-        "documents": documents, "passes": passes, "shards": shards, "instances": c["instances"], "tokens": c["tokens"],
-        "random_next_share": c["random_next"] / max(c["instances"], 1),
-        # Google forces random next for one-sentence chunks and flips a coin for the others.
-        "forced_random_next_share": c["forced_random_next"] / max(c["instances"], 1),
-        "random_next_share_of_coin_flips": (c["random_next"] - c["forced_random_next"]) /
-                                           max(c["instances"] - c["forced_random_next"], 1),
-        "short_target_share_of_documents": c["short_target_documents"] / max(c["documents"], 1),
-    }
+def _split_stats(c: Counter, documents: int, passes: int, shards: int, header: dict) -> dict:
+    stats = {"documents": documents, "passes": passes, "shards": shards, "instances": c["instances"],
+             "tokens": c["tokens"]}
+    if not header["nsp"]:
+        stats.update(fill_share=c["tokens"] / max(c["instances"] * header["max_seq_length"], 1),
+                     document_joins=c["document_joins"], split_sentences=c["split_sentences"])
+    else:
+        stats.update(
+            random_next_share=c["random_next"] / max(c["instances"], 1),
+            # Google forces random next for one-sentence chunks and flips a coin for the others.
+            forced_random_next_share=c["forced_random_next"] / max(c["instances"], 1),
+            random_next_share_of_coin_flips=(c["random_next"] - c["forced_random_next"]) /
+            max(c["instances"] - c["forced_random_next"], 1),
+            short_target_share_of_documents=c["short_target_documents"] / max(c["documents"], 1))
     if c["masked"]:
         stats.update(masked_share_of_non_special=c["masked"] / c["non_special_tokens"],
                      mask_token_share=c["mask_token"] / c["masked"], kept_share=c["kept"] / c["masked"],
@@ -193,12 +229,16 @@ def format_report(stats: dict) -> str:
     for split in ("train", "eval"):
         if split in stats:
             s = stats[split]
-            lines.append(
-                f"{split}: {s['documents']:,} documents x {s['passes']} passes -> {s['instances']:,} instances, "
-                f"{s['tokens']:,} tokens in {s['shards']} shards; random next {s['random_next_share']:.1%} "
-                f"({s['forced_random_next_share']:.1%} forced by one-sentence chunks, "
-                f"{s['random_next_share_of_coin_flips']:.1%} of the others), "
-                f"short target {s['short_target_share_of_documents']:.1%} of documents")
+            made = (f"{split}: {s['documents']:,} documents x {s['passes']} passes -> {s['instances']:,} instances, "
+                    f"{s['tokens']:,} tokens in {s['shards']} shards; ")
+            if "fill_share" in s:
+                lines.append(made + f"single segments, rows {s['fill_share']:.1%} full, {s['document_joins']:,} "
+                             f"document joins, {s['split_sentences']:,} sentences longer than a row split")
+            else:
+                lines.append(made + f"random next {s['random_next_share']:.1%} "
+                             f"({s['forced_random_next_share']:.1%} forced by one-sentence chunks, "
+                             f"{s['random_next_share_of_coin_flips']:.1%} of the others), "
+                             f"short target {s['short_target_share_of_documents']:.1%} of documents")
             if "masked_share_of_non_special" in s:
                 lines.append(
                     f"{split} masking: {s['masked_share_of_non_special']:.2%} of non-special tokens; "
@@ -237,6 +277,9 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--whole-word-mask", action="store_true", help="mask all pieces of a word together")
     parser.add_argument("--no-mask", action="store_true",
                         help="write unmasked instances (the trainer masks dynamically)")
+    parser.add_argument("--no-nsp", action="store_true",
+                        help="single-segment rows filled to --max-seq-length with consecutive sentences (RoBERTa's "
+                             "FULL-SENTENCES; [SEP] between documents) instead of next-sentence pairs")
     parser.add_argument("--eval-docs", type=_eval_docs, default=0, metavar="N",
                         help="hold out N documents (or this fraction, if below 1) for evaluation: one pass, "
                              "written to OUT/eval, never used in training pairs")
@@ -252,5 +295,5 @@ def run_data_create(args) -> None:
         args.input, BertTokenizer.from_pretrained(args.vocab), args.out, max_seq_length=args.max_seq_length,
         max_predictions=args.max_predictions, masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,
         dupe_factor=args.dupe_factor, seed=args.seed, whole_word_mask=args.whole_word_mask, mask=not args.no_mask,
-        eval_docs=args.eval_docs, encoding=args.encoding, fmt=args.format, progress=True)
+        eval_docs=args.eval_docs, encoding=args.encoding, fmt=args.format, nsp=not args.no_nsp, progress=True)
     print(format_report(stats))

@@ -171,3 +171,58 @@ def to_padded(flat: np.ndarray, lengths: np.ndarray, width: int, fill) -> np.nda
     out = np.full((len(lengths), width), fill, dtype=flat.dtype)
     out[np.arange(width) < lengths[:, None]] = flat
     return out
+
+
+def iter_full_rows(corpus, documents, max_seq_length: int, cls_id: int, sep_id: int, block_size: int = 1 << 15,
+                   counts=None, progress=None):
+    """RoBERTa's FULL-SENTENCES rows ``[CLS] s1 s2 ... [SEP]`` for ``--no-nsp``, yielded in blocks of
+    ``(ids, offsets [n + 1])``.
+
+    The sentences of ``documents`` (in that order) are packed greedily into rows of ``max_seq_length - 2``
+    tokens: a sentence that does not fit in what is left of a row starts the next one, and is cut into
+    row-sized pieces only when it is longer than a whole row. Where a row runs from one document into the
+    next, a [SEP] separates them (it takes one token of the row). ``counts`` gets ``documents``,
+    ``document_joins`` and ``split_sentences``; ``progress`` is advanced by each document's tokens.
+    """
+    counts = Counter() if counts is None else counts
+    capacity = max_seq_length - 2
+    sent_off, doc_off, tokens = corpus.sentence_offsets, corpus.document_offsets, corpus.tokens
+    cls, sep = np.array([cls_id], tokens.dtype), np.array([sep_id], tokens.dtype)
+    rows, row, used = [], [], 0  # row: token arrays between [CLS] and the final [SEP]; used: their length
+
+    def close():
+        nonlocal row, used
+        if row:
+            rows.append(np.concatenate([cls, *row, sep]))
+        row, used = [], 0
+
+    for d in map(int, documents):
+        offs = sent_off[doc_off[d]:doc_off[d + 1] + 1].tolist()
+        for s, e in zip(offs[:-1], offs[1:]):
+            join = bool(row) and s == offs[0]  # the row already holds the previous document
+            if used + join + (e - s) > capacity:
+                close()
+                join = False
+                if e - s > capacity:  # longer than a row: whole rows of it, the rest starts the next row
+                    counts["split_sentences"] += 1
+                    while e - s > capacity:
+                        rows.append(np.concatenate([cls, tokens[s:s + capacity], sep]))
+                        s += capacity
+            if join:
+                row.append(sep)
+                counts["document_joins"] += 1
+            row.append(tokens[s:e])
+            used += join + (e - s)
+            if len(rows) >= block_size:
+                yield _rows(rows)
+                rows = []
+        counts["documents"] += 1
+        if progress is not None:
+            progress.update(offs[-1] - offs[0])
+    close()
+    if rows:
+        yield _rows(rows)
+
+
+def _rows(rows) -> tuple[np.ndarray, np.ndarray]:
+    return np.concatenate(rows), np.concatenate([[0], np.cumsum([len(r) for r in rows])])

@@ -10,6 +10,10 @@ A data directory (``DIR``, held-out documents in ``DIR/eval`` with the same layo
     shard-00000.offsets.npy          int64 [n + 1], instance i is tokens[offsets[i]:offsets[i + 1]]
     shard-00000.a_lengths.npy        int32 [n], length of A: [SEP] is at a_length + 1, B starts after it
     shard-00000.nsp_labels.npy       int8 [n], 1 when B is a random next segment, 0 when it really follows A
+
+Data made with ``--no-nsp`` (index ``"nsp": false``) holds single segments ``[CLS] ... [SEP]``: A is the
+whole row (``a_length = length - 2``), there is no B, NSP labels are 0, and a [SEP] inside a row marks where
+one document ends and the next begins (never masked).
     shard-00000.mlm_positions.npy    uint16, masked positions in increasing order, back to back   } static
     shard-00000.mlm_labels.npy       original ids at those positions (token dtype)                } masking
     shard-00000.mlm_offsets.npy      int64 [n + 1] into the two arrays above                      } only
@@ -76,9 +80,10 @@ class _Shard:
         self.a_lengths = self._load(directory, "a_lengths", np.int32, (n,))
         self.nsp_labels = self._load(directory, "nsp_labels", np.int8, (n,))
         lengths = np.diff(self.offsets)
-        if self.offsets[0] != 0 or self.offsets[-1] != tokens or (lengths < 5).any() or \
+        pairs = index.get("nsp", True)  # [CLS] A [SEP] B [SEP], or one segment [CLS] A [SEP]
+        if self.offsets[0] != 0 or self.offsets[-1] != tokens or (lengths < (5 if pairs else 3)).any() or \
                 (lengths > index["max_seq_length"]).any() or (self.a_lengths < 1).any() or \
-                (self.a_lengths > lengths - 4).any():
+                (self.a_lengths > lengths - (4 if pairs else 2)).any():
             raise BertforgeError(f"{directory / self.name}.offsets.npy: corrupted shard (inconsistent offsets)")
         if index["masked"]:
             self.mlm_offsets = self._load(directory, "mlm_offsets", np.int64, (n + 1,))
@@ -128,6 +133,11 @@ class PretrainingShards:
     def static_masked(self) -> bool:
         return self.index["masked"]
 
+    @property
+    def has_pairs(self) -> bool:
+        """Sentence pairs with NSP labels, or (``data create --no-nsp``) single segments."""
+        return self.index.get("nsp", True)
+
     def __len__(self) -> int:
         return int(self._starts[-1])
 
@@ -137,19 +147,21 @@ class PretrainingShards:
             raise IndexError(f"instance {i} out of range for {len(self)} instances")
         return {key: value[0] for key, value in self.batch([i % len(self)]).items()}
 
-    def batch(self, indices, rng=None, pad_to: int | None = None) -> dict:
+    def batch(self, indices, rng=None, pad_to: int | None = None, masked_lm_prob: float | None = None,
+              max_predictions: int | None = None) -> dict:
         """Instances ``indices`` as a dict of torch tensors, padded to the longest (or to ``pad_to``).
 
         input_ids, token_type_ids, attention_mask [B, L] int64 (padding: pad id, 0, 0),
         special_tokens_mask [B, L] bool ([CLS], [SEP], padding), next_sentence_label [B] int64, and for
         statically masked data, or when ``rng`` (np.random.Generator or torch.Generator) is given for
         unmasked data (dynamic masking with the settings in the index), mlm_positions [B, P] (padded with
-        0) and mlm_labels [B, P] (padded with -100), P = max_predictions.
+        0) and mlm_labels [B, P] (padded with -100), P = max_predictions. ``masked_lm_prob`` and
+        ``max_predictions`` override the index's for dynamic masking.
         """
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
             raise IndexError(f"instance indices must be in [0, {len(self)})")
-        B, P = len(idx), self.index["max_predictions"]
+        B, P = len(idx), max_predictions or self.index["max_predictions"]
         width = max(self.max_seq_length, pad_to or 0)
         ids = np.full((B, width), self.special["pad"], dtype=np.int64)
         lengths, a_lengths, nsp = (np.zeros(B, np.int64) for _ in range(3))
@@ -174,6 +186,8 @@ class PretrainingShards:
         cols = np.arange(width)
         attention = cols < lengths[:, None]
         special = special_positions(lengths, a_lengths, width)
+        if not self.has_pairs:
+            special |= ids == self.special["sep"]  # document joins
         out = {
             "input_ids": ids,
             "token_type_ids": ((cols > a_lengths[:, None] + 1) & attention).astype(np.int64),
@@ -188,8 +202,8 @@ class PretrainingShards:
             whole_words = word_starts(ids, self._continuation_table()) if self.index["whole_word_mask"] else None
             out["input_ids"], positions, labels = mask_batch(
                 ids, special, rng, self.index["vocab_size"], self.special["mask"],
-                masked_lm_prob=self.index["masked_lm_prob"], max_predictions=P, whole_word_starts=whole_words,
-                lengths=lengths)
+                masked_lm_prob=masked_lm_prob or self.index["masked_lm_prob"], max_predictions=P,
+                whole_word_starts=whole_words, lengths=lengths)
         if self.static_masked or rng is not None:
             out.update(mlm_positions=positions, mlm_labels=labels)
         return {key: torch.from_numpy(value) for key, value in out.items()}

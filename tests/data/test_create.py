@@ -199,3 +199,23 @@ def test_cli_functions(corpus, tmp_path, capsys):
         parser.parse_args(["--input", "x", "--vocab", "v", "--out", "o", "--eval-docs", "2.5"])
     with pytest.raises(BertforgeError, match="only 4 documents"):
         create_pretraining_data([corpus / "story1.txt", corpus / "google.txt"], vocab, tmp_path / "o2", eval_docs=4)
+
+
+@pytest.mark.parametrize("mask", [True, False])
+def test_no_nsp_rows_filled_and_joins_never_masked(corpus, tokenizer, tmp_path, mask):
+    out = tmp_path / "out"
+    stats = make(corpus, tokenizer, out, nsp=False, mask=mask, dupe_factor=2, eval_docs=1)
+    s = stats["train"]
+    assert "random_next_share" not in s and s["document_joins"] > 0 and s["split_sentences"] >= 1  # the long one
+    data = load_pretraining_data(out)
+    assert not data.has_pairs and data.index["nsp"] is False
+    b = data.batch(np.arange(len(data)), rng=None if mask else np.random.default_rng(0))
+    lengths = b["attention_mask"].sum(1)
+    assert s["fill_share"] == pytest.approx(float(lengths.sum()) / (len(data) * 32))
+    assert s["fill_share"] > 0.8  # sentences are whole, so a row ends up to one sentence short
+    assert (b["token_type_ids"] == 0).all() and (b["next_sentence_label"] == 0).all()
+    sep = tokenizer.sep_token_id
+    joins = (b["input_ids"] == sep) & (torch.arange(b["input_ids"].shape[1]) < (lengths - 1)[:, None])
+    assert joins.sum() > 0 and (b["special_tokens_mask"] | ~joins).all()  # a join is special
+    labels = b["mlm_labels"]
+    assert (labels[labels != -100] != sep).all() and (labels != -100).sum(1).min() >= 1

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from bertforge.data.corpus import Corpus
-from bertforge.data.instances import Draws, assemble, iter_spans, truncate_pairs
+from bertforge.data.instances import Draws, assemble, iter_full_rows, iter_spans, truncate_pairs
 
 CLS, SEP = 101, 102
 
@@ -149,3 +149,54 @@ def test_single_document_falls_back_to_itself():
     corpus = Corpus.from_documents([[[1, 2, 3]]])
     rows, _ = spans_of(corpus, 10, seed=0)
     assert len(rows) == 1 and rows[0][4] and rows[0][:4] == (0, 3, 0, 3)
+
+
+def full_rows(corpus, max_seq_length, documents=None, counts=None):
+    documents = np.arange(corpus.num_documents) if documents is None else documents
+    rows = []
+    for ids, offsets in iter_full_rows(corpus, documents, max_seq_length, CLS, SEP, counts=counts):
+        rows += [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
+    return rows
+
+
+def test_full_rows_by_hand():
+    # doc 0: [1 2 3] [4 5 6] [7 8]; doc 1: [11 12] [13 14 15 16 17 18 19 20 21 22] (longer than a row) [23].
+    corpus = Corpus.from_documents([[[1, 2, 3], [4, 5, 6], [7, 8]], [[11, 12], list(range(13, 23)), [23]]])
+    counts = Counter()
+    # max_seq_length 9: 7 tokens between [CLS] and [SEP].
+    rows = full_rows(corpus, 9, counts=counts)
+    assert rows == [
+        [CLS, 1, 2, 3, 4, 5, 6, SEP],  # [7 8] does not fit whole: never split, starts the next row
+        [CLS, 7, 8, SEP, 11, 12, SEP],  # the row crosses into doc 1: [SEP] between the documents
+        [CLS, 13, 14, 15, 16, 17, 18, 19, SEP],  # a sentence longer than a row is cut, row-sized
+        [CLS, 20, 21, 22, 23, SEP],  # its rest starts the next row; the last row is the only one cut short
+    ]
+    assert full_rows(corpus, 10)[0] == [CLS, 1, 2, 3, 4, 5, 6, 7, 8, SEP]  # exactly full
+    assert (counts["documents"], counts["document_joins"], counts["split_sentences"]) == (2, 1, 1)
+
+
+def test_full_rows_keep_sentences_in_order_and_fill_rows():
+    rng = np.random.default_rng(0)
+    docs = [[list(rng.integers(1000, 2000, rng.integers(1, 12))) for _ in range(rng.integers(1, 30))]
+            for _ in range(40)]
+    corpus = Corpus.from_documents(docs)
+    order = rng.permutation(corpus.num_documents)
+    rows = full_rows(corpus, 32, documents=order)
+    assert all(r[0] == CLS and r[-1] == SEP and len(r) <= 32 for r in rows)
+    # Reading the rows back in order gives the documents' sentences in order, with one [SEP] per join.
+    inner = [t for r in rows for t in r[1:-1]]
+    assert [t for t in inner if t != SEP] == [x for d in order for s in docs[d] for x in s]
+    assert sum(t == SEP for t in inner) <= len(order) - 1
+    # No sentence is cut (none is longer than a row): each row starts where a sentence starts.
+    starts = set()
+    pos = 0
+    for d in order:
+        for s in docs[d]:
+            starts.add(pos)
+            pos += len(s)
+    flat_pos = 0
+    for r in rows:
+        assert flat_pos in starts
+        flat_pos += sum(1 for t in r[1:-1] if t != SEP)
+    # Every row but the last is full up to less than one sentence (11 tokens) plus its join.
+    assert all(len(r) > 32 - 12 for r in rows[:-1])

@@ -1,0 +1,44 @@
+"""Pre-training recipes: the paper's, and a budget one for small compute, as presets of `bertforge pretrain` flags.
+
+A recipe fills in the flags the user did not give; an explicit flag always wins. `paper` is the paper's setup
+(spec section 6) as bertforge has always run it. `budget` is what the budget literature (Cramming, MosaicBERT,
+Izsak et al., Wettig et al.) converges on and what measured best per CPU-minute here (BENCHMARKS.md, "A budget
+recipe"): no NSP, 30% dynamic masking, no dropout, a higher peak rate on a one-cycle schedule.
+"""
+
+from .options import open_fraction, probability
+
+RECIPES = {
+    "paper": {"objective": None, "mask_prob": None, "dropout": None, "lr": 1e-4, "schedule": "linear",
+              "warmup": 0.05, "batch_size": 64},
+    "budget": {"objective": "mlm", "mask_prob": 0.3, "dropout": 0.0, "lr": 2e-3, "schedule": "one-cycle",
+               "warmup": 0.1, "batch_size": 16},
+}  # None: what the data and the model config hold (objective, masking rate, dropout)
+
+OBJECTIVES = ("mlm+nsp", "mlm", "ltr")
+
+
+def resolve(recipe: str, explicit: dict) -> dict:
+    """The recipe's settings with the explicitly given ones (not None) on top."""
+    return {**RECIPES[recipe], **{k: v for k, v in explicit.items() if v is not None and k in RECIPES[recipe]}}
+
+
+def add_recipe_arguments(p) -> None:
+    """The recipe and the pre-training choices that are not training-loop options."""
+    p.add_argument("--recipe", choices=tuple(RECIPES), default="paper",
+                   help="preset for the flags it sets that are not given (default: paper); see README")
+    p.add_argument("--objective", choices=OBJECTIVES,
+                   help="mlm+nsp: masked LM + next sentence (needs sentence pairs); mlm: masked LM only; ltr: "
+                        "left-to-right LM, causal attention, saved as is_decoder (needs unmasked data) "
+                        "(paper: what the data holds, budget: mlm)")
+    p.add_argument("--mask-prob", type=open_fraction, metavar="P",
+                   help="mask this share of the tokens afresh each time a row is drawn, 80/10/10 (needs data made "
+                        "with --no-mask) (paper: the data's rate, 0.15, budget: 0.3)")
+    p.add_argument("--dropout", type=probability,
+                   help="override the config's dropout (paper: the config's 0.1, budget: 0)")
+
+
+def recipe_notes() -> dict:
+    """For the training flags a recipe sets: what each recipe gives them (their help's ending)."""
+    return {key: f"(paper: {RECIPES['paper'][key]}, budget: {RECIPES['budget'][key]})"
+            for key in ("lr", "schedule", "warmup", "batch_size")}

@@ -1,0 +1,78 @@
+"""`bertforge suite`: tasks x seeds (x a grid) through finetune, resumable, reported as mean ± sd."""
+
+import json
+import statistics
+
+import pytest
+
+from bertforge import suite as suite_module
+from bertforge.cli import main
+from tests.conftest import require_shared
+
+
+@pytest.fixture(scope="module")
+def glue():
+    return require_shared("data", "glue")
+
+
+def argv(out, *extra, model="random:tiny", vocab=True):
+    vocab_args = ["--vocab", str(require_shared("models", "all-MiniLM-L6-v2", "vocab.txt"))] if vocab else []
+    return ["suite", "--model", model, *vocab_args, "--data", str(require_shared("data", "glue")), "--out", str(out),
+            "--max-train-examples", "32", "--max-eval-examples", "24", "--epochs", "2", "--batch-size", "8",
+            "--lr", "1e-3", *extra]
+
+
+def test_runs_report_and_resume(glue, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "suite"
+    assert main(argv(out, "--tasks", "sst2", "stsb", "--seeds", "1", "2")) == 0
+    printed = capsys.readouterr().out
+    assert "[4/4]" in printed and "ETA" in printed
+    report = json.loads((out / "suite.json").read_text())
+    assert len(report["runs"]) == 4
+    for r in report["runs"]:
+        assert len(r["history"]) == 2 and r["wall_time_s"] > 0  # metrics after every epoch
+    sst2 = [r["metrics"]["accuracy"] for r in report["runs"] if r["task"] == "sst2"]
+    s = report["summary"]["tasks"]["sst2"]
+    assert s["mean"] == pytest.approx(statistics.fmean(sst2)) and s["sd"] == pytest.approx(statistics.stdev(sst2))
+    assert (s["min"], s["max"]) == (min(sst2), max(sst2))
+    stsb = report["summary"]["tasks"]["stsb"]
+    assert stsb["metric"] == "pearson"
+    assert report["summary"]["average"] == pytest.approx((s["mean"] + stsb["mean"]) / 2)
+    md = (out / "suite.md").read_text()
+    assert "| sst2 | accuracy |" in md and "**average**" in md
+    assert not list((out / "runs").rglob("model.safetensors"))  # only metrics are kept
+    # Each seed draws its own random encoder.
+    assert (out / "init" / "seed-1" / "model.safetensors").read_bytes() != \
+        (out / "init" / "seed-2" / "model.safetensors").read_bytes()
+
+    # A finished run is not redone: one more seed runs one more fine-tuning only.
+    calls = []
+    real = suite_module.finetune
+    monkeypatch.setattr(suite_module, "finetune", lambda *a, **k: calls.append(a) or real(*a, **k))
+    assert main(argv(out, "--tasks", "sst2", "stsb", "--seeds", "1", "2", "3")) == 0
+    assert [(a[0], a[3].name) for a in calls] == [("sst2", "seed-3"), ("stsb", "seed-3")]
+    assert json.loads((out / "suite.json").read_text())["summary"]["tasks"]["sst2"]["seeds"] == 3
+
+
+def test_grid_reports_the_dev_best_point(glue, tmp_path):
+    out = tmp_path / "grid"
+    assert main(argv(out, "--tasks", "sst2", "--seeds", "1", "--grid", "lr=1e-3,1e-5 batch_size=8 epochs=1")) == 0
+    report = json.loads((out / "suite.json").read_text())
+    assert sorted(suite_module.point_name(p) for p in report["points"]) == ["lr0.001-bs8-ep1", "lr1e-05-bs8-ep1"]
+    best = max(report["runs"], key=lambda r: r["metrics"]["accuracy"])
+    assert report["summary"]["tasks"]["sst2"]["point"] == suite_module.point_name(best["point"])
+    assert suite_module.parse_grid("paper") == suite_module.PAPER_GRID
+
+
+@pytest.mark.parametrize("extra, model, vocab, words", [
+    (["--tasks", "sst3"], "random:tiny", True, ["--tasks", "sst3"]),
+    ([], "random:tiny", False, ["--vocab"]),
+    ([], "TMP", False, ["--model", "no tokenizer"]),
+])
+def test_bad_input_is_one_line(glue, tmp_path, capsys, extra, model, vocab, words):
+    if model == "TMP":
+        model = str(tmp_path)
+        (tmp_path / "config.json").write_text("{}")
+    assert main(argv(tmp_path / "out", *extra, model=model, vocab=vocab)) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and all(w in err for w in words), err
