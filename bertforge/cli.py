@@ -21,6 +21,7 @@ COMMANDS = {
     "features": ("features", "hidden states of chosen layers, per token, word or sentence"),
     "info": ("info", "describe a checkpoint folder: sizes, parameters, heads, vocabulary"),
     "convert": ("checkpoint", "rewrite a trusted pytorch_model.bin folder as safetensors"),
+    "serve": ("serve", "an HTTP JSON API for a checkpoint: classify, embed, fill-mask, ner, qa (FastAPI)"),
 }
 # Modules whose command function is named after the module rather than the command.
 FUNCTION_NAMES = {"data": "data_create"}

@@ -406,7 +406,8 @@ def check_count(options: dict, name: str):
 
 TASKS = {p.task: p for p in (FillMask, TextClassification, TokenClassification, QuestionAnswering,
                              FeatureExtraction, SentenceEmbedding, MultipleChoice)}
-ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification", "embedding": "sentence-embedding"}
+ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification",
+           "embedding": "sentence-embedding"}
 HEAD_TASKS = {"BertForMaskedLM": "fill-mask", "BertForPreTraining": "fill-mask",
               "BertForSequenceClassification": "text-classification", "BertForTokenClassification":
               "token-classification", "BertForQuestionAnswering": "question-answering",

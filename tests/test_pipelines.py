@@ -33,20 +33,23 @@ def make_model(tmp_path_factory, tokenizer):
     def make(name, **config):
         key = (name, repr(sorted(config.items(), key=str)))
         if key not in made:
-            folder = tmp_path_factory.mktemp(name)
-            torch.manual_seed(0)
-            cfg = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                                          num_attention_heads=2, intermediate_size=64, initializer_range=0.1,
-                                          **config)
-            model = getattr(transformers, name)(cfg).eval()
-            with torch.no_grad():
-                for p in model.parameters():
-                    p.add_(torch.randn(p.shape) * 0.1)
-            model.save_pretrained(folder)
-            tokenizer.save_pretrained(folder)
-            made[key] = folder
+            made[key] = random_model(tmp_path_factory.mktemp(name), name, tokenizer, **config)
         return made[key]
     return make
+
+
+def random_model(folder, name, tokenizer, **config):
+    """A tiny transformers `name` model of wide random weights, saved to `folder` with the vocabulary."""
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=64, initializer_range=0.1, **config)
+    model = getattr(transformers, name)(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape) * 0.1)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 def reference(task, folder, **kw):
@@ -157,7 +160,8 @@ def test_multiple_choice(make_model, tokenizer):
 
 def best_span(start, end, first, last, max_len=30):
     """Brute force: the (s, e) with first <= s <= e <= last, e - s < max_len, of the highest start + end logit."""
-    scores = {(s, e): start[s] + end[e] for s in range(first, last + 1) for e in range(s, min(last, s + max_len - 1) + 1)}
+    scores = {(s, e): start[s] + end[e]
+              for s in range(first, last + 1) for e in range(s, min(last, s + max_len - 1) + 1)}
     return max(scores, key=scores.get), max(scores.values())
 
 
@@ -189,12 +193,15 @@ def test_question_answering_short_contexts(make_model, tokenizer):
         else:  # the same span; its probability shared with the null answer's
             assert {**answer_v2, "score": None} == {**answer, "score": None}
     assert qa(question=QA[0]["question"], context=QA[0]["context"]) == got[0]
+    for unanswered in qa(QA, handle_impossible_answer=True, null_threshold=-1e9):  # the null score always wins
+        assert {**unanswered, "score": None} == {"score": None, "start": 0, "end": 0, "answer": ""}
 
 
 def test_question_answering_long_context_as_evaluate(make_model, tokenizer):
     """A context over several windows: the answers `bertforge predict` gives through the fine-tuning job."""
     folder = make_model("BertForQuestionAnswering")
-    context = " ".join(f"Sentence {i} tells of the town of Ghent and its {i * 7} bridges over the Lys." for i in range(40))
+    context = " ".join(f"Sentence {i} tells of the town of Ghent and its {i * 7} bridges over the Lys."
+                       for i in range(40))
     items = [{"question": "How many bridges?", "context": context}, QA[0]]
     got = bertforge.pipeline(model=folder, max_length=128)(items, top_k=2, doc_stride=64)
     job = make_job("squad", max_length=128)
