@@ -89,7 +89,7 @@ class OnnxRuntime:
         self.session = onnxruntime.InferenceSession(str(path), options, providers=providers)
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
-        self.architecture = json.loads(path.with_suffix(".json").read_text())["architecture"]
+        self.architecture = json.loads((path.parent / "onnx.json").read_text())["architecture"]
 
     def __call__(self, batch: dict) -> dict[str, torch.Tensor]:
         feed = {name: batch[name].numpy() for name in self.inputs}
