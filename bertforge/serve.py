@@ -94,7 +94,8 @@ class Server:
         return {"model": str(self.model_dir), "task": pipe.task, "endpoint": f"/v1/{self.endpoint}",
                 "labels": [c.id2label[i] for i in range(c.num_labels)] if pipe.task == "text-classification"
                 or pipe.task == "token-classification" else None,
-                "backend": type(pipe.runtime).__name__, "device": str(getattr(pipe.runtime, "device", "cpu")),
+                "backend": self.options.get("backend", "torch"), "int8": bool(self.options.get("int8")),
+                "device": str(getattr(pipe.runtime, "device", "cpu")),
                 "sizes": {"layers": c.num_hidden_layers, "hidden": c.hidden_size, "heads": c.num_attention_heads,
                           "vocabulary": c.vocab_size, "max_position_embeddings": c.max_position_embeddings,
                           "parameters": sum(p.numel() for p in model.parameters()) if model is not None else None},
@@ -129,8 +130,11 @@ def create_app(server: Server):
 
     app = FastAPI(title="bertforge", description=__doc__.split("\n\n")[1], lifespan=lifespan)
 
+    routes = {f"/v1/{e}" for e in OPTIONS} | {"/health", "/info", "/metrics"}
+
     def refusal(status: int, kind: str, message: str, endpoint: str = "") -> JSONResponse:
         server.metrics.inc("bertforge_errors_total", kind=kind)
+        endpoint = endpoint if endpoint in routes else "other"  # a client's path: few label values, bounded
         server.metrics.inc("bertforge_requests_total", endpoint=endpoint, status=status)
         return JSONResponse({"error": message, "error_type": kind}, status_code=status)
 
