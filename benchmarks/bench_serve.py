@@ -10,6 +10,7 @@ quick `pipeline()` wrapper does.
 
     python3 -m benchmarks.bench_serve --model RUN/best --quick              # a smoke run: 100 requests
     python3 -m benchmarks.bench_serve --model RUN/best --onnx RUN/onnx      # fp32, int8, ONNX, ONNX int8
+    python3 -m benchmarks.bench_serve --model RUN/best --soak 10000         # reliability: bad requests mixed in
 
 --model is a text-classification checkpoint (a MiniLM fine-tuned on SST-2 for the figures in BENCHMARKS.md);
 --onnx the folder `bertforge export onnx --int8` wrote from it.
@@ -160,6 +161,70 @@ async def bench(args, sentences, expected):
           f"int8_ratio={results['bertforge-int8', top] / results['bertforge', top]:.2f}")
 
 
+BAD = [b"{not json", {"inputs": ""}, {"inputs": 5}, {"inputs": "word " * 600}, {"inputs": []}, {"input": "x"}]
+
+
+def rss_mb(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def soak(args, sentences, expected):
+    """--soak N: N requests from 16 clients, 1% malformed, oversized or empty, and now and then a client that
+    hangs up mid-request; every good answer checked, every bad one a 4xx with a message, resident memory
+    after warm-up and at the end."""
+    import httpx
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = start("bertforge", args, port)
+    tally = {"good_right": 0, "good_wrong": 0, "bad_4xx": 0, "bad_other": 0, "5xx": 0, "hung_up": 0}
+    sent, memory = 0, {}
+    async with httpx.AsyncClient(timeout=120) as client:
+        try:
+            await wait_up(client, url, process)
+
+            async def one_client():
+                nonlocal sent
+                while sent < args.soak:
+                    k = sent
+                    sent += 1
+                    if k == args.soak // 10:
+                        memory["after warm-up"] = rss_mb(process.pid)
+                    if k % 100 == 50:
+                        body = BAD[(k // 100) % len(BAD)]
+                        kw = {"content": body, "headers": {"content-type": "application/json"}} \
+                            if isinstance(body, bytes) else {"json": body}
+                        response = await client.post(url + "/v1/classify", **kw)
+                        tally["5xx"] += response.status_code >= 500
+                        ok = 400 <= response.status_code < 500 and response.json().get("error")
+                        tally["bad_4xx" if ok else "bad_other"] += 1
+                        continue
+                    i = k % len(sentences)
+                    if k % 500 == 250:  # hang up before the answer
+                        try:
+                            await client.post(url + "/v1/classify", json={"inputs": sentences[i]}, timeout=0.0005)
+                        except httpx.TimeoutException:
+                            tally["hung_up"] += 1
+                        continue
+                    response = await client.post(url + "/v1/classify", json={"inputs": sentences[i]})
+                    tally["5xx"] += response.status_code >= 500
+                    right = response.status_code == 200 and response.json()[0]["label"] == expected[i]
+                    tally["good_right" if right else "good_wrong"] += 1
+
+            started = time.perf_counter()
+            await asyncio.gather(*(one_client() for _ in range(16)))
+            memory["end"] = rss_mb(process.pid)
+            elapsed = time.perf_counter() - started
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+    print(f"soak: {args.soak} requests in {elapsed:.0f} s; " + ", ".join(f"{k} {v}" for k, v in tally.items())
+          + "; server RSS " + ", ".join(f"{k} {v:.0f} MB" for k, v in memory.items()))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="a text-classification checkpoint folder (required)")
@@ -168,6 +233,7 @@ def main():
     p.add_argument("--seconds", type=float, default=60, help="time limit per run")
     p.add_argument("--threads", type=int, default=common.THREADS)
     p.add_argument("--quick", action="store_true", help="100 requests, 20 s per run")
+    p.add_argument("--soak", type=int, help="instead: a reliability run of this many requests (see soak)")
     p.add_argument("--plain-server", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -184,7 +250,7 @@ def main():
     sentences = sst2_sentences()
     expected = [r["label"] for r in bertforge.pipeline("text-classification", model=args.model, max_length=128)(
         sentences)]
-    asyncio.run(bench(args, sentences, expected))
+    asyncio.run(soak(args, sentences, expected) if args.soak else bench(args, sentences, expected))
 
 
 if __name__ == "__main__":
