@@ -23,7 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bertforge.data.corpus import file_sentences, list_input_files  # noqa: E402
+from bertforge.data.corpus import file_sentences  # noqa: E402
+from bertforge.io import text_files  # noqa: E402
 from bertforge.data.create import create_pretraining_data, format_report  # noqa: E402
 from bertforge.tokenizer import BertTokenizer  # noqa: E402
 
@@ -37,7 +38,7 @@ def reference(inputs, tokenizer, max_seq_length=128, dupe_factor=1, short_seq_pr
     """Google's algorithm, sentence by sentence in Python; returns the number of instances."""
     encoder = tokenizer.backend_tokenizer
     documents = []
-    for path in list_input_files(inputs)[0]:
+    for path in text_files(inputs)[0]:
         documents.append([])
         for sentence in file_sentences(path, "auto", ENCODING)[1]:
             if sentence is None:

@@ -2,7 +2,7 @@
 
 Cases, each run by both libraries on the same token ids, interleaved (bf, hf, bf, hf ...), medians:
 - sst2:        SST-2 dev sentences in file order, batch 64, each batch padded to its longest row (the headline);
-- sst2-sorted: the same sentences in length-sorted batches, bertforge's own practice (predict_rows), compared
+- sst2-sorted: the same sentences in length-sorted batches, bertforge's own practice (inference.run_model), compared
                with transformers on the file-order batches, and with transformers on the same sorted batches;
 - squad:       SQuAD v1.1 dev windows of up to 384 tokens (bertforge.tasks.squad.featurize, stride 128),
                batch 16, padded per batch.

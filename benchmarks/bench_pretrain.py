@@ -21,7 +21,7 @@ from benchmarks import common  # first: it sets the OpenMP wait policy before to
 
 import torch  # noqa: E402,I001
 
-class Task:
+class FixedBatchJob:
     """The bertforge training loop's view of one fixed batch."""
 
     loss_units = {"mlm_loss": lambda b: int((b["labels"] != -100).sum()),
@@ -63,8 +63,8 @@ def bertforge_step(model, optimizer, batch, bf16: bool):
     from bertforge.train import Dist, TrainArgs, train_step
 
     args = TrainArgs(out=Path("."), steps=1, batch_size=len(batch["input_ids"]), lr=1e-4, bf16=bf16)
-    task = Task(batch)
-    return lambda: train_step(model, task, args, Dist(), 0, optimizer)
+    job = FixedBatchJob(batch)
+    return lambda: train_step(model, job, args, Dist(), 0, optimizer)
 
 
 def transformers_step(model, optimizer, batch, bf16: bool):

@@ -5,20 +5,23 @@ tokenizer files. Pickled `pytorch_model.bin` files can run code when loaded, so 
 caller trusts them explicitly, and even then read with `torch.load(weights_only=True)`.
 """
 
+import argparse
 import json
 import logging
-import os
 import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
+from contextlib import contextmanager
+
 import torch
+from torch import nn
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from . import google_checkpoint
 from .config import BertConfig
 from .errors import BertforgeError
+from .io import atomic_path, read_json, write_text_atomic
 
 log = logging.getLogger("bertforge")
 
@@ -39,26 +42,6 @@ PART_NAMES = {
 }
 
 
-@contextmanager
-def atomic_path(path):
-    """Yield a temporary path beside `path`; on success it replaces `path` in one step, else it is removed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomic(path, text: str):
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-
-
 def weight_files(folder: Path) -> list[Path]:
     """The weights files of a checkpoint folder (or the file itself): safetensors, its shards, or else a pickle."""
     if folder.is_file():
@@ -66,10 +49,10 @@ def weight_files(folder: Path) -> list[Path]:
     if (folder / SAFETENSORS).is_file():
         return [folder / SAFETENSORS]
     if (folder / SAFETENSORS_INDEX).is_file():
+        index = read_json(folder / SAFETENSORS_INDEX)
         try:
-            index = json.loads((folder / SAFETENSORS_INDEX).read_text(encoding="utf-8"))
             return [folder / name for name in sorted(set(index["weight_map"].values()))]
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise BertforgeError(f"{folder / SAFETENSORS_INDEX}: not a valid shard index ({e!r})") from None
     if (folder / PICKLE).is_file():
         return [folder / PICKLE]
@@ -78,9 +61,13 @@ def weight_files(folder: Path) -> list[Path]:
     raise BertforgeError(f"{folder}: no {SAFETENSORS} (or {PICKLE}) in this folder")
 
 
-def read_weights(folder, trust_pickle: bool = False) -> tuple[dict[str, torch.Tensor], Path]:
-    """The tensors of a checkpoint folder (or a weights file) and the file they came from."""
+def read_weights(folder, trust_pickle: bool = False, shapes: dict | None = None) -> tuple[dict, Path]:
+    """The tensors of a checkpoint folder (or a weights file) and the file they came from. A Google checkpoint's
+    are renamed and checked against `shapes` (name -> the model's shape) where given."""
     folder = Path(folder)
+    google = google_checkpoint.find(folder)
+    if google is not None:
+        return google_checkpoint.read_weights(google, shapes)
     files = weight_files(folder)
     weights = {}
     for file in files:
@@ -148,44 +135,97 @@ def encoder_parts(keys, prefix: str) -> list[str]:
     return sorted(tables) + [f"layer {i}" for i in sorted(layers)]
 
 
+@contextmanager
+def no_random_init():
+    """torch.nn.init's initialisers as no-ops (as transformers' no_init_weights): the checkpoint overwrites them."""
+    names = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
+             "xavier_normal_", "zeros_", "ones_", "constant_")
+    saved = {name: getattr(nn.init, name) for name in names}
+    try:
+        for name in names:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(nn.init, name, function)
+
+
 class PretrainedMixin:
     """`from_pretrained` / `save_pretrained` for the model classes (which define `base_model_prefix`)."""
 
     @classmethod
     def from_pretrained(cls, folder, trust_pickle: bool = False, config: BertConfig | None = None,
-                        **config_overrides):
+                        skip_init: bool = False, *, num_labels: int | None = None, id2label: dict | None = None,
+                        label2id: dict | None = None, dtype=None, torch_dtype=None, device=None, device_map=None,
+                        ignore_mismatched_sizes: bool = False, **config_overrides):
         """Build the model from `folder/config.json` (or `config`) and load the folder's weights; in eval mode.
 
-        `config_overrides` replace config fields, e.g. `id2label={0: "neg", 1: "pos"}` for a new classifier.
+        As transformers: `num_labels`, `id2label`, `label2id` set the task head's labels (LABEL_0.. when only
+        the number is given); `dtype` (or `torch_dtype`; "auto" reads the config's) casts the weights;
+        `ignore_mismatched_sizes` initialises fresh a head whose checkpoint shape differs. `device` (or a
+        one-device `device_map`) moves the model. Other keywords replace BertConfig fields; any other name is
+        a TypeError. `skip_init` builds the model without drawing random weights first (seconds for a
+        base-sized embedding table on a CPU, and every value is overwritten): parts the checkpoint lacks are then
+        zeros, so use it only where those parts are not used (a missing pooler, when reading hidden states).
         """
         folder = Path(folder)
-        config = config or BertConfig.from_json_file(folder / "config.json")
-        if config_overrides:
-            config = BertConfig.from_dict({**config.to_dict(), **config_overrides})
-        model = cls(config)
-        model.load_weights(folder, trust_pickle=trust_pickle)
-        return model.eval()
+        google = google_checkpoint.find(folder)
+        if config is None:
+            config = google_checkpoint.read_config(google) if google else BertConfig.from_json_file(
+                folder / "config.json")
+        if config_overrides.pop("attn_implementation", None) is not None:
+            log.warning("attn_implementation is ignored: bertforge runs SDPA, or the written-out product where "
+                        "dropout or output_attentions need it")
+        overrides = {**config_overrides, **labels_override(num_labels, id2label, label2id)}
+        unknown = sorted(set(overrides) - set(config.to_dict()) - {"id2label"})
+        if unknown:
+            raise TypeError(f"{cls.__name__}.from_pretrained() got unexpected keyword arguments: {', '.join(unknown)}"
+                            " (neither its own nor BertConfig fields; pass output_attentions and the like to forward)")
+        if overrides:
+            config = BertConfig.from_dict({**config.to_dict(), **overrides})
+        if skip_init:
+            with no_random_init():
+                model = cls(config)
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.zero_()
+        else:
+            model = cls(config)
+        model.load_weights(folder, trust_pickle=trust_pickle, ignore_mismatched_sizes=ignore_mismatched_sizes)
+        dtype = weights_dtype(dtype, torch_dtype, config)
+        return model.to(device=placement(device, device_map), dtype=dtype).eval()
 
-    def load_weights(self, folder, trust_pickle: bool = False) -> list[str]:
-        """Load a checkpoint's tensors into this model; returns (and logs) the plain-words report."""
-        weights, file = read_weights(folder, trust_pickle)
-        prefix = self.base_model_prefix
-        wants_prefix = any(k.startswith(prefix + ".") for k in self.state_dict())
-        weights = normalise_keys(weights, prefix, wants_prefix)
+    def load_weights(self, folder, trust_pickle: bool = False, ignore_mismatched_sizes: bool = False) -> list[str]:
+        """Load a checkpoint's tensors into this model; returns (and logs) the plain-words report.
+
+        `ignore_mismatched_sizes`: a head whose shape differs from the checkpoint's is initialised fresh."""
         own = self.state_dict()
-        for key, value in weights.items():
-            if key in own and own[key].shape != value.shape:
+        prefix = self.base_model_prefix
+        wants_prefix = any(k.startswith(prefix + ".") for k in own)
+        shapes = {k: v.shape for k, v in normalise_keys(own, prefix, wants_prefix=True).items()}
+        weights, file = read_weights(folder, trust_pickle, shapes)
+        weights = normalise_keys(weights, prefix, wants_prefix)
+        for key, value in list(weights.items()):
+            if key in own and own[key].shape != value.shape and ignore_mismatched_sizes and not encoder_parts([key],
+                                                                                                              prefix):
+                log.warning(f"{part_name(key)}: {key} is {tuple(value.shape)} in the checkpoint, "
+                            f"{tuple(own[key].shape)} here: initialised fresh")
+                del weights[key]
+            elif key in own and own[key].shape != value.shape:
                 raise BertforgeError(
                     f"{file}: {key} has shape {tuple(value.shape)} but the config gives {tuple(own[key].shape)}; "
-                    "the config.json does not describe these weights")
+                    "the config.json does not describe these weights (for a task head of another size, pass "
+                    "ignore_mismatched_sizes=True)")
         # Only heads may be initialised fresh: an encoder part missing or left over means the config is wrong.
         missing = encoder_parts(own.keys() - weights.keys(), prefix)
         extra = encoder_parts(weights.keys() - own.keys(), prefix)
         if missing or extra:
             problems = ([f"{', '.join(missing)} not in the weights"] if missing else []) + (
                 [f"weights have {', '.join(extra)} beyond the config"] if extra else [])
-            raise BertforgeError(f"{file}: the config.json does not describe these weights: {'; '.join(problems)}")
+            config_name = google_checkpoint.CONFIG if file.suffix == ".index" else "config.json"
+            raise BertforgeError(f"{file}: the {config_name} does not describe these weights: {'; '.join(problems)}")
         result = self.load_state_dict(weights, strict=False)
+        self.fresh_parts = sorted({part_name(k) for k in result.missing_keys})  # initialised, not loaded
         report = describe_mismatch(type(self).__name__, result.missing_keys, result.unexpected_keys)
         for line in report:
             log.warning(line)
@@ -196,6 +236,8 @@ class PretrainedMixin:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         config = {**self.config.to_dict(), "architectures": [type(self).__name__]}
+        config.pop("torch_dtype", None)  # as transformers 5: the weights' dtype, under its new name
+        config["dtype"] = str(next(self.parameters()).dtype).removeprefix("torch.")
         write_text_atomic(folder / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in self.state_dict().items()}
         with atomic_path(folder / SAFETENSORS) as tmp:
@@ -204,14 +246,78 @@ class PretrainedMixin:
             tokenizer.save_pretrained(folder)
 
 
+def labels_override(num_labels, id2label, label2id) -> dict:
+    """The config's id2label for transformers' num_labels / id2label / label2id keywords (none given: {})."""
+    if id2label is not None:
+        id2label = {int(k): v for k, v in id2label.items()}
+        if label2id is not None and {v: k for k, v in id2label.items()} != {k: int(v) for k, v in label2id.items()}:
+            raise BertforgeError(f"label2id {label2id} is not the inverse of id2label {id2label}")
+        if num_labels is not None and num_labels != len(id2label):
+            log.warning(f"num_labels={num_labels} but id2label has {len(id2label)} labels: id2label is used, "
+                        "as transformers does")
+        return {"id2label": id2label}
+    if label2id is not None:  # transformers would keep its old id2label beside this label2id; bertforge cannot
+        log.warning("label2id without id2label: the labels are taken from label2id (transformers keeps id2label)")
+        return {"id2label": {int(i): label for label, i in label2id.items()}}
+    if num_labels is not None:
+        return {"id2label": {i: f"LABEL_{i}" for i in range(num_labels)}}
+    return {}
+
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+def weights_dtype(dtype, torch_dtype, config: BertConfig) -> torch.dtype | None:
+    """transformers' dtype (or its older name torch_dtype): a torch.dtype, its name, or "auto" (the config's)."""
+    if torch_dtype is not None:
+        if dtype is not None and dtype != torch_dtype:
+            raise BertforgeError(f"dtype={dtype} and torch_dtype={torch_dtype} disagree; pass dtype alone")
+        dtype = torch_dtype
+    if dtype == "auto":
+        dtype = config.extra.get("dtype") or config.extra.get("torch_dtype") or "float32"
+    if isinstance(dtype, str):
+        if dtype.removeprefix("torch.") not in DTYPES:
+            raise BertforgeError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)} or 'auto'")
+        dtype = DTYPES[dtype.removeprefix("torch.")]
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise BertforgeError(f"dtype {dtype!r} is not a torch dtype")
+    return dtype
+
+
+def placement(device, device_map):
+    """The one device of `device` or a single-device `device_map` (bertforge does not split a model)."""
+    if device_map is None:
+        return device
+    if device is not None:
+        raise BertforgeError("pass device or device_map, not both")
+    if isinstance(device_map, int):
+        return torch.device("cuda", device_map)
+    if isinstance(device_map, dict) and len(set(device_map.values())) == 1:
+        return placement(None, next(iter(device_map.values())))
+    if device_map == "auto" or isinstance(device_map, dict):
+        raise BertforgeError(f"device_map={device_map!r}: bertforge keeps a model on one device; pass device=")
+    return torch.device(device_map)
+
+
 def add_convert_arguments(parser):
-    parser.add_argument("src", help="checkpoint folder holding pytorch_model.bin, from a source you trust")
+    parser.add_argument("src", help="checkpoint folder holding pytorch_model.bin (from a source you trust), or "
+                        "Google's TensorFlow checkpoint (bert_config.json, *.ckpt.*, vocab.txt)")
     parser.add_argument("out", help="folder to write (config, model.safetensors and the tokenizer files)")
+    parser.add_argument("--do-lower-case", action=argparse.BooleanOptionalAction, default=None,
+                        help="for a Google checkpoint: its casing, when neither its name nor its vocabulary says")
+    parser.add_argument("--hidden-act", choices=("gelu", "gelu_new"), default=None,
+                        help="for a Google checkpoint: its `gelu` as the exact erf form (gelu, as the first release "
+                        "of Google's modeling.py) or the tanh approximation (gelu_new, its current code; default)")
 
 
 def run_convert(args) -> int:
-    """Read the pickle with torch.load(weights_only=True) once, on the user's say-so, and write safetensors."""
+    """Read the pickle with torch.load(weights_only=True) once, on the user's say-so, and write safetensors;
+    or rewrite a Google checkpoint in the Hugging Face layout."""
     src, out = Path(args.src), Path(args.out)
+    if google_checkpoint.find(src) is not None:
+        print(google_checkpoint.convert(src, out, getattr(args, "do_lower_case", None),
+                                        getattr(args, "hidden_act", None)))
+        return 0
     weights, file = read_weights(src, trust_pickle=True)
     out.mkdir(parents=True, exist_ok=True)
     for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):

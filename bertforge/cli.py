@@ -5,7 +5,7 @@ import importlib
 import logging
 import sys
 
-from .errors import BertforgeError
+from .errors import BertforgeError, os_error_message
 
 # command -> (module, help); the module defines add_<name>_arguments(parser) and run_<name>(args).
 COMMANDS = {
@@ -14,13 +14,13 @@ COMMANDS = {
     "data": ("data.create", "build pre-training data (sharded token files) from text"),
     "pretrain": ("pretrain", "pre-train with masked LM + next sentence prediction"),
     "plot": ("plot", "draw a run's loss and accuracy curves as a PNG"),
-    "finetune": ("finetune", "fine-tune on GLUE, SQuAD, CoNLL NER or multiple choice"),
-    "evaluate": ("finetune", "score a fine-tuned model on a task's data"),
+    "finetune": ("finetune", "fine-tune on a task: GLUE, SQuAD, CoNLL NER, multiple choice, or your own data"),
+    "evaluate": ("evaluate", "score a fine-tuned model on a task's data"),
     "predict": ("predict", "predictions of a fine-tuned model: a task's submission file, or on your own text"),
     "squad-split": ("tasks.squad", "split a SQuAD file by article into train and dev files"),
     "features": ("features", "hidden states of chosen layers, per token, word or sentence"),
     "info": ("info", "describe a checkpoint folder: sizes, parameters, heads, vocabulary"),
-    "convert": ("checkpoint", "rewrite a trusted pytorch_model.bin folder as safetensors"),
+    "convert": ("checkpoint", "rewrite a trusted pytorch_model.bin folder, or Google's TF checkpoint, as safetensors"),
     "export": ("export", "write a checkpoint as ONNX (fp32, and int8 with --int8), checked against PyTorch"),
     "serve": ("serve", "an HTTP JSON API for a checkpoint: classify, embed, fill-mask, ner, qa (FastAPI)"),
 }
@@ -35,8 +35,15 @@ def command_functions(command: str):
     return getattr(module, f"add_{name}_arguments"), getattr(module, f"run_{name}")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (the usage is one --help away)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertforge", description="BERT from raw text to a served model.")
+    parser = Parser(prog="bertforge", description="BERT from raw text to a served model.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -50,11 +57,29 @@ def _data_subcommand(parser):
         "create", help=COMMANDS["data"][1], description=COMMANDS["data"][1])
 
 
+def unpaired_surrogate(argv) -> int | None:
+    """The position of the first argument that is not valid Unicode (bytes that were not UTF-8), if any."""
+    for i, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return i
+    return None
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    bad = unpaired_surrogate(argv)
+    if bad is not None:
+        shown = argv[bad - 1].encode("utf-8", "backslashreplace").decode()
+        print(f"bertforge: error: argument {bad} ({shown}) is not valid UTF-8 text", file=sys.stderr)
+        return 2
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command if command in COMMANDS else None)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a bad flag (2), already printed
+        return e.code
     if args.command is None:
         parser.print_help()
         return 0
@@ -64,6 +89,9 @@ def main(argv=None) -> int:
     except BertforgeError as e:
         print(f"bertforge: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("bertforge: interrupted", file=sys.stderr)
+    except OSError as e:  # a full disk, a read-only folder, a file that vanished
+        print(f"bertforge: error: {os_error_message(e)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as e:  # Ctrl-C, or train.Interrupted after a run saved its checkpoint
+        print(f"bertforge: {e or 'interrupted'}", file=sys.stderr)
         return 130

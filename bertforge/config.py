@@ -1,11 +1,11 @@
 """Model sizes, as a dataclass that reads and writes Hugging Face `config.json`."""
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import BertforgeError
+from .io import read_json, write_json
 
 # (layers, hidden, heads) from the paper and Google's 24 small models; feed-forward is 4H.
 SIZES = {
@@ -95,10 +95,7 @@ class BertConfig:
         path = Path(path)
         if not path.is_file():
             raise BertforgeError(f"{path}: config file not found")
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise BertforgeError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        d = read_json(path)
         if d.get("model_type", "bert") != "bert":
             raise BertforgeError(f"{path}: model_type is {d['model_type']!r}, expected 'bert'")
         try:
@@ -107,7 +104,7 @@ class BertConfig:
             raise BertforgeError(f"{path}: {e}") from None
 
     def save(self, path):
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_json(path, self.to_dict(), sort_keys=True)
 
     @classmethod
     def load(cls, name_or_path: str) -> "BertConfig":

@@ -17,6 +17,8 @@ import torch
 
 from .data.create import create_pretraining_data
 from .model import BertForPreTraining
+from .io import check_output
+from .options import count, positive
 from .pretrain import pretrain
 from .tokenizer import BertTokenizer, train_vocab
 
@@ -98,7 +100,7 @@ def step(title: str, command: str):
 
 
 def run_demo(args) -> int:
-    out = Path(args.out)
+    out = check_output(args.out, "--out")
     started = time.perf_counter()
     corpus, vocab, data, run = out / "corpus", out / "vocab", out / "data", out / "run"
 
@@ -124,7 +126,8 @@ def run_demo(args) -> int:
          f"--batch-size {args.batch_size} --lr {args.lr} --seed {args.seed} --eval-every {args.steps // 4} "
          f"--save-every {args.steps}")
     result = pretrain(str(data), str(run), config=args.config, steps=args.steps, batch_size=args.batch_size,
-                      lr=args.lr, seed=args.seed, eval_every=args.steps // 4, save_every=args.steps, log_every=10)
+                      lr=args.lr, warmup=0.1, seed=args.seed, eval_every=args.steps // 4, save_every=args.steps,
+                      overwrite=True)
 
     step("held-out documents", f"bertforge plot {run}")
     print(f"   masked-LM accuracy {result['eval_mlm_accuracy']:.1%}  (most frequent token: "
@@ -147,11 +150,11 @@ def add_demo_arguments(p):
     p.add_argument("--out", default="runs/demo", help="working folder (default runs/demo)")
     p.add_argument("--corpus-only", action="store_true", help="only write the corpus, one file per document")
     p.add_argument("--config", default="tiny")
-    p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--max-seq-length", type=int, default=64)
-    p.add_argument("--dupe-factor", type=int, default=2)
-    p.add_argument("--eval-docs", type=int, default=20)
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--vocab-size", type=count(100), default=8000)
+    p.add_argument("--max-seq-length", type=count(5, 512), default=64)
+    p.add_argument("--dupe-factor", type=count(1), default=2)
+    p.add_argument("--eval-docs", type=count(1), default=20)
+    p.add_argument("--steps", type=count(4), default=600)
+    p.add_argument("--batch-size", type=count(1), default=32)
+    p.add_argument("--lr", type=positive, default=2e-3)
+    p.add_argument("--seed", type=count(0), default=0)

@@ -1,4 +1,6 @@
-"""The one exception type users see: a problem with their input, said in one line."""
+"""The one exception type users see: a problem with their input, said in one line; and system errors said so."""
+
+import errno
 
 
 class BertforgeError(Exception):
@@ -12,3 +14,14 @@ class BertforgeError(Exception):
 def where(path, line=None) -> str:
     """Format a location for an error message: ``path`` or ``path:line``."""
     return f"{path}:{line}" if line is not None else str(path)
+
+
+FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for a failed file operation: the file and what went wrong, a full disk said in plain words."""
+    name = f"{e.filename}: " if e.filename else ""
+    if e.errno in FULL:
+        return f"{name}could not be written: no space left (the disk is full or a file-size limit was reached)"
+    return f"{name}{(e.strerror or str(e)).lower()}"

@@ -2,7 +2,7 @@
 
 The model's padding-free path picks its branch from the data (whether a batch has padding), which a traced
 graph cannot, so the export runs the same layers on the plain padded path: [B, L, H] throughout, padding
-masked in attention (`PaddedAttention` stands in for packing.Packing). Batch and sequence axes (and the
+masked in attention (`PaddedLayout`). Batch and sequence axes (and the
 choices of a multiple-choice model) are dynamic. OUT becomes a folder that `pipeline(..., backend="onnx")`
 and `bertforge serve OUT --backend onnx` read: model.onnx (model_int8.onnx with --int8: int8 weights with a
 scale per output channel, activations quantised per batch), onnx.json (the head), config.json and the
@@ -24,6 +24,7 @@ from .checkpoint import write_text_atomic
 from .config import BertConfig
 from .errors import BertforgeError
 from .inference import pad
+from .packing import Layout
 from .runtime import HEAD_OUTPUTS, ONNX_FILES, OnnxRuntime, TorchRuntime
 from .tokenizer import BertTokenizer
 
@@ -33,21 +34,16 @@ SAMPLES = ["The quick brown fox jumps over the lazy dog.", "Paris is the [MASK] 
            "Tokenization splits unfamiliar words into pieces, and the model reads every one of them in context."]
 
 
-class PaddedAttention:
-    """What the attention layers need of packing.Packing, for a padded [B, L, H] batch: the key mask, and the
-    projections laid out per head."""
+class PaddedLayout(Layout):
+    """The plain padded path's layout ([B, L, H] throughout, no dropout) with the padding masked in attention."""
 
     def __init__(self, attention_mask: torch.Tensor):
-        self.batch, self.length = attention_mask.shape
-        self.key_mask = attention_mask.bool()[:, None, None, :]
+        super().__init__(attention_mask.shape[0], attention_mask.shape[1], None, None)
+        self.mask = attention_mask.bool()[:, None, None, :]
 
-    def unpack_heads(self, qkv: torch.Tensor, heads: int) -> torch.Tensor:
-        size = qkv.shape[-1] // (3 * heads)
-        q_k_v = qkv.view(self.batch, self.length, 3, heads, size).permute(2, 0, 3, 1, 4)
-        return q_k_v.reshape(3, self.batch * heads, self.length, size)
-
-    def pack_heads(self, context: torch.Tensor) -> torch.Tensor:
-        return context.transpose(1, 2).reshape(self.batch, self.length, -1)
+    @property
+    def key_mask(self) -> torch.Tensor:
+        return self.mask
 
 
 class ExportGraph(nn.Module):
@@ -61,8 +57,9 @@ class ExportGraph(nn.Module):
 
     def encode(self, input_ids, attention_mask, token_type_ids):
         positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-        x = self.bert.embeddings(input_ids, token_type_ids, positions)
-        return self.bert.encoder(x, PaddedAttention(attention_mask))[0]
+        layout = PaddedLayout(attention_mask)
+        x = self.bert.embeddings(input_ids, token_type_ids, positions, layout)
+        return self.bert.encoder(x, layout)[0]
 
     def forward(self, input_ids, attention_mask, token_type_ids):
         m, name = self.model, self.architecture

@@ -15,7 +15,7 @@ Texts longer than `max_length` are cut into overlapping windows, each starting `
 (Google's doc_stride), and each token is taken from the window where it has the most context on both sides (as
 Google's SQuAD code scores it); [CLS] comes from the first window, the final [SEP] from the last. Text pairs
 ("A ||| B") are instead truncated, longest first, and the truncated pairs counted in one warning.
-Windows are sorted by length before batching, so that batches carry little padding.
+Windows run in length-sorted batches (inference.run_model), so that batches carry little padding.
 """
 
 import bisect
@@ -24,20 +24,19 @@ import logging
 import re
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
-from .checkpoint import atomic_path
-from .config import BertConfig
+from .io import atomic_path, check_output, read_text, rounded
+from .options import count, torch_device
 from .errors import BertforgeError
+from .inference import doc_spans, max_context_window, run_model
 from .model import BertModel
-from .tasks.squad import doc_spans, max_context_window
-from .tokenizer import BertTokenizer, read_text, truncated_lengths
+from .tasks.base import SEQUENCE_INPUTS, padding
+from .tokenizer import BertTokenizer, truncated_lengths
 
 log = logging.getLogger("bertforge")
 
@@ -83,7 +82,6 @@ class _Item:
     segments: np.ndarray  # [tokens] 0 for text A (and [CLS], the first [SEP]), 1 for text B
     text_a: str
     text_b: str | None
-    remaining: int = 0  # windows not yet run
 
 
 class FeatureExtractor:
@@ -95,7 +93,7 @@ class FeatureExtractor:
             raise BertforgeError(f"{folder}: no such model folder")
         self.folder = folder
         self.tokenizer = BertTokenizer.from_pretrained(folder)
-        self.model = load_encoder(folder)
+        self.model = BertModel.from_pretrained(folder, skip_init=True)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model.to(self.device)
         self.config = self.model.config
@@ -141,27 +139,23 @@ class FeatureExtractor:
             log.info(f"{windowed} texts longer than max_length={max_length} were read in overlapping windows "
                      f"(stride {stride}); each token comes from the window where it has the most context")
 
-        results = [None] * len(items)
-        empty_words = 0
-        store = {}
-        owner = [i for i, item in enumerate(items) for _ in item.windows]
-        order = sorted(range(len(windows)), key=lambda w: len(windows[w][0]))
-        for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
-            combined = self._run([windows[w] for w in batch], layers, combine, bf16)
-            for j, w in enumerate(batch):
-                store[w] = combined[j, :len(windows[w][0])]
-                item = items[owner[w]]
-                item.remaining -= 1
-                if item.remaining == 0:
-                    matrix = _stitch(item, [store.pop(v) for v in item.windows])
-                    if level == "token":
-                        results[owner[w]] = matrix
-                    elif level == "sentence":
-                        results[owner[w]] = matrix[0].copy() if pooling == "cls" else matrix.mean(0)
-                    else:
-                        results[owner[w]], item.tokens, missing = _word_vectors(item, matrix, word_vector)
-                        empty_words += missing
+        encoded = {"input_ids": [ids for ids, _ in windows], "token_type_ids": [types for _, types in windows],
+                   "attention_mask": [[1] * len(ids) for ids, _ in windows]}
+        combined = run_model(self.model, encoded, padding(SEQUENCE_INPUTS, self.tokenizer.pad_token_id),
+                             ("features",), per_token=("features",), batch_size=batch_size, bf16=bf16,
+                             forward_options={"output_hidden_states": True},
+                             read=lambda out: {"features": _combine(out.hidden_states, layers, combine)})["features"]
+        results, empty_words = [], 0
+        for item in items:
+            matrix = _stitch(item, [combined[w] for w in item.windows])
+            if level == "token":
+                results.append(matrix)
+            elif level == "sentence":
+                results.append(matrix[0].copy() if pooling == "cls" else matrix.mean(0))
+            else:
+                vectors, item.tokens, missing = _word_vectors(item, matrix, word_vector)
+                results.append(vectors)
+                empty_words += missing
         if empty_words:
             log.warning(f"{empty_words} words had no tokens (the tokenizer drops their characters); "
                         f"their word vectors are zeros")
@@ -209,65 +203,17 @@ class FeatureExtractor:
                 starts = np.concatenate([[-1], starts_a[:n1], [-1], starts_b, [-1]])
                 segments = np.array(ids[0][1])
             items.append(_Item(list(range(len(windows), len(windows) + len(ids))), gather, tokens, starts,
-                               segments, a, b, remaining=len(ids)))
+                               segments, a, b))
             windows += ids
         return items, windows, truncated
 
-    def _run(self, rows, layers, combine: str, bf16: bool) -> np.ndarray:
-        """The combined hidden states [B, L, dim] of a batch of windows (padding rows are zeros)."""
-        length = max(len(ids) for ids, _ in rows)
-        input_ids = torch.full((len(rows), length), self.tokenizer.pad_token_id, dtype=torch.long)
-        token_type_ids = torch.zeros_like(input_ids)
-        attention_mask = torch.zeros_like(input_ids)
-        for j, (ids, types) in enumerate(rows):
-            input_ids[j, :len(ids)] = torch.tensor(ids)
-            token_type_ids[j, :len(ids)] = torch.tensor(types)
-            attention_mask[j, :len(ids)] = 1
-        device = self.device
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            out = self.model(input_ids.to(device), attention_mask.to(device), token_type_ids.to(device),
-                             output_hidden_states=True)
-        chosen = [out.hidden_states[layer].float() for layer in layers]
-        if combine == "concat":
-            combined = torch.cat(chosen, -1)
-        else:
-            combined = torch.stack(chosen).sum(0)
-            if combine == "mean":
-                combined /= len(chosen)
-        return combined.cpu().numpy()
-
-
-@contextmanager
-def _no_random_init():
-    """torch.nn.init's initialisers as no-ops (as transformers' no_init_weights): the checkpoint overwrites them."""
-    names = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
-             "xavier_normal_", "zeros_", "ones_", "constant_")
-    saved = {name: getattr(nn.init, name) for name in names}
-    try:
-        for name in names:
-            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
-        yield
-    finally:
-        for name, function in saved.items():
-            setattr(nn.init, name, function)
-
-
-def load_encoder(folder: Path) -> BertModel:
-    """The checkpoint's encoder, in eval mode, without first drawing random initial weights.
-
-    Random initialisation of a base-sized embedding table takes seconds on a CPU and every value is overwritten
-    by the checkpoint, so the model is built with the initialisers switched off and zero-filled instead; a part
-    the checkpoint lacks (only the pooler can be: load_weights refuses missing encoder parts) stays zero and is
-    never used here.
-    """
-    config = BertConfig.from_json_file(folder / "config.json")
-    with _no_random_init():
-        model = BertModel(config)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.zero_()
-    model.load_weights(folder)
-    return model.eval()
+def _combine(hidden_states, layers, combine: str) -> torch.Tensor:
+    """The chosen layers' hidden states [B, L, H], concatenated, summed or averaged."""
+    chosen = [hidden_states[layer].float() for layer in layers]
+    if combine == "concat":
+        return torch.cat(chosen, -1)
+    combined = torch.stack(chosen).sum(0)
+    return combined / len(chosen) if combine == "mean" else combined
 
 
 def _as_pairs(texts) -> list[tuple[str, str | None]]:
@@ -353,7 +299,7 @@ def read_texts(path, pair: bool = False) -> list:
     return out
 
 
-def check_output(path, level: str) -> str:
+def check_output_format(path, level: str) -> str:
     """The output format named by the file's suffix, or an error before any work is done."""
     suffix = Path(path).suffix.lower()
     allowed = (".npy", ".npz", ".jsonl") if level == "sentence" else (".npz", ".jsonl")
@@ -364,15 +310,10 @@ def check_output(path, level: str) -> str:
     return suffix
 
 
-def rounded(values):
-    """Floats to 6 decimals for JSON, as Google's extract_features writes them (arrays become lists)."""
-    return np.round(np.asarray(values, dtype=np.float64), 6).tolist()
-
-
 def write_features(features: Features, path) -> Path:
     """Write `features` to .npy (sentence level), .npz or .jsonl, atomically; see the module docstring."""
     path = Path(path)
-    suffix = check_output(path, features.level)
+    suffix = check_output_format(path, features.level)
     name = "tokens" if features.level == "token" else "words"
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         if suffix == ".npy":
@@ -437,17 +378,18 @@ def add_features_arguments(parser):
     parser.add_argument("--pooling", choices=POOLINGS, default="mean", help="sentence level: mean of tokens or [CLS]")
     parser.add_argument("--word-vector", choices=WORD_VECTORS, default="first",
                         help="word level: the first piece's vector (as the paper's NER) or the mean of the pieces")
-    parser.add_argument("--max-length", type=int, default=512, help="window length in tokens")
-    parser.add_argument("--stride", type=int,
+    parser.add_argument("--max-length", type=count(3), default=512, help="window length in tokens")
+    parser.add_argument("--stride", type=count(1),
                         help="longer texts: each window starts this many tokens past the last (default: half a window)")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=count(1), default=32)
     parser.add_argument("--bf16", action="store_true", help="run the encoder under bfloat16 autocast")
-    parser.add_argument("--device", help="e.g. cpu or cuda:0 (default: cuda when available)")
+    parser.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when available)")
 
 
 def run_features(args) -> int:
     t0 = time.time()
-    check_output(args.out, args.level)
+    check_output_format(args.out, args.level)
+    check_output(args.out, "--out", folder=False, inputs=[args.input])
     layers = _layer_list(args.layers)
     texts = read_texts(args.input, pair=args.pair)
     features = extract_features(args.model, texts, layers=layers, combine=args.combine, level=args.level,

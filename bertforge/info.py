@@ -3,16 +3,24 @@
 Only the safetensors headers are read (names, shapes, dtypes), so this is instant even for large models.
 """
 
-import json
 from math import prod
 from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 
+from . import google_checkpoint
 from .checkpoint import PART_NAMES, normalise_keys, part_name, weight_files
 from .config import BertConfig
 from .errors import BertforgeError
+from .io import read_json
 from .tokenizer import looks_uncased
+
+# What each hidden_act computes: the two GELUs differ by up to 5e-4 per unit, enough to move a checkpoint's outputs.
+ACTIVATIONS = {
+    "gelu": "exact GELU (erf), as the paper",
+    "gelu_new": "tanh approximation of GELU, as Google's modeling.py",
+    "gelu_pytorch_tanh": "tanh approximation of GELU, as Google's modeling.py",
+}
 
 DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64"}
 
@@ -51,10 +59,7 @@ def vocabulary_case(folder: Path) -> str:
                        ("tokenizer.json", lambda d: (d.get("normalizer") or {}).get("lowercase"))):
         path = folder / name
         if path.is_file():
-            try:
-                lower = find(json.loads(path.read_text(encoding="utf-8")))
-            except json.JSONDecodeError as e:
-                raise BertforgeError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+            lower = find(read_json(path))
             if lower is not None:
                 return f"{'uncased' if lower else 'cased'} ({name})"
     vocab = folder / "vocab.txt"
@@ -70,13 +75,18 @@ def describe(folder: Path) -> list[str]:
     folder = Path(folder)
     if not folder.is_dir():
         raise BertforgeError(f"{folder}: no such checkpoint folder")
-    config = BertConfig.from_json_file(folder / "config.json")
-    files = weight_files(folder)
-    if files[0].suffix == ".bin":
-        raise BertforgeError(f"{files[0]}: info reads safetensors headers only; convert a pickle you trust first "
-                             f"(`bertforge convert {folder} OUT`)")
+    google = google_checkpoint.find(folder)
+    if google is not None:  # Google's TensorFlow checkpoint: the index alone is read
+        config, header, files = google_checkpoint.header(google)
+    else:
+        config = BertConfig.from_json_file(folder / "config.json")
+        files = weight_files(folder)
+        if files[0].suffix == ".bin":
+            raise BertforgeError(f"{files[0]}: info reads safetensors headers only; convert a pickle you trust "
+                                 f"first (`bertforge convert {folder} OUT`)")
+        header = read_header(files)
     # Without the prefix, the position-ids buffer, and the reference's second names for the tied decoder.
-    header = normalise_keys(read_header(files), "bert", wants_prefix=False)
+    header = normalise_keys(header, "bert", wants_prefix=False)
     dtypes = sorted({dtype for _, dtype in header.values()})
 
     counts = {"embeddings": 0, "encoder": 0, "heads": 0}
@@ -101,6 +111,8 @@ def describe(folder: Path) -> list[str]:
         f"parameters:    {sum(counts.values()):,} total: embeddings {counts['embeddings']:,}, "
         f"encoder {counts['encoder']:,}, heads {counts['heads']:,}",
         f"heads:         {', '.join(heads) or 'none (the bare encoder)'}",
+        f"activation:    {config.hidden_act}"
+        + (f" ({ACTIVATIONS[config.hidden_act]})" if config.hidden_act in ACTIVATIONS else ""),
         f"weights:       {', '.join(f.name for f in files)}, {', '.join(dtypes)}, {size / 2**20:.1f} MiB",
         f"vocabulary:    {vocabulary(folder, config)}, {vocabulary_case(folder)}",
     ]

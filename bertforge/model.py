@@ -6,32 +6,26 @@ Departures in how the work is done, not in the numbers:
   into one [tokens, hidden] matrix, see packing.py), from the embedding look-up on; the masked-LM head
   scores only the masked positions when labels are given, and the pre-training and sequence heads read
   their rows straight from the packed matrix;
-- in training with dropout, the keep masks of a whole forward pass are drawn at once (packing.DropoutNoise)
-  and applied fused with the residual add (addcmul) and after the attention softmax, with the attention
-  products written out (baddbmm, softmax, bmm) since CPU SDPA has no fused dropout path. Eval, and training
-  without dropout, use SDPA.
+- in training with dropout, the keep masks of a whole forward pass are drawn at once (packing.DropoutNoise,
+  one slice per `DropoutSite`) and applied fused with the residual add (addcmul) and after the attention
+  softmax, with the attention products written out (baddbmm, softmax, bmm) since CPU SDPA has no fused dropout
+  path. Eval, and training without dropout, use SDPA.
+Both ride on one `packing.Layout` per forward pass, which every layer takes. With output_attentions, the
+attention products are written out too, to return the probabilities (padded query rows hold zeros).
 """
 
+import collections
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .checkpoint import PretrainedMixin
+from .compat import ModelApiMixin, finish
 from .config import BertConfig
-from .packing import DropoutNoise, Packing, gather_rows
-
-
-class ModelOutput(dict):
-    """A dict whose entries are also attributes, like the reference library's outputs."""
-
-    def __getattr__(self, name):
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
+from .packing import DropoutNoise, Encoded, Layout, Packing
 
 
 ACT = {
@@ -41,6 +35,18 @@ ACT = {
     "relu": F.relu,
     "silu": F.silu,
 }
+
+
+class DropoutSite(nn.Module):
+    """A place where dropout applies: its keep mask for this pass comes from the layout (None: keep all).
+    The sites are counted from these modules, so that each pass draws exactly one mask per site."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind  # "hidden" ([tokens, H] masks) or "attention" ([B * heads, L, L] masks)
+
+    def forward(self, layout: Layout) -> torch.Tensor | None:
+        return layout.dropout(self.kind)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -54,14 +60,15 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = DropoutSite("hidden")
 
-    def forward(self, input_ids, token_type_ids, position_ids, noise: DropoutNoise | None = None):
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+    def forward(self, input_ids, token_type_ids, position_ids, layout: Layout, inputs_embeds=None):
+        x = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        x = x + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(position_ids)
         x = self.LayerNorm(x)
-        mask = noise.take_hidden() if noise is not None else None
-        return x * mask if mask is not None else self.dropout(x)
+        mask = self.dropout(layout)
+        return x * mask if mask is not None else x
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -76,7 +83,7 @@ class BertSelfAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout_prob = config.attention_probs_dropout_prob
+        self.dropout = DropoutSite("attention")
 
     def qkv_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The Q, K and V projections stacked [3 H, H] and [3 H], for one matmul; the three keep their own
@@ -84,34 +91,20 @@ class BertSelfAttention(nn.Module):
         return (torch.cat([self.query.weight, self.key.weight, self.value.weight]),
                 torch.cat([self.query.bias, self.key.bias, self.value.bias]))
 
-    def forward(self, x: torch.Tensor, packing: Packing | None, noise: DropoutNoise | None = None) -> torch.Tensor:
-        qkv = F.linear(x, *self.qkv_parameters())
-        heads, size = self.num_heads, self.head_size
-        batch, length = (packing.batch, packing.length) if packing is not None else qkv.shape[:2]
-        drop = noise.take_attention() if noise is not None else None
-        if packing is not None:
-            q, k, v = packing.unpack_heads(qkv, heads)  # each [B * heads, L, size], contiguous, zero padding
-        elif drop is not None:
-            q, k, v = qkv.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4).reshape(
-                3, batch * heads, length, size)
-        else:
-            q, k, v = qkv.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4)
-        if drop is not None:  # written out: CPU SDPA with dropout runs this product anyway, with slower masks
-            if packing is not None:
-                scores = torch.baddbmm(packing.key_bias(heads, q.dtype), q, k.transpose(1, 2),
-                                       alpha=1 / math.sqrt(size))
-            else:
-                scores = torch.baddbmm(q.new_zeros(1, 1, 1), q, k.transpose(1, 2), beta=0.0,
-                                       alpha=1 / math.sqrt(size))
-            context = torch.bmm(torch.softmax(scores, dim=-1) * drop, v).view(batch, heads, length, size)
-        else:
-            p = self.dropout_prob if self.training else 0.0
-            mask = packing.key_mask if packing is not None else None
-            q, k, v = (t.view(batch, heads, length, size) for t in (q, k, v))
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        if packing is not None:
-            return packing.pack_heads(context)
-        return context.transpose(1, 2).reshape(batch, length, -1)
+    def forward(self, x: torch.Tensor, layout: Layout) -> torch.Tensor:
+        """softmax(Q K^T / sqrt(d) + padding mask) V, per head; dropout on the attention probabilities."""
+        q, k, v = layout.split_heads(F.linear(x, *self.qkv_parameters()), self.num_heads)  # [B, heads, L, d]
+        drop = self.dropout(layout)
+        if drop is None and layout.attentions is None:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.key_mask)
+        else:  # written out: CPU SDPA with dropout runs this product anyway, with slower masks
+            q, k, v = (t.flatten(0, 1) for t in (q, k, v))
+            scores = torch.baddbmm(layout.key_bias(self.num_heads, q), q, k.transpose(1, 2),
+                                   alpha=1 / math.sqrt(self.head_size))
+            probs = torch.softmax(scores, dim=-1) if drop is None else torch.softmax(scores, dim=-1) * drop
+            layout.record_attention(probs, self.num_heads)
+            context = torch.bmm(probs, v).view(layout.batch, self.num_heads, layout.length, self.head_size)
+        return layout.merge_heads(context)
 
 
 class BertOutput(nn.Module):
@@ -122,13 +115,13 @@ class BertOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(in_features, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = DropoutSite("hidden")
 
-    def forward(self, h, residual, noise: DropoutNoise | None = None):
-        mask = noise.take_hidden() if noise is not None else None
+    def forward(self, h, residual, layout: Layout):
+        mask = self.dropout(layout)
         if mask is not None:
             return self.LayerNorm(torch.addcmul(residual, self.dense(h), mask))
-        return self.LayerNorm(residual + self.dropout(self.dense(h)))
+        return self.LayerNorm(residual + self.dense(h))
 
 
 class BertAttention(nn.Module):
@@ -137,8 +130,8 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertOutput(config, config.hidden_size)
 
-    def forward(self, x, packing, noise=None):
-        return self.output(self.self(x, packing, noise), x, noise)
+    def forward(self, x, layout: Layout):
+        return self.output(self.self(x, layout), x, layout)
 
 
 class BertIntermediate(nn.Module):
@@ -158,20 +151,24 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config, config.intermediate_size)
 
-    def forward(self, x, packing, noise=None):
-        x = self.attention(x, packing, noise)
-        return self.output(self.intermediate(x), x, noise)
+    def forward(self, x, layout: Layout):
+        x = self.attention(x, layout)
+        return self.output(self.intermediate(x), x, layout)
 
 
 class BertEncoder(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        self.gradient_checkpointing = False
 
-    def forward(self, x, packing, output_hidden_states=False, noise=None):
+    def forward(self, x, layout: Layout, output_hidden_states=False):
         states = [x] if output_hidden_states else None
         for layer in self.layer:
-            x = layer(x, packing, noise)
+            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(layout.replaying(layer), x, use_reentrant=False)
+            else:
+                x = layer(x, layout)
             if output_hidden_states:
                 states.append(x)
         return x, states
@@ -201,10 +198,11 @@ def truncated_normal_(weight: torch.Tensor, std: float) -> torch.Tensor:
     times as long (seconds per table at Base size)."""
     bound = math.erf(2 / math.sqrt(2))  # the normal CDF at +-2 std, as erf
     with torch.no_grad():
-        return weight.uniform_(-bound, bound).erfinv_().mul_(std * math.sqrt(2)).clamp_(-2 * std, 2 * std)
+        # through nn.init, so that checkpoint.no_random_init can switch it off
+        return nn.init.uniform_(weight, -bound, bound).erfinv_().mul_(std * math.sqrt(2)).clamp_(-2 * std, 2 * std)
 
 
-class BertPreTrainedModel(nn.Module, PretrainedMixin):
+class BertPreTrainedModel(nn.Module, PretrainedMixin, ModelApiMixin):
     base_model_prefix = "bert"
 
     def __init__(self, config: BertConfig):
@@ -225,8 +223,7 @@ class BertPreTrainedModel(nn.Module, PretrainedMixin):
 
     @property
     def word_embeddings(self) -> nn.Embedding:
-        bert = self if isinstance(self, BertModel) else self.bert
-        return bert.embeddings.word_embeddings
+        return self.base_model.embeddings.word_embeddings
 
 
 class BertModel(BertPreTrainedModel):
@@ -242,72 +239,57 @@ class BertModel(BertPreTrainedModel):
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.init_weights()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                output_hidden_states=False, **_):
-        enc = self.encode(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+                *, return_dict=True, **inputs):
+        """`inputs`: output_attentions, output_hidden_states (see encode)."""
+        enc = self.encode(input_ids, attention_mask, token_type_ids, position_ids=position_ids,
+                          inputs_embeds=inputs_embeds, **inputs)
         x = enc.sequence()
-        return ModelOutput(
-            last_hidden_state=x,
-            pooler_output=self.pooler(x) if self.pooler is not None else None,
-            hidden_states=enc.hidden_states,
-        )
+        pooled = self.pooler(x) if self.pooler is not None else None
+        return finish(return_dict, last_hidden_state=x, pooler_output=pooled, hidden_states=enc.hidden_states,
+                      attentions=enc.attentions)
 
-    def encode(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-               output_hidden_states=False) -> "Encoded":
-        """The encoder's output as the heads read it: packed [T, H] when the batch has padding."""
-        batch, length = input_ids.shape
+    def encode(self, input_ids=None, attention_mask=None, token_type_ids=None, *, position_ids=None,
+               inputs_embeds=None, output_attentions=False, output_hidden_states=False) -> Encoded:
+        """The encoder's output as the heads read it: packed [T, H] when the batch has padding.
+
+        `inputs_embeds` [B, L, H] replace the token embedding look-up of `input_ids` (give one of the two);
+        `output_attentions` adds each layer's attention probabilities [B, heads, L, L], zeros in padded query rows.
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        tokens = input_ids if input_ids is not None else inputs_embeds[..., 0]
+        batch, length = tokens.shape
         if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
+            token_type_ids = torch.zeros(batch, length, dtype=torch.long, device=tokens.device)
         packing = Packing.from_attention_mask(attention_mask) if attention_mask is not None else None
         if packing is not None:  # embed the real tokens only
-            input_ids = input_ids.reshape(-1)[packing.indices]
-            token_type_ids = token_type_ids.reshape(-1)[packing.indices]
+            input_ids, inputs_embeds, token_type_ids = (t.flatten(0, 1)[packing.indices] if t is not None else None
+                                                        for t in (input_ids, inputs_embeds, token_type_ids))
             position_ids = packing.cols if position_ids is None else position_ids.reshape(-1)[packing.indices]
         elif position_ids is None:
-            position_ids = torch.arange(length, device=input_ids.device).expand(batch, length)
+            position_ids = torch.arange(length, device=tokens.device).expand(batch, length)
 
-        noise = None
-        c = self.config
-        if self.training and (c.hidden_dropout_prob > 0 or c.attention_probs_dropout_prob > 0):
-            hidden = (*input_ids.shape, c.hidden_size)
-            noise = DropoutNoise(hidden, 1 + 2 * c.num_hidden_layers, c.hidden_dropout_prob,
-                                 (batch * c.num_attention_heads, length, length), c.num_hidden_layers,
-                                 c.attention_probs_dropout_prob, input_ids.device)
-        x = self.embeddings(input_ids, token_type_ids, position_ids, noise)
-        x, states = self.encoder(x, packing, output_hidden_states, noise)
+        noise = self.dropout_noise(token_type_ids.shape, batch, length, tokens.device)
+        layout = Layout(batch, length, packing, noise, [] if output_attentions else None)
+        x = self.embeddings(input_ids, token_type_ids, position_ids, layout, inputs_embeds)
+        x, states = self.encoder(x, layout, output_hidden_states)
+        if layout.noise is not None:
+            layout.noise.check_used()
         if packing is not None and states:
             states = [packing.unpack(s) for s in states]
-        return Encoded(x, packing, batch, length, tuple(states) if states else None)
+        return Encoded(x, packing, batch, length, tuple(states) if states else None,
+                       tuple(layout.attentions) if output_attentions else None)
 
-
-@dataclass
-class Encoded:
-    """The last hidden states, packed [T, H] (with `packing`) or [B, L, H], and the unpacked hidden_states."""
-
-    x: torch.Tensor
-    packing: Packing | None
-    batch: int
-    length: int
-    hidden_states: tuple | None
-
-    def sequence(self) -> torch.Tensor:
-        """[B, L, H], zeros at the padding."""
-        return self.packing.unpack(self.x) if self.packing is not None else self.x
-
-    def rows(self, flat_positions: torch.Tensor) -> torch.Tensor:
-        """The vectors at these positions of the flattened [B * L] (distinct, in the given order)."""
-        if self.packing is None:
-            return gather_rows(self.x.flatten(0, 1), flat_positions)
-        index = self.packing.packed_index(flat_positions)
-        if index is None:  # a position in the padding: its vector is the zeros of the unpacked sequence
-            return gather_rows(self.sequence().flatten(0, 1), flat_positions)
-        return gather_rows(self.x, index)
-
-    def first_tokens(self) -> torch.Tensor:
-        """[B, H]: each row's first position, the [CLS] vector the pooler reads."""
-        if self.packing is None:
-            return self.x[:, 0]
-        return self.rows(torch.arange(self.batch, device=self.x.device) * self.length)
+    def dropout_noise(self, token_shape, batch: int, length: int, device) -> DropoutNoise | None:
+        """This pass's keep masks, one per DropoutSite of the encoder; None in eval or without dropout."""
+        c = self.config
+        if not self.training or (c.hidden_dropout_prob <= 0 and c.attention_probs_dropout_prob <= 0):
+            return None
+        sites = collections.Counter(m.kind for m in self.modules() if isinstance(m, DropoutSite))
+        shapes = {"hidden": (*token_shape, c.hidden_size), "attention": (batch * c.num_attention_heads, length, length)}
+        p = {"hidden": c.hidden_dropout_prob, "attention": c.attention_probs_dropout_prob}
+        return DropoutNoise(sites, shapes, p, device)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -372,21 +354,16 @@ class BertForPreTraining(BertPreTrainedModel):
         self.cls = BertPreTrainingHeads(config)
         self.init_weights()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
-                next_sentence_label=None, output_hidden_states=False, **_):
-        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None,
+                next_sentence_label=None, return_dict=True, **inputs):
+        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, **inputs)
         mlm_logits, mlm_loss = masked_lm(self.cls.predictions, self.word_embeddings.weight, enc, labels)
         nsp_logits = self.cls.seq_relationship(self.bert.pooler.pool(enc.first_tokens()))
         nsp_loss = None if next_sentence_label is None else F.cross_entropy(nsp_logits.float(), next_sentence_label)
         losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
-        return ModelOutput(
-            loss=sum(losses) if losses else None,
-            mlm_loss=mlm_loss,
-            nsp_loss=nsp_loss,
-            prediction_logits=mlm_logits,
-            seq_relationship_logits=nsp_logits,
-            hidden_states=enc.hidden_states,
-        )
+        return finish(return_dict, loss=sum(losses) if losses else None, prediction_logits=mlm_logits,
+                      seq_relationship_logits=nsp_logits, hidden_states=enc.hidden_states, attentions=enc.attentions,
+                      mlm_loss=mlm_loss, nsp_loss=nsp_loss)
 
 
 class BertForMaskedLM(BertPreTrainedModel):
@@ -396,11 +373,11 @@ class BertForMaskedLM(BertPreTrainedModel):
         self.cls = BertOnlyMLMHead(config)
         self.init_weights()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
-                output_hidden_states=False, **_):
-        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
+                **inputs):
+        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, **inputs)
         logits, loss = masked_lm(self.cls.predictions, self.word_embeddings.weight, enc, labels)
-        return ModelOutput(loss=loss, logits=logits, hidden_states=enc.hidden_states)
+        return finish(return_dict, loss=loss, logits=logits, hidden_states=enc.hidden_states, attentions=enc.attentions)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -421,10 +398,12 @@ class TaskHead(BertPreTrainedModel):
         setattr(self, self.head_name, nn.Linear(config.hidden_size, num_outputs))
         self.init_weights()
 
-    def features(self, input_ids, attention_mask, token_type_ids, output_hidden_states):
-        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+    def features(self, input_ids, attention_mask, token_type_ids, inputs: dict):
+        """The head's outputs and the encoder's (hidden_states, attentions); `inputs` are encode's keywords."""
+        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, **inputs)
         x = self.bert.pooler.pool(enc.first_tokens()) if self.uses_pooler else enc.sequence()
-        return getattr(self, self.head_name)(self.dropout(x)), enc.hidden_states
+        return getattr(self, self.head_name)(self.dropout(x)), dict(hidden_states=enc.hidden_states,
+                                                                    attentions=enc.attentions)
 
 
 class BertForSequenceClassification(TaskHead):
@@ -433,9 +412,9 @@ class BertForSequenceClassification(TaskHead):
     def __init__(self, config: BertConfig):
         super().__init__(config, config.num_labels)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
-                output_hidden_states=False, **_):
-        logits, states = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
+                **inputs):
+        logits, states = self.features(input_ids, attention_mask, token_type_ids, inputs)
         loss = None
         if labels is not None:
             if self.config.num_labels == 1:
@@ -444,7 +423,7 @@ class BertForSequenceClassification(TaskHead):
                 loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
             else:
                 loss = F.cross_entropy(logits.float(), labels)
-        return ModelOutput(loss=loss, logits=logits, hidden_states=states)
+        return finish(return_dict, loss=loss, logits=logits, **states)
 
 
 class BertForTokenClassification(TaskHead):
@@ -455,13 +434,13 @@ class BertForTokenClassification(TaskHead):
     def __init__(self, config: BertConfig):
         super().__init__(config, config.num_labels)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
-                output_hidden_states=False, **_):
-        logits, states = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
+                **inputs):
+        logits, states = self.features(input_ids, attention_mask, token_type_ids, inputs)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
-        return ModelOutput(loss=loss, logits=logits, hidden_states=states)
+        return finish(return_dict, loss=loss, logits=logits, **states)
 
 
 class BertForQuestionAnswering(TaskHead):
@@ -473,9 +452,9 @@ class BertForQuestionAnswering(TaskHead):
     def __init__(self, config: BertConfig):
         super().__init__(config, 2)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, start_positions=None,
-                end_positions=None, output_hidden_states=False, **_):
-        logits, states = self.features(input_ids, attention_mask, token_type_ids, output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, start_positions=None,
+                end_positions=None, return_dict=True, **inputs):
+        logits, states = self.features(input_ids, attention_mask, token_type_ids, inputs)
         logits = logits.float()
         if attention_mask is not None:  # an answer never lies in the padding (whose states are not computed)
             logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)
@@ -487,7 +466,7 @@ class BertForQuestionAnswering(TaskHead):
             end = end_positions.clamp(0, length)
             loss = (F.cross_entropy(start_logits, start, ignore_index=length)
                     + F.cross_entropy(end_logits, end, ignore_index=length)) / 2
-        return ModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=states)
+        return finish(return_dict, loss=loss, start_logits=start_logits, end_logits=end_logits, **states)
 
 
 class BertForMultipleChoice(TaskHead):
@@ -499,13 +478,15 @@ class BertForMultipleChoice(TaskHead):
     def __init__(self, config: BertConfig):
         super().__init__(config, 1)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, choice_mask=None,
-                output_hidden_states=False, **_):
-        batch, choices = input_ids.shape[:2]
-        flat = [t.flatten(0, 1) if t is not None else None for t in (input_ids, attention_mask, token_type_ids)]
-        logits, states = self.features(*flat, output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, choice_mask=None,
+                return_dict=True, **inputs):
+        given = input_ids if input_ids is not None else inputs.get("inputs_embeds")
+        batch, choices = given.shape[:2] if given is not None else (0, 0)  # (encode says what is missing)
+        flat = [t.flatten(0, 1) if torch.is_tensor(t) else t for t in (input_ids, attention_mask, token_type_ids)]
+        inputs = {k: v.flatten(0, 1) if torch.is_tensor(v) else v for k, v in inputs.items()}
+        logits, states = self.features(*flat, inputs)
         logits = logits.view(batch, choices)
         if choice_mask is not None:
             logits = logits.masked_fill(~choice_mask.bool(), -math.inf)
         loss = None if labels is None else F.cross_entropy(logits.float(), labels)
-        return ModelOutput(loss=loss, logits=logits, hidden_states=states)
+        return finish(return_dict, loss=loss, logits=logits, **states)

@@ -1,10 +1,10 @@
-"""Padding-free execution: a padded batch's real tokens packed into one matrix, and dropout drawn per pass.
+"""The model's fast path, behind one `Layout` object per forward pass that every layer reads.
 
 `Packing` maps between a padded batch [B, L, ...] and its real tokens [T, ...], so every layer except the
 attention product skips the padding. Its gather and scatter are small autograd functions, each the other's
 gradient, so neither direction clones zeros or scatter-adds. `DropoutNoise` draws the keep masks of a whole
 forward pass at once (uniform draws compared with p, pre-scaled by 1/(1-p)): one draw per kind of site
-instead of one per layer.
+instead of one per layer. `Layout` holds both, and splits and merges attention heads for either layout.
 """
 
 from dataclasses import dataclass
@@ -28,7 +28,8 @@ class _ScatterRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return (grad.permute(ctx.perm)[ctx.saved_tensors], None, None) + (None,) * len(ctx.saved_tensors)
+        index = ctx.saved_tensors  # read once: gradient checkpointing allows one unpacking
+        return (grad.permute(ctx.perm)[index], None, None) + (None,) * len(index)
 
 
 class _GatherRows(torch.autograd.Function):
@@ -42,9 +43,10 @@ class _GatherRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        index = ctx.saved_tensors
         out = grad.new_zeros(ctx.shape)
-        out.permute(ctx.perm)[ctx.saved_tensors] = grad
-        return (out, None) + (None,) * len(ctx.saved_tensors)
+        out.permute(ctx.perm)[index] = grad
+        return (out, None) + (None,) * len(index)
 
 
 def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -123,17 +125,17 @@ class Packing:
 
 
 class DropoutNoise:
-    """Pre-scaled keep masks (0 or 1/(1-p)) for every dropout site of one forward pass, drawn in one call each
-    for the hidden sites and the attention sites: a site's mask is a slice, applied with one multiply.
+    """Pre-scaled keep masks (0 or 1/(1-p)) for every dropout site of one forward pass, drawn in one call per
+    kind of site ("hidden", "attention"): a site's mask is a slice, applied with one multiply. Each element is
+    kept with probability 1 - p, independently, as nn.Dropout does.
 
-    Each element is kept with probability 1 - p, independently, as nn.Dropout does.
+    The sites are counted where they are: the model's `DropoutSite` modules. A pass that asks for more masks
+    than there are sites fails at once, and `check_used` fails a pass that took fewer.
     """
 
-    def __init__(self, hidden_shape, hidden_sites: int, hidden_p: float, attention_shape, attention_sites: int,
-                 attention_p: float, device):
-        self.hidden = self.draw(hidden_sites, hidden_shape, hidden_p, device)
-        self.attention = self.draw(attention_sites, attention_shape, attention_p, device)
-        self.next_hidden = self.next_attention = 0
+    def __init__(self, sites: dict[str, int], shapes: dict[str, tuple], p: dict[str, float], device):
+        self.masks = {kind: self.draw(sites.get(kind, 0), shapes[kind], p[kind], device) for kind in shapes}
+        self.sites, self.taken = sites, dict.fromkeys(shapes, 0)
 
     @staticmethod
     def draw(sites, shape, p, device):
@@ -143,14 +145,106 @@ class DropoutNoise:
             return torch.zeros(sites, *shape, device=device)
         return torch.rand(sites, *shape, device=device).ge_(p).mul_(1 / (1 - p))
 
-    def take_hidden(self):
-        if self.hidden is None:
+    def take(self, kind: str) -> torch.Tensor | None:
+        masks = self.masks[kind]
+        if masks is None:
             return None
-        self.next_hidden += 1
-        return self.hidden[self.next_hidden - 1]
+        if self.taken[kind] == len(masks):
+            raise RuntimeError(f"more {kind} dropout sites took a mask than the model declares ({len(masks)})")
+        self.taken[kind] += 1
+        return masks[self.taken[kind] - 1]
 
-    def take_attention(self):
-        if self.attention is None:
-            return None
-        self.next_attention += 1
-        return self.attention[self.next_attention - 1]
+    def check_used(self):
+        for kind, masks in self.masks.items():
+            if masks is not None and self.taken[kind] != len(masks):
+                raise RuntimeError(f"{self.taken[kind]} of {len(masks)} {kind} dropout sites took a mask")
+
+
+@dataclass
+class Layout:
+    """One forward pass's execution plan, read by every layer: the tokens padded [B, L, H] or packed [T, H]
+    (`packing`), and the pass's dropout masks (`noise`, None in eval or without dropout)."""
+
+    batch: int
+    length: int
+    packing: Packing | None
+    noise: DropoutNoise | None
+    attentions: list | None = None  # with output_attentions: each layer's probabilities, [B, heads, L, L]
+
+    def dropout(self, kind: str) -> torch.Tensor | None:
+        return self.noise.take(kind) if self.noise is not None else None
+
+    def record_attention(self, probs: torch.Tensor, heads: int):
+        """Keep a layer's attention probabilities [B * heads, L, L] when asked; padded query rows as zeros."""
+        if self.attentions is not None:
+            probs = probs.view(self.batch, heads, self.length, self.length)
+            if self.packing is not None:
+                probs = probs * self.packing.key_mask.transpose(-1, -2)
+            self.attentions.append(probs)
+
+    def replaying(self, layer):
+        """`layer` as a function of x that takes the same dropout masks each time it runs: gradient checkpointing
+        runs it again in the backward pass."""
+        start = dict(self.noise.taken) if self.noise is not None else None
+
+        def run(x):
+            if start is not None:
+                self.noise.taken = dict(start)
+            return layer(x, self)
+        return run
+
+    def split_heads(self, qkv: torch.Tensor, heads: int) -> tuple[torch.Tensor, ...]:
+        """Q, K, V, each [B, heads, L, head_size] (zeros at the padding), from the [.., 3 H] projections."""
+        if self.packing is not None:
+            q, k, v = self.packing.unpack_heads(qkv, heads)
+            return tuple(t.view(self.batch, heads, self.length, -1) for t in (q, k, v))
+        return qkv.view(self.batch, self.length, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+
+    @property
+    def key_mask(self) -> torch.Tensor | None:
+        """[B, 1, 1, L], True where a key may be attended to; None without padding."""
+        return self.packing.key_mask if self.packing is not None else None
+
+    def key_bias(self, heads: int, like: torch.Tensor) -> torch.Tensor:
+        """An additive [B * heads, 1, L] mask for the scores: 0 for real keys, the lowest value for padding."""
+        if self.packing is None:
+            return like.new_zeros(1, 1, 1)
+        return self.packing.key_bias(heads, like.dtype)
+
+    def merge_heads(self, context: torch.Tensor) -> torch.Tensor:
+        """Attention output [B, heads, L, head_size] (any strides) -> [T, H] packed or [B, L, H]."""
+        if self.packing is not None:
+            return self.packing.pack_heads(context)
+        return context.transpose(1, 2).reshape(self.batch, self.length, -1)
+
+
+@dataclass
+class Encoded:
+    """The last hidden states, packed [T, H] (with `packing`) or [B, L, H], the unpacked hidden_states and the
+    attention probabilities (when asked)."""
+
+    x: torch.Tensor
+    packing: Packing | None
+    batch: int
+    length: int
+    hidden_states: tuple | None
+    attentions: tuple | None = None
+
+    def sequence(self) -> torch.Tensor:
+        """[B, L, H], zeros at the padding."""
+        return self.packing.unpack(self.x) if self.packing is not None else self.x
+
+    def rows(self, flat_positions: torch.Tensor) -> torch.Tensor:
+        """The vectors at these positions of the flattened [B * L] (distinct, in the given order)."""
+        if self.packing is None:
+            return gather_rows(self.x.flatten(0, 1), flat_positions)
+        index = self.packing.packed_index(flat_positions)
+        if index is None:  # a position in the padding: its vector is the zeros of the unpacked sequence
+            return gather_rows(self.sequence().flatten(0, 1), flat_positions)
+        return gather_rows(self.x, index)
+
+    def first_tokens(self) -> torch.Tensor:
+        """[B, H]: each row's first position, the [CLS] vector the pooler reads."""
+        if self.packing is None:
+            return self.x[:, 0]
+        return self.rows(torch.arange(self.batch, device=self.x.device) * self.length)

@@ -1,22 +1,16 @@
 """`bertforge plot RUN`: the run's losses and held-out figures from metrics.jsonl, as a PNG."""
 
-import json
 from pathlib import Path
 
-from .errors import BertforgeError, where
+from .errors import BertforgeError
+from .io import atomic_path, check_output, read_json, read_json_lines
 
 
 def read_metrics(run) -> list[dict]:
     path = Path(run) / "metrics.jsonl" if Path(run).is_dir() else Path(run)
     if not path.is_file():
         raise BertforgeError(f"{path}: no metrics log (is this a run folder?)")
-    rows = []
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise BertforgeError(f"{where(path, line_no)}: not a JSON object ({e.msg})") from None
+    rows = read_json_lines(path)
     if not rows:
         raise BertforgeError(f"{path}: the log is empty")
     return rows
@@ -34,10 +28,7 @@ BASELINES = {"eval_mlm_accuracy": "mlm_most_frequent_token_accuracy", "eval_nsp_
 def read_baselines(folder: Path) -> dict:
     """The trivial predictors' scores that `pretrain` writes beside the log, or nothing."""
     path = folder / BASELINES_FILE
-    try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except json.JSONDecodeError as e:
-        raise BertforgeError(f"{path}: not valid JSON ({e.msg})") from None
+    return read_json(path) if path.is_file() else {}
 
 
 def plot_run(run, out=None) -> Path:
@@ -70,7 +61,8 @@ def plot_run(run, out=None) -> Path:
         ax.grid(alpha=0.3)
     fig.suptitle(Path(run).name)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return out
 
@@ -81,5 +73,7 @@ def add_plot_arguments(p):
 
 
 def run_plot(args) -> int:
+    if args.out:
+        check_output(args.out, "--out", folder=False, inputs=[args.run])
     print(plot_run(args.run, args.out))
     return 0

@@ -6,14 +6,14 @@ afresh every time a row is drawn (dynamic masking), with a generator seeded by (
 batch), so the masks do not depend on the number of processes either.
 """
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .checkpoint import write_text_atomic
+from .io import check_output, write_json
+from .options import add_training_arguments, count, probability, training_options
 from .config import BertConfig
 from .data.shards import check_vocab, load_pretraining_data
 from .errors import BertforgeError
@@ -22,6 +22,9 @@ from .plot import BASELINES_FILE
 from .tokenizer import BertTokenizer
 from .train import TrainArgs, fit, setup_distributed, trim
 
+# The command's defaults (the paper's recipe at a size that runs on a CPU); any TrainArgs field may be given.
+PRETRAIN_DEFAULTS = dict(steps=1000, batch_size=64, lr=1e-4, warmup=0.05, log_every=10, eval_every=200,
+                         save_every=500)
 EVAL_STEP = 2**40  # seeds the held-out masks: the same at every evaluation, unlike any training step's
 
 
@@ -34,8 +37,8 @@ def labels_from_positions(input_ids: torch.Tensor, positions: torch.Tensor, labe
     return full
 
 
-class PretrainTask:
-    """Batches, losses and evaluation for BertForPreTraining."""
+class PretrainJob:
+    """Batches, losses and evaluation for BertForPreTraining (the training loop's view, see train.TrainingJob)."""
 
     loss_units = {
         "mlm_loss": lambda b: int((b["labels"] != -100).sum()),
@@ -137,61 +140,43 @@ def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | Non
     return BertForPreTraining(config)
 
 
-def pretrain(data: str, out: str, config: str = "mini", steps: int = 1000, batch_size: int = 64, lr: float = 1e-4,
-             seed: int = 0, init_from: str | None = None, dropout: float | None = None, eval_rows: int = 1024,
-             device: str | None = None, **train_options) -> dict:
-    """Pre-train and return the last held-out evaluation (with the trivial baselines beside it)."""
-    ctx = setup_distributed(device)
+def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = None, dropout: float | None = None,
+             eval_rows: int = 1024, **options) -> dict:
+    """Pre-train and return the last held-out evaluation (with the trivial baselines beside it).
+
+    `options`: TrainArgs fields (defaults PRETRAIN_DEFAULTS)."""
+    options = {**PRETRAIN_DEFAULTS, **options}
+    ctx = setup_distributed(options.get("device"))
     tokenizer = BertTokenizer.from_pretrained(data)
-    task = PretrainTask(data, tokenizer, batch_size, seed, eval_rows)
-    torch.manual_seed(seed)
-    model = build_model(config, tokenizer, init_from, dropout, task.train.index)
-    args = TrainArgs(out=Path(out), steps=steps, batch_size=batch_size, lr=lr, seed=seed, **train_options)
+    job = PretrainJob(data, tokenizer, options["batch_size"], options["seed"], eval_rows)
+    torch.manual_seed(options["seed"])
+    model = build_model(config, tokenizer, init_from, dropout, job.train.index)
+    if job.train.max_seq_length > model.config.max_position_embeddings:
+        raise BertforgeError(f"{data}: rows of {job.train.max_seq_length} tokens, but the model has "
+                             f"{model.config.max_position_embeddings} positions (--config, --init-from)")
+    args = TrainArgs(out=Path(out), **options)
     baselines = {}
     if ctx.main:  # beside metrics.jsonl, for `bertforge plot`
-        baselines = task.baselines()
-        args.out.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(args.out / BASELINES_FILE, json.dumps(baselines, indent=2) + "\n")
-    result = fit(model, task, args, ctx)
+        baselines = job.baselines()
+        write_json(args.out / BASELINES_FILE, baselines)
+    result = fit(model, job, args, ctx)
     return {**result, **baselines}
 
 
 def add_pretrain_arguments(p):
     p.add_argument("--data", required=True, help="folder written by `bertforge data create`")
     p.add_argument("--out", required=True, help="run folder: metrics.jsonl, step-*/ checkpoints, final/")
-    p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large or a config.json")
+    p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large or a config.json (default mini)")
     p.add_argument("--init-from", help="start from this checkpoint folder instead of random weights")
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=64, help="global batch, all processes together")
-    p.add_argument("--grad-accum", type=int, default=1, help="split each process's share into this many passes")
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--warmup", type=float, default=0.05, help="fraction of the steps (<1) or a step count")
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--adam-eps", type=float, default=1e-6)
-    p.add_argument("--google-adam", action="store_true", help="Adam without bias correction, as Google's code")
-    p.add_argument("--max-grad-norm", type=float, default=1.0)
-    p.add_argument("--dropout", type=float, help="override the config's dropout (0.1)")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (AMX on recent CPUs, tensor cores on GPUs)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--eval-every", type=int, default=200)
-    p.add_argument("--eval-rows", type=int, default=1024, help="held-out instances per evaluation")
-    p.add_argument("--save-every", type=int, default=500)
-    p.add_argument("--keep", type=int, default=2, help="step checkpoints kept (final/ is extra)")
-    p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
-    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when present)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--dropout", type=probability, help="override the config's dropout (0.1)")
+    p.add_argument("--eval-rows", type=count(1), default=1024, help="held-out instances per evaluation (default 1024)")
+    add_training_arguments(p, PRETRAIN_DEFAULTS)
 
 
 def run_pretrain(args) -> int:
-    result = pretrain(
-        args.data, args.out, config=args.config, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-        seed=args.seed, init_from=args.init_from, dropout=args.dropout, eval_rows=args.eval_rows, device=args.device,
-        warmup=args.warmup, weight_decay=args.weight_decay, adam_eps=args.adam_eps,
-        bias_correction=not args.google_adam, max_grad_norm=args.max_grad_norm, grad_accum=args.grad_accum,
-        bf16=args.bf16, log_every=args.log_every, eval_every=args.eval_every, save_every=args.save_every,
-        keep=args.keep, resume=args.resume, progress=not args.no_progress,
-    )
+    check_output(args.out, "--out", inputs=[args.data])
+    result = pretrain(args.data, args.out, config=args.config, init_from=args.init_from, dropout=args.dropout,
+                      eval_rows=args.eval_rows, **training_options(args))
     for key, value in result.items():
         print(f"{key}: {value:.4f}")
     return 0

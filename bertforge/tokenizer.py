@@ -5,7 +5,7 @@ owns the BERT-specific parts: the vocabulary file, cased/uncased checkpoints, th
 truncation, padding and the Hugging Face folder layout.
 """
 
-import json
+import re
 import time
 from pathlib import Path
 
@@ -13,50 +13,18 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from bertforge.errors import BertforgeError, where
+from .encoding import Encoding
+from .errors import BertforgeError
+from .io import atomic_path, check_output, read_json, read_text, text_files, write_json, write_text_atomic
+from .options import count
+from .vocab import SPECIAL_NAMES, SPECIAL_TOKENS, looks_uncased, read_vocab, vocab_of_pipeline
 
-SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 MAX_CHARS_PER_WORD = 100  # longer words become [UNK]
 DEFAULT_MAX_LENGTH = 512  # the position embeddings of every released BERT
 
 PADDING = (False, True, "longest", "max_length")
 TRUNCATION = (False, True, "longest_first", "only_first", "only_second")
 TENSORS = (None, "pt", "np")
-
-
-def read_text(path, encoding="utf-8") -> str:
-    """A whole text file, with a decoding error reported by file and byte offset."""
-    path = Path(path)
-    try:
-        return path.read_bytes().decode(encoding)
-    except FileNotFoundError:
-        raise BertforgeError(f"{path}: file not found") from None
-    except UnicodeDecodeError as e:
-        raise BertforgeError(
-            f"{path}: not valid {encoding} at byte {e.start} ({e.object[e.start:e.start + 1]!r}); "
-            f"pass the file's encoding (e.g. encoding='latin-1')"
-        ) from None
-
-
-def read_vocab(path) -> dict[str, int]:
-    """vocab.txt: one token per line, id = line number."""
-    path = Path(path)
-    if not path.is_file():
-        raise BertforgeError(f"{path}: vocabulary file not found")
-    # Lines end at \n, \r\n or \r, as in Python's text mode (and so transformers' load_vocab); other Unicode
-    # line breaks can be part of a token.
-    lines = read_text(path).replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    vocab = {}
-    for line_no, token in enumerate(lines, start=1):
-        if token in vocab:
-            raise BertforgeError(f"{where(path, line_no)}: token {token!r} already on line {vocab[token] + 1}")
-        vocab[token] = line_no - 1
-    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-    if missing:
-        raise BertforgeError(f"{path}: vocabulary lacks the special tokens {' '.join(missing)}")
-    return vocab
 
 
 def build_backend(vocab: dict[str, int], lowercase: bool) -> Tokenizer:
@@ -79,21 +47,30 @@ def build_backend(vocab: dict[str, int], lowercase: bool) -> Tokenizer:
     return backend
 
 
-def looks_uncased(vocab) -> bool:
-    """True when no ordinary token would change under lower-casing ([PAD], [unused0] and the like aside)."""
-    return not any(t != t.lower() for t in vocab if not (t.startswith("[") and t.endswith("]")))
+def casing_from_name(name: str) -> bool | None:
+    """True where a checkpoint's name says uncased, False where it says cased (Google's `uncased_L-12_H-768_A-12`,
+    `multi_cased_L-12_H-768_A-12`, the reference's `bert-base-cased`), None where it says neither."""
+    words = re.split(r"[^a-z]+", name.lower())
+    return True if "uncased" in words else False if "cased" in words else None
 
 
-class Encoding(dict):
-    """input_ids, token_type_ids, attention_mask (and offset_mapping, special_tokens_mask when asked)."""
+def casing_contradiction(source, trained_lower: bool, why: str, setting: str) -> BertforgeError:
+    trained = "uncased" if trained_lower else "cased"
+    return BertforgeError(f"{source}: the checkpoint was trained {trained} ({why}); {setting} contradicts it")
 
-    def __init__(self, data, word_ids):
-        super().__init__(data)
-        self._word_ids = word_ids
 
-    def word_ids(self, batch_index=0) -> list[int | None]:
-        """For each token, the index of the word it came from in its own text; None for special tokens and padding."""
-        return self._word_ids[batch_index]
+def google_casing(vocab_file: Path, vocab) -> tuple[bool, str]:
+    """The casing of one of Google's checkpoint folders (which have no tokenizer_config.json): from its name,
+    which must agree with the vocabulary (an uncased one has no capitals), else from the vocabulary; and why."""
+    by_vocab = looks_uncased(vocab)
+    vocab_says = f"{vocab_file.name} has {'no ' if by_vocab else ''}capitals"
+    by_name = casing_from_name(vocab_file.parent.name)
+    if by_name is None:
+        return by_vocab, vocab_says
+    name_says = f"its name {vocab_file.parent.name!r} says so"
+    if by_name != by_vocab:
+        raise casing_contradiction(vocab_file.parent, by_name, name_says, f"{vocab_says}, which")
+    return by_name, name_says
 
 
 class BertTokenizer:
@@ -102,6 +79,8 @@ class BertTokenizer:
         if missing:
             raise BertforgeError(f"vocabulary lacks the special tokens {' '.join(missing)}")
         self._vocab = dict(vocab)
+        self._added: dict[str, int] = {}  # add_tokens: matched whole before WordPiece, ids after the vocabulary
+        self._given = set(SPECIAL_TOKENS)  # every token added to the pipeline, new or in the vocabulary
         self._id_to_token = {i: t for t, i in self._vocab.items()}
         self._backend = build_backend(self._vocab, do_lower_case)
         self.do_lower_case = do_lower_case
@@ -112,24 +91,31 @@ class BertTokenizer:
 
     @classmethod
     def from_pretrained(cls, path, do_lower_case: bool | None = None) -> "BertTokenizer":
-        """From a folder holding vocab.txt (and maybe tokenizer_config.json), or from a vocab.txt file."""
+        """From a folder holding vocab.txt or tokenizer.json (as transformers 5 saves it), maybe with
+        tokenizer_config.json; or from a vocab.txt or tokenizer.json file. Tokens added with add_tokens (in
+        tokenizer.json) come back too."""
         path = Path(path)
         vocab_file = path / "vocab.txt" if path.is_dir() else path
-        vocab = read_vocab(vocab_file)
+        json_file = vocab_file.parent / "tokenizer.json" if vocab_file.name != "tokenizer.json" else vocab_file
+        pipeline = read_json(json_file) if json_file.is_file() else None
+        if vocab_file.is_file() and vocab_file.name != "tokenizer.json":
+            vocab = read_vocab(vocab_file)
+        elif pipeline is not None:
+            vocab = vocab_of_pipeline(json_file, pipeline)
+        else:
+            raise BertforgeError(f"{vocab_file}: vocabulary file not found (nor {json_file})")
         config_file = vocab_file.parent / "tokenizer_config.json"
-        config = {}
-        if config_file.is_file():
-            try:
-                config = json.loads(read_text(config_file))
-            except json.JSONDecodeError as e:
-                raise BertforgeError(f"{where(config_file, e.lineno)}: invalid JSON: {e.msg}") from None
+        config = read_json(config_file) if config_file.is_file() else {}
         trained_lower = config.get("do_lower_case")
+        source, why = config_file, f"do_lower_case={str(trained_lower).lower()}"
+        if trained_lower is None and pipeline is not None:
+            trained_lower = (pipeline.get("normalizer") or {}).get("lowercase")
+            source, why = json_file, f"its normalizer has lowercase={str(trained_lower).lower()}"
+        if trained_lower is None and (vocab_file.parent / "bert_config.json").is_file():
+            trained_lower, why = google_casing(vocab_file, vocab)
+            source = vocab_file.parent
         if trained_lower is not None and do_lower_case is not None and do_lower_case != trained_lower:
-            trained = "uncased" if trained_lower else "cased"
-            raise BertforgeError(
-                f"{config_file}: the checkpoint was trained {trained} (do_lower_case={str(trained_lower).lower()}); "
-                f"do_lower_case={do_lower_case} contradicts it"
-            )
+            raise casing_contradiction(source, trained_lower, why, f"do_lower_case={do_lower_case}")
         if do_lower_case is None:
             do_lower_case = trained_lower if trained_lower is not None else looks_uncased(vocab)
         for option, supported in (("strip_accents", do_lower_case), ("tokenize_chinese_chars", True)):
@@ -139,22 +125,30 @@ class BertTokenizer:
         max_length = config.get("model_max_length", DEFAULT_MAX_LENGTH)
         if max_length > 1_000_000:  # transformers writes int(1e30) for "no limit"
             max_length = DEFAULT_MAX_LENGTH
-        return cls(vocab, do_lower_case, max_length)
+        tokenizer = cls(vocab, do_lower_case, max_length)
+        added = sorted((t["id"], t["content"], t.get("special", False))
+                       for t in (pipeline or {}).get("added_tokens", []) if t["id"] >= len(vocab))
+        for i, (token_id, token, special) in enumerate(added):
+            if token_id != len(vocab) + i:
+                raise BertforgeError(f"{json_file}: added token {token!r} has id {token_id}, expected {len(vocab) + i}")
+            tokenizer.add_tokens([token], special_tokens=special)
+        return tokenizer
 
     def save_pretrained(self, out_dir):
         """Write vocab.txt, tokenizer.json, tokenizer_config.json and special_tokens_map.json (Hugging Face layout)."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         tokens = sorted(self._vocab, key=self._vocab.get)
-        (out_dir / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
-        self._backend.save(str(out_dir / "tokenizer.json"))
-        special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
-                   "mask_token": "[MASK]"}
+        # Tokens added with add_tokens are kept in tokenizer.json, as transformers keeps them.
+        write_text_atomic(out_dir / "vocab.txt", "".join(t + "\n" for t in tokens))
+        with atomic_path(out_dir / "tokenizer.json") as tmp:
+            self._backend.save(str(tmp))
+        special = SPECIAL_NAMES
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.do_lower_case,
                   "model_max_length": self.model_max_length, "tokenize_chinese_chars": True,
                   "strip_accents": None, **special}
-        (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        (out_dir / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n", encoding="utf-8")
+        write_json(out_dir / "tokenizer_config.json", config)
+        write_json(out_dir / "special_tokens_map.json", special)
 
     @property
     def vocab(self) -> dict[str, int]:
@@ -163,10 +157,43 @@ class BertTokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """The WordPiece vocabulary, without the tokens added with add_tokens (as transformers)."""
         return len(self._vocab)
 
     def __len__(self) -> int:
-        return len(self._vocab)
+        return len(self._vocab) + len(self._added)
+
+    def get_vocab(self) -> dict[str, int]:
+        """token -> id, the added tokens included: a copy."""
+        return {**self._vocab, **self._added}
+
+    def add_tokens(self, new_tokens, special_tokens: bool = False) -> int:
+        """Tokens matched whole in a text before WordPiece, with the next free ids; returns how many were not
+        added before (as transformers: a token already in the vocabulary counts, and keeps its id).
+        Give the model room for them with `model.resize_token_embeddings(len(tokenizer))`."""
+        new_tokens = [new_tokens] if isinstance(new_tokens, str) else list(new_tokens)
+        (self._backend.add_special_tokens if special_tokens else self._backend.add_tokens)(new_tokens)
+        fresh = [t for t in dict.fromkeys(new_tokens) if t not in self._given]
+        self._given.update(fresh)
+        for token in fresh:
+            if token not in self._vocab and token not in self._added:
+                self._added[token] = self._backend.token_to_id(token)
+                self._id_to_token[self._added[token]] = token
+        return len(fresh)
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        return list(SPECIAL_NAMES.values())
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return [self._vocab[t] for t in SPECIAL_NAMES.values()]
+
+    pad_token = property(lambda self: "[PAD]")
+    unk_token = property(lambda self: "[UNK]")
+    cls_token = property(lambda self: "[CLS]")
+    sep_token = property(lambda self: "[SEP]")
+    mask_token = property(lambda self: "[MASK]")
 
     @property
     def backend_tokenizer(self) -> Tokenizer:
@@ -176,11 +203,14 @@ class BertTokenizer:
         """
         return self._backend
 
-    def __call__(self, text, text_pair=None, *, padding=False, truncation=False, max_length=None,
-                 return_tensors=None, return_offsets_mapping=False, return_special_tokens_mask=False,
-                 add_special_tokens=True) -> Encoding:
-        single = isinstance(text, str)
-        texts, pairs = check_texts(text, text_pair)
+    def __call__(self, text, text_pair=None, *, padding=False, truncation=False, max_length=None, stride=0,
+                 is_split_into_words=False, pad_to_multiple_of=None, return_tensors=None, return_token_type_ids=None,
+                 return_attention_mask=None, return_overflowing_tokens=False, return_offsets_mapping=False,
+                 return_special_tokens_mask=False, add_special_tokens=True) -> Encoding:
+        """As transformers' tokenizers. `is_split_into_words`: each text is a list of words. With truncation,
+        `return_overflowing_tokens` returns the rest of each text as more rows (windows overlapping by `stride`
+        tokens, for a pair in the text that is truncated) and `overflow_to_sample_mapping`, each row's text."""
+        texts, pairs, single = check_texts(text, text_pair, words=is_split_into_words)
         if padding not in PADDING:
             raise BertforgeError(f"padding must be one of {PADDING}, got {padding!r}")
         if truncation not in TRUNCATION:
@@ -189,29 +219,34 @@ class BertTokenizer:
             raise BertforgeError(f"return_tensors must be one of {TENSORS}, got {return_tensors!r}")
         if max_length is None and (truncation or padding == "max_length"):
             max_length = self.model_max_length
+        if truncation and padding and pad_to_multiple_of and max_length % pad_to_multiple_of:
+            raise BertforgeError(f"max_length={max_length} (truncation) is not a multiple of "
+                                 f"pad_to_multiple_of={pad_to_multiple_of} (padding)")
 
-        firsts = self._encode_distinct(texts)
-        seconds = [None] * len(texts) if pairs is None else self._encode_distinct(pairs)
-        rows = []
-        for first, second in zip(firsts, seconds):
-            n1, n2 = len(first), 0 if second is None else len(second)
-            if truncation:
-                n_special = (2 if second is None else 3) if add_special_tokens else 0
-                n1, n2 = truncated_lengths(n1, n2, second is not None, max_length - n_special, truncation, max_length)
-            rows.append(self._join(first, n1, second, n2, add_special_tokens))
+        if return_overflowing_tokens and truncation:
+            rows, sample_of_row = self._windows(texts, pairs, max_length, stride, truncation, add_special_tokens,
+                                                is_split_into_words)
+        else:
+            rows = self._rows(texts, pairs, truncation, max_length, add_special_tokens, is_split_into_words)
+            sample_of_row = list(range(len(rows)))
 
         if padding:
             length = max_length if padding == "max_length" else max((len(r["input_ids"]) for r in rows), default=0)
+            if pad_to_multiple_of:
+                length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
             pad_values = {"input_ids": self.pad_token_id, "token_type_ids": 0, "attention_mask": 0,
-                          "offset_mapping": (0, 0), "special_tokens_mask": 1, "word_ids": None}
+                          "offset_mapping": (0, 0), "special_tokens_mask": 1, "word_ids": None, "sequence_ids": None}
             for row in rows:
                 missing = length - len(row["input_ids"])
                 for key, value in pad_values.items():
                     row[key] += [value] * missing
 
-        keys = ["input_ids", "token_type_ids", "attention_mask"]
+        keys = ["input_ids"] + ["token_type_ids"] * (return_token_type_ids is not False)
+        keys += ["attention_mask"] * (return_attention_mask is not False)
         keys += ["offset_mapping"] * return_offsets_mapping + ["special_tokens_mask"] * return_special_tokens_mask
         data = {key: [row[key] for row in rows] for key in keys}
+        if return_overflowing_tokens:
+            data["overflow_to_sample_mapping"] = sample_of_row
         if return_tensors:
             if len({len(ids) for ids in data["input_ids"]}) > 1:
                 raise BertforgeError("texts encode to different lengths; pass padding=True to return tensors")
@@ -219,20 +254,56 @@ class BertTokenizer:
                 data = {key: torch.tensor(value, dtype=torch.long) for key, value in data.items()}
             else:
                 data = {key: np.array(value, dtype=np.int64) for key, value in data.items()}
-        elif single:
+        elif single and not return_overflowing_tokens:
             data = {key: value[0] for key, value in data.items()}
-        return Encoding(data, [row["word_ids"] for row in rows])
+        return Encoding(data, [{"word_ids": r["word_ids"], "sequence_ids": r["sequence_ids"],
+                                "offsets": r["offset_mapping"]} for r in rows])
 
-    def _encode_distinct(self, texts: list[str]) -> list:
+    def _rows(self, texts, pairs, truncation, max_length, add_special_tokens, words: bool) -> list[dict]:
+        firsts = self._encode_distinct(texts, words)
+        seconds = [None] * len(texts) if pairs is None else self._encode_distinct(pairs, words)
+        rows = []
+        for first, second in zip(firsts, seconds):
+            n1, n2 = len(first), 0 if second is None else len(second)
+            if truncation:
+                n_special = (2 if second is None else 3) if add_special_tokens else 0
+                n1, n2 = truncated_lengths(n1, n2, second is not None, max_length - n_special, truncation, max_length)
+            rows.append(self._join(first, n1, second, n2, add_special_tokens))
+        return rows
+
+    def _windows(self, texts, pairs, max_length, stride, truncation, add_special_tokens, words: bool):
+        """Rows of at most max_length tokens covering each text, by the `tokenizers` truncation transformers'
+        fast tokenizers use (so the windows are theirs); and the text of each row."""
+        backend = Tokenizer.from_str(self._backend.to_str())
+        strategy = "longest_first" if truncation is True else truncation
+        backend.enable_truncation(max_length, stride=stride, strategy=strategy)
+        inputs = texts if pairs is None else list(zip(texts, pairs))
+        try:
+            encodings = backend.encode_batch(inputs, is_pretokenized=words, add_special_tokens=add_special_tokens)
+        except Exception as e:  # the library's error for a window that cannot hold the stride, say
+            raise BertforgeError(f"cannot cut windows of max_length={max_length}, stride={stride}: {e}") from None
+        rows, sample_of_row = [], []
+        for i, encoding in enumerate(encodings):
+            for e in (encoding, *encoding.overflowing):
+                rows.append({"input_ids": e.ids, "token_type_ids": e.type_ids, "attention_mask": e.attention_mask,
+                             "offset_mapping": e.offsets, "special_tokens_mask": e.special_tokens_mask,
+                             "word_ids": e.word_ids, "sequence_ids": e.sequence_ids})
+                sample_of_row.append(i)
+        return rows, sample_of_row
+
+    def _encode_distinct(self, texts: list, words: bool = False) -> list:
         """Encodings without special tokens, each distinct text encoded once (QA pairs repeat a context)."""
-        distinct = list(dict.fromkeys(texts))
-        encoded = dict(zip(distinct, self._backend.encode_batch(distinct, add_special_tokens=False)))
-        return [encoded[t] for t in texts]
+        keys = [tuple(t) if words else t for t in texts]
+        distinct = list(dict.fromkeys(keys))
+        inputs = [list(t) for t in distinct] if words else distinct
+        encoded = dict(zip(distinct, self._backend.encode_batch(inputs, is_pretokenized=words,
+                                                               add_special_tokens=False)))
+        return [encoded[t] for t in keys]
 
     def _join(self, first, n1: int, second, n2: int, add_special_tokens: bool) -> dict[str, list]:
         """[CLS] A [SEP] B [SEP] from the first n1 tokens of A and n2 of B; segment 1 starts after the first [SEP]."""
         row = {"input_ids": [], "token_type_ids": [], "attention_mask": [], "offset_mapping": [],
-               "special_tokens_mask": [], "word_ids": []}
+               "special_tokens_mask": [], "word_ids": [], "sequence_ids": []}
 
         def add(ids, segment, offsets, special, word_ids):
             row["input_ids"] += ids
@@ -241,6 +312,7 @@ class BertTokenizer:
             row["offset_mapping"] += offsets
             row["special_tokens_mask"] += [special] * len(ids)
             row["word_ids"] += word_ids
+            row["sequence_ids"] += [None if special else segment] * len(ids)
 
         def add_special(token_id, segment):
             if add_special_tokens:
@@ -262,14 +334,18 @@ class BertTokenizer:
         check_texts(text, text_pair, batch=False)
         return self(text, text_pair, **kw)["input_ids"]
 
-    def decode(self, ids, skip_special_tokens=True) -> str:
+    def decode(self, ids, skip_special_tokens=False) -> str:
         return self._backend.decode(as_list(ids), skip_special_tokens=skip_special_tokens)
+
+    def batch_decode(self, sequences, skip_special_tokens=False) -> list[str]:
+        return self._backend.decode_batch([as_list(ids) for ids in as_list(sequences)],
+                                          skip_special_tokens=skip_special_tokens)
 
     def convert_tokens_to_ids(self, tokens):
         """A token or a list of tokens; unknown tokens map to [UNK]."""
         if isinstance(tokens, str):
-            return self._vocab.get(tokens, self.unk_token_id)
-        return [self._vocab.get(t, self.unk_token_id) for t in tokens]
+            return self._vocab.get(tokens, self._added.get(tokens, self.unk_token_id))
+        return [self._vocab.get(t, self._added.get(t, self.unk_token_id)) for t in tokens]
 
     def convert_ids_to_tokens(self, ids):
         """An id or a list (or tensor) of ids."""
@@ -280,29 +356,38 @@ class BertTokenizer:
 
     def _token(self, i: int) -> str:
         if i not in self._id_to_token:
-            raise BertforgeError(f"token id {i} is outside the vocabulary (size {len(self._vocab)})")
+            raise BertforgeError(f"token id {i} is outside the vocabulary (size {len(self)})")
         return self._id_to_token[i]
 
 
-def check_texts(text, text_pair, batch=True) -> tuple[list[str], list[str] | None]:
-    """The texts (and pair texts) as lists, or a BertforgeError naming the argument that is not a string."""
-    if isinstance(text, str):
-        if text_pair is not None and not isinstance(text_pair, str):
-            raise BertforgeError(f"text_pair is {type(text_pair).__name__}, expected str (as text is)")
-        return [text], None if text_pair is None else [text_pair]
+def check_texts(text, text_pair, batch=True, words=False) -> tuple[list, list | None, bool]:
+    """The texts (and pair texts) as lists, and whether one text was given; or a BertforgeError naming the
+    argument that is not a string. With `words` (is_split_into_words), a text is a list of words."""
+    def one(value):
+        return is_words(value) if words else isinstance(value, str)
+
+    kind = "list of str (words)" if words else "str"
+    if one(text):
+        if text_pair is not None and not one(text_pair):
+            raise BertforgeError(f"text_pair is {type(text_pair).__name__}, expected {kind} (as text is)")
+        return [text], None if text_pair is None else [text_pair], True
     if not batch or not isinstance(text, (list, tuple)):
-        raise BertforgeError(f"text is {type(text).__name__}, expected str" + (" or list of str" if batch else ""))
+        raise BertforgeError(f"text is {type(text).__name__}, expected {kind}" + (" or a list of them" * batch))
     for name, values in (("text", text), ("text_pair", text_pair)):
         if values is None:
             continue
         if not isinstance(values, (list, tuple)):
-            raise BertforgeError(f"{name} is {type(values).__name__}, expected list of str (as text is)")
+            raise BertforgeError(f"{name} is {type(values).__name__}, expected a list of {kind} (as text is)")
         for i, value in enumerate(values):
-            if not isinstance(value, str):
-                raise BertforgeError(f"{name}[{i}] is {type(value).__name__}, expected str")
+            if not one(value):
+                raise BertforgeError(f"{name}[{i}] is {type(value).__name__}, expected {kind}")
     if text_pair is not None and len(text_pair) != len(text):
         raise BertforgeError(f"text has {len(text)} items but text_pair has {len(text_pair)}")
-    return list(text), None if text_pair is None else list(text_pair)
+    return list(text), None if text_pair is None else list(text_pair), False
+
+
+def is_words(value) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(w, str) for w in value)
 
 
 def truncated_lengths(n1: int, n2: int, is_pair: bool, budget: int, strategy, max_length: int) -> tuple[int, int]:
@@ -337,33 +422,25 @@ def as_list(ids):
     return ids.tolist() if hasattr(ids, "tolist") else ids
 
 
-def find_text_files(files) -> list[Path]:
-    """Files as given, and inside folders every *.txt or extensionless file (hidden ones aside), sorted."""
-    found = []
-    for f in map(Path, files):
-        if f.is_dir():
-            found += sorted(p for p in f.rglob("*") if p.is_file() and p.suffix in ("", ".txt")
-                            and not p.name.startswith("."))
-        elif f.is_file():
-            found.append(f)
-        else:
-            raise BertforgeError(f"{f}: no such file or folder")
-    if not found:
-        raise BertforgeError(f"no text files (*.txt or without extension) in {' '.join(map(str, files))}")
-    return found
-
-
 def train_vocab(files, vocab_size=30522, out_dir=None, lowercase=True, min_frequency=2, limit_alphabet=1000,
                 encoding="utf-8") -> BertTokenizer:
     """Train a WordPiece vocabulary; special tokens take ids 0-4. Saved with save_pretrained when out_dir is given."""
-    paths = find_text_files(files)
+    paths, _ = text_files(files)
+    if not paths:
+        raise BertforgeError(f"no text files (*.txt, *.raw, *.text) in {' '.join(map(str, files))}")
     backend = build_backend({}, lowercase)
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
         special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##", show_progress=False,
     )
     backend.train_from_iterator((read_text(p, encoding) for p in paths), trainer)
-    tokenizer = BertTokenizer(backend.get_vocab(), do_lower_case=lowercase)
+    vocab = backend.get_vocab()
+    if len(vocab) == len(SPECIAL_TOKENS):
+        raise BertforgeError(f"{' '.join(map(str, files))}: no text to learn a vocabulary from (only whitespace)")
+    if len(vocab) > vocab_size:
+        raise BertforgeError(f"--vocab-size {vocab_size} is below what the corpus needs: its alphabet and the "
+                             f"{len(SPECIAL_TOKENS)} special tokens take {len(vocab)} entries")
+    tokenizer = BertTokenizer(vocab, do_lower_case=lowercase)
     if out_dir is not None:
         tokenizer.save_pretrained(out_dir)
     return tokenizer
@@ -373,17 +450,17 @@ def add_tokenizer_arguments(parser):
     sub = parser.add_subparsers(dest="tokenizer_command", required=True)
     train = sub.add_parser("train", help="train a WordPiece vocabulary on text files")
     train.add_argument("--files", nargs="+", required=True, help="text files or folders (*.txt, no extension)")
-    train.add_argument("--vocab-size", type=int, default=30522)
+    train.add_argument("--vocab-size", type=count(len(SPECIAL_TOKENS) + 1), default=30522)
     train.add_argument("--out", required=True, help="folder for vocab.txt, tokenizer.json, tokenizer_config.json")
     train.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case)")
-    train.add_argument("--min-frequency", type=int, default=2)
+    train.add_argument("--min-frequency", type=count(1), default=2)
     train.add_argument("--encoding", default="utf-8", help="encoding of the text files")
     encode = sub.add_parser("encode", help="show how a text (or text pair) is tokenized")
     encode.add_argument("--vocab", required=True, help="vocab.txt or a checkpoint folder")
     case = encode.add_mutually_exclusive_group()
     case.add_argument("--cased", dest="do_lower_case", action="store_false", default=None)
     case.add_argument("--uncased", dest="do_lower_case", action="store_true", default=None)
-    encode.add_argument("--max-length", type=int, help="truncate the input to this many tokens")
+    encode.add_argument("--max-length", type=count(2), help="truncate the input to this many tokens")
     encode.add_argument("text")
     encode.add_argument("text_pair", nargs="?")
 
@@ -393,6 +470,7 @@ SAMPLES = ["The quick brown fox jumps over the lazy dog.", "Tokenization splits 
 
 def run_tokenizer(args) -> int:
     if args.tokenizer_command == "train":
+        check_output(args.out, "--out", inputs=args.files)
         t0 = time.time()
         tokenizer = train_vocab(args.files, args.vocab_size, args.out, lowercase=not args.cased,
                                 min_frequency=args.min_frequency, encoding=args.encoding)

@@ -1,10 +1,10 @@
 """The one training loop that pre-training and fine-tuning share.
 
-A job supplies a `Task`: the batch for a given step (a deterministic function of the step, so that a resumed
-run sees exactly the data an uninterrupted one would), how many units each loss term averages over, an
-evaluation, and how to save the model. The loop does the rest: AdamW with warm-up and linear decay, gradient
-accumulation, clipping, bf16 autocast, DDP, a JSONL log, progress with rate and ETA, atomic checkpoints,
-exact resume, and a clean stop on SIGINT/SIGTERM.
+A job (pre-training, or fine-tuning on a task) supplies a `TrainingJob`: the batch for a given step (a
+deterministic function of the step, so that a resumed run sees exactly the data an uninterrupted one would),
+how many units each loss term averages over, an evaluation, and how to save the model. The loop does the
+rest: AdamW with warm-up and linear decay, gradient accumulation, clipping, bf16 autocast, DDP, a JSONL log,
+progress with rate and ETA, atomic checkpoints, exact resume, and a clean stop on SIGINT/SIGTERM.
 
 Losses are combined so that the result does not depend on how a global batch is split across processes and
 accumulation steps: each term (e.g. masked-LM, averaged over masked tokens) is weighted by its units in the
@@ -29,35 +29,48 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
-from .checkpoint import write_text_atomic
+from .io import atomic_path, read_text, remove_folder, replace_folder, write_text_atomic
 from .errors import BertforgeError
 from .optim import linear_schedule, make_optimizer
+from .options import count, fraction_or_steps, positive, torch_device
 
 STATE_FILE = "training_state.pt"
+COMPLETE = "COMPLETE"  # written last into a checkpoint folder: a folder without it is not a checkpoint
 
 log = logging.getLogger("bertforge")
 
 
+def option(default, help: str | None = None, **flag):
+    """A TrainArgs field; with `help` it is also a command-line flag (see options.add_training_arguments)."""
+    return field(default=default, metadata={"help": help, **flag} if help else {})
+
+
 @dataclass
 class TrainArgs:
+    """The training options: the one definition that `pretrain`, `finetune`, the demo and their flags share.
+    A command's own defaults (the paper's pre-training and fine-tuning recipes differ) are passed beside it."""
+
     out: Path
-    steps: int
-    batch_size: int  # global: all processes and accumulation steps together
-    lr: float
-    warmup: float = 0.1  # a fraction of the steps when below 1, else a number of steps
-    weight_decay: float = 0.01
-    adam_eps: float = 1e-6
-    bias_correction: bool = True  # False: Google's Adam without bias correction
-    max_grad_norm: float = 1.0
-    grad_accum: int = 1
-    bf16: bool = False
-    seed: int = 0
-    log_every: int = 1
-    eval_every: int = 0
-    save_every: int = 0
-    keep: int = 2  # step checkpoints kept on disk (the final and best ones are extra)
-    resume: bool = False
-    progress: bool = True
+    steps: int = option(1000, "optimizer steps", type=count(1))
+    batch_size: int = option(32, "global batch, all processes and accumulation steps together", type=count(1))
+    lr: float = option(1e-4, "peak learning rate", type=positive)
+    warmup: float = option(0.1, "warm-up: a fraction of the steps (<1) or a number of steps", type=fraction_or_steps)
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)")
+    adam_eps: float = option(1e-6, "Adam epsilon", type=positive)
+    bias_correction: bool = option(True, "Adam without bias correction, as Google's code", flag="--google-adam",
+                                   inverse=True)
+    max_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)")
+    grad_accum: int = option(1, "split each process's share of a batch into this many passes", type=count(1))
+    bf16: bool = option(False, "bfloat16 autocast (AMX on recent CPUs, tensor cores on GPUs)")
+    seed: int = option(0, "random seed (data order, dropout, new weights)")
+    log_every: int = option(1, "write a metrics.jsonl row every N steps", type=count(1))
+    eval_every: int = option(0, "evaluate on held-out data every N steps (0: never)")
+    save_every: int = option(0, "write a resumable checkpoint every N steps (0: only at the end)")
+    keep: int = option(2, "step checkpoints kept on disk (final/ and best/ are extra)", type=count(1))
+    resume: bool = option(False, "continue from the run's latest checkpoint")
+    overwrite: bool = option(False, "start over in a run folder that holds an earlier run (its checkpoints go)")
+    progress: bool = option(True, "no progress bar", flag="--no-progress", inverse=True)
+    device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when present)", type=torch_device)
     extra: dict = field(default_factory=dict)  # recorded in the run's args.json, not used by the loop
 
     @property
@@ -65,7 +78,9 @@ class TrainArgs:
         return int(self.warmup * self.steps) if self.warmup < 1 else int(self.warmup)
 
 
-class Task(Protocol):
+class TrainingJob(Protocol):
+    """What the loop trains on: pre-training or a fine-tuning job (see the module docstring)."""
+
     loss_units: dict[str, Callable[[dict], int]]  # output loss key -> units its mean is over in a batch
     best_metric: str | None  # evaluation figure that picks RUN/best (higher is better), or None
 
@@ -116,23 +131,42 @@ def step_folder(out: Path, step: int) -> Path:
 
 
 def latest_checkpoint(out: Path) -> Path | None:
-    done = sorted(p for p in out.glob("step-*") if (p / STATE_FILE).is_file())
+    """The newest step checkpoint that was written to the end (its COMPLETE marker is written last)."""
+    done = sorted(p for p in out.glob("step-*") if (p / COMPLETE).is_file() and (p / STATE_FILE).is_file())
     return done[-1] if done else None
 
 
-def replace_folder(tmp: Path, final: Path):
-    """Move a fully written folder into place; an older folder of that name goes only after."""
-    old = final.with_name(f".{final.name}.old")
-    if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        final.rename(old)
-    tmp.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
+RUN_FILES = ("metrics.jsonl", "eval_results.json")  # with step-*/, final/ and best/: what a run leaves
+
+
+def earlier_run(out: Path) -> list[str]:
+    """What an earlier run left in `out`."""
+    left = [p.name for p in (*out.glob("step-*"), out / "final", out / "best") if p.is_dir()]
+    return sorted(left) + [name for name in RUN_FILES if (out / name).is_file()]
+
+
+def check_run_folder(args: "TrainArgs"):
+    """--resume needs a checkpoint to resume; a new run does not start over an earlier one unless told to."""
+    if args.resume:
+        if latest_checkpoint(args.out) is None:
+            raise BertforgeError(f"{args.out}: nothing to resume (no complete checkpoint with its training state); "
+                                 "start without --resume")
+        return
+    left = earlier_run(args.out) if args.out.is_dir() else []
+    if left and not args.overwrite:
+        raise BertforgeError(f"{args.out}: holds an earlier run ({', '.join(left[:4])}); continue it with --resume, "
+                             "or start over with --overwrite")
+    for name in left:
+        remove_folder(args.out / name) if (args.out / name).is_dir() else (args.out / name).unlink()
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped the run after it saved a checkpoint (the CLI exits 130 with this message)."""
 
 
 class Checkpointer:
-    def __init__(self, args: TrainArgs, task: Task, ctx: Dist):
-        self.args, self.task, self.ctx = args, task, ctx
+    def __init__(self, args: TrainArgs, job: TrainingJob, ctx: Dist):
+        self.args, self.job, self.ctx = args, job, ctx
 
     def rng_states(self) -> list[dict]:
         state = {"torch": torch.get_rng_state()}
@@ -153,14 +187,20 @@ class Checkpointer:
         tmp = final.with_name(f".{final.name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self.task.save(model, tmp)
-        if full:
-            torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                        "rng": rngs}, tmp / STATE_FILE)
+        try:
+            self.job.save(model, tmp)
+            if full:
+                with atomic_path(tmp / STATE_FILE) as path:
+                    torch.save({"step": step, "optimizer": optimizer.state_dict(),
+                                "scheduler": scheduler.state_dict(), "rng": rngs}, path)
+            write_text_atomic(tmp / COMPLETE, f"step {step}\n")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # the last complete checkpoint stays as it was
+            raise
         replace_folder(tmp, final)
         if full and name is None:
             for old in sorted(self.args.out.glob("step-*"))[:-self.args.keep]:
-                shutil.rmtree(old, ignore_errors=True)
+                remove_folder(old)
 
     def restore(self, model, optimizer, scheduler) -> int:
         """Load the latest complete checkpoint; returns the step to continue from (0 if none)."""
@@ -188,17 +228,25 @@ class Checkpointer:
 
 
 class MetricsLog:
-    """RUN/metrics.jsonl, one object per logged step; on resume, rows past the checkpoint are dropped."""
+    """RUN/metrics.jsonl, one object per logged step; on resume, rows past the checkpoint are dropped (and a
+    last line torn by a kill), and `rows` holds those kept."""
 
     def __init__(self, path: Path, start_step: int, enabled: bool):
-        self.path, self.enabled = path, enabled
+        self.path, self.enabled, self.rows = path, enabled, []
         if not enabled:
             return
-        rows = []
         if start_step and path.exists():
-            rows = [r for r in path.read_text(encoding="utf-8").splitlines()
-                    if r.strip() and json.loads(r)["step"] <= start_step]
-        write_text_atomic(path, "".join(r + "\n" for r in rows))
+            lines = [line for line in read_text(path).split("\n") if line.strip()]
+            for n, line in enumerate(lines, 1):
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    if n == len(lines):
+                        break  # the line being written when the run was killed
+                    raise BertforgeError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+                if row.get("step", 0) <= start_step:
+                    self.rows.append(row)
+        write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in self.rows))
 
     def write(self, row: dict):
         if self.enabled:
@@ -235,14 +283,12 @@ def split_rows(batch: dict, parts: int) -> list[dict]:
 
 
 def trim(batch: dict) -> dict:
-    """Drop padding columns past the longest row (keys whose second axis is the sequence)."""
+    """Drop padding positions past the longest sequence from the tensors laid out as the attention mask."""
     mask = batch.get("attention_mask")
-    if mask is None or mask.dim() != 2:
+    if mask is None:
         return batch
-    longest = int(mask.sum(1).max())
-    length = mask.shape[1]
-    return {k: v[:, :longest] if v.dim() >= 2 and v.shape[1] == length and k != "choice_mask" else v
-            for k, v in batch.items()}
+    longest = int(mask.sum(-1).max())
+    return {k: v[..., :longest] if v.shape == mask.shape else v for k, v in batch.items()}
 
 
 def warn_if_bf16_is_emulated(device: torch.device):
@@ -263,18 +309,21 @@ def bound_heap_growth():
         pass
 
 
-def fit(model: nn.Module, task: Task, args: TrainArgs, ctx: Dist | None = None) -> dict:
-    """Train `model` on `task`; returns the last evaluation (empty if none ran)."""
+def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = None) -> dict:
+    """Train `model` on `job`; returns the last evaluation (empty if none ran). A stop asked for by SIGINT or
+    SIGTERM saves a checkpoint and raises `Interrupted`."""
     ctx = ctx or Dist()
     bound_heap_growth()
     if args.bf16 and ctx.main:
         warn_if_bf16_is_emulated(ctx.device)
+    if ctx.main:
+        check_run_folder(args)
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed + ctx.rank)
     model.to(ctx.device)
     optimizer = make_optimizer(model, args.lr, args.weight_decay, args.adam_eps, bias_correction=args.bias_correction)
     scheduler = linear_schedule(optimizer, args.warmup_steps, args.steps)
-    ckpt = Checkpointer(args, task, ctx)
+    ckpt = Checkpointer(args, job, ctx)
     start = ckpt.restore(model, optimizer, scheduler) if args.resume else 0
     if ctx.main:
         write_text_atomic(args.out / "args.json", json.dumps(asdict(args), indent=2, default=str) + "\n")
@@ -283,22 +332,23 @@ def fit(model: nn.Module, task: Task, args: TrainArgs, ctx: Dist | None = None) 
     stop = StopRequest()
     bar = tqdm(total=args.steps, initial=start, disable=not (args.progress and ctx.main), unit="step",
                dynamic_ncols=True)
-    last_eval, best = {}, -math.inf
+    last_eval = {}
+    best = max((row[job.best_metric] for row in log.rows if job.best_metric in row), default=-math.inf)
     tokens_since, clock = 0, time.perf_counter()
     try:
         for step in range(start, args.steps):
             model.train()
-            stats = train_step(trained, task, args, ctx, step, optimizer)
+            stats = train_step(trained, job, args, ctx, step, optimizer)
             scheduler.step()
             tokens_since += stats.pop("tokens")
             done = step + 1
             row = {"step": done, **stats, "lr": scheduler.get_last_lr()[0]}
             evaluated = False
             if args.eval_every and (done % args.eval_every == 0 or done == args.steps):
-                last_eval, evaluated = evaluate_on_main(model, task, ctx), True
+                last_eval, evaluated = evaluate_on_main(model, job, ctx), True
                 row.update(last_eval)
-                if task.best_metric and last_eval.get(task.best_metric, -math.inf) > best:
-                    best = last_eval[task.best_metric]
+                if job.best_metric and last_eval.get(job.best_metric, -math.inf) > best:
+                    best = last_eval[job.best_metric]
                     ckpt.save(model, optimizer, scheduler, done, name="best", full=False)
             if done % args.log_every == 0 or done == args.steps or evaluated:
                 elapsed = time.perf_counter() - clock
@@ -311,9 +361,8 @@ def fit(model: nn.Module, task: Task, args: TrainArgs, ctx: Dist | None = None) 
             if (args.save_every and done % args.save_every == 0) or stop_now:
                 ckpt.save(model, optimizer, scheduler, done)
             if stop_now:
-                if ctx.main:
-                    tqdm.write(f"stopped at step {done}: checkpoint saved; continue with --resume")
-                return last_eval
+                raise Interrupted(f"stopped at step {done}: checkpoint saved in {step_folder(args.out, done)}; "
+                                  "continue with --resume")
         ckpt.save(model, optimizer, scheduler, args.steps)
         ckpt.save(model, optimizer, scheduler, args.steps, name="final", full=False)
     finally:
@@ -322,11 +371,11 @@ def fit(model: nn.Module, task: Task, args: TrainArgs, ctx: Dist | None = None) 
     return last_eval
 
 
-def train_step(model, task: Task, args: TrainArgs, ctx: Dist, step: int, optimizer) -> dict:
-    micro = split_rows(task.batch(step, ctx.rank, ctx.world), args.grad_accum)
+def train_step(model, job: TrainingJob, args: TrainArgs, ctx: Dist, step: int, optimizer) -> dict:
+    micro = split_rows(job.batch(step, ctx.rank, ctx.world), args.grad_accum)
     micro = [{k: v.to(ctx.device, non_blocking=True) for k, v in m.items()} for m in micro]
-    terms = list(task.loss_units)
-    local_units = torch.tensor([[float(task.loss_units[t](m)) for t in terms] for m in micro])
+    terms = list(job.loss_units)
+    local_units = torch.tensor([[float(job.loss_units[t](m)) for t in terms] for m in micro])
     total_units = ctx.all_reduce(local_units.sum(0))
     sums = torch.zeros(len(terms) + 1, dtype=torch.float64)  # weighted term means, then real tokens
     for i, batch in enumerate(micro):
@@ -351,12 +400,12 @@ def train_step(model, task: Task, args: TrainArgs, ctx: Dist, step: int, optimiz
     return stats
 
 
-def evaluate_on_main(model, task: Task, ctx: Dist) -> dict:
+def evaluate_on_main(model, job: TrainingJob, ctx: Dist) -> dict:
     result = {}
     if ctx.main:
         model.eval()
         with torch.no_grad():
-            result = task.evaluate(model)
+            result = job.evaluate(model)
     if ctx.world > 1:
         dist.barrier()
     return result

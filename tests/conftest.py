@@ -36,3 +36,18 @@ def uncased_vocab() -> Path:
 def tokenizer() -> BertTokenizer:
     """The uncased vocabulary of bert-base-uncased (shared by the MiniLM checkpoint)."""
     return BertTokenizer.from_pretrained(require_shared("models", "all-MiniLM-L6-v2"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A tiny pre-training checkpoint (random weights) with the real uncased vocabulary."""
+    import torch
+
+    from bertforge import BertConfig, BertForPreTraining
+
+    vocab = require_shared("models", "all-MiniLM-L6-v2", "vocab.txt")
+    folder = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    tokenizer = BertTokenizer.from_pretrained(vocab)
+    BertForPreTraining(BertConfig.from_name("tiny", vocab_size=tokenizer.vocab_size)).save_pretrained(folder, tokenizer)
+    return folder

@@ -221,6 +221,102 @@ def test_invalid_shard_index(tmp_path):
 def test_save_pretrained_round_trip_keeps_config(tmp_path):
     source = save(bf.BertForSequenceClassification, tmp_path, id2label={0: "neg", 1: "pos"}, hidden_act="gelu_new")
     model = bf.BertForSequenceClassification.from_pretrained(tmp_path)
-    assert model.config.to_dict() == {**source.config.to_dict(), "architectures": ["BertForSequenceClassification"]}
+    assert model.config.to_dict() == {**source.config.to_dict(), "architectures": ["BertForSequenceClassification"],
+                                      "dtype": "float32"}  # the weights' dtype, written as transformers 5 does
     assert not model.training  # ready for inference, as the reference library's models are
     assert not list(tmp_path.glob("*.tmp"))  # atomic writes leave nothing behind
+
+
+# ---------------------------------------------------------------------------------------------------------
+# transformers' keyword arguments of from_pretrained, against transformers on the same folder
+
+
+def reference_folder(folder):
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    transformers.BertModel(transformers.BertConfig(**TINY)).save_pretrained(folder)
+    return transformers
+
+
+@pytest.mark.parametrize("labels", [dict(num_labels=3), dict(id2label={0: "neg", 1: "neu", 2: "pos"}),
+                                    dict(id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1}),
+                                    dict(num_labels=1)])
+def test_labels_keywords_build_the_head_transformers_builds(labels, tmp_path, caplog):
+    transformers = reference_folder(tmp_path)
+    ref = transformers.BertForSequenceClassification.from_pretrained(tmp_path, **labels)
+    ours = bf.BertForSequenceClassification.from_pretrained(tmp_path, **labels)
+    assert ours.config.id2label == ref.config.id2label
+    # label2id is always id2label's inverse here; transformers keeps its old label2id when given id2label alone
+    assert ours.config.label2id == {v: k for k, v in ref.config.id2label.items()}
+    assert ours.classifier.weight.shape == ref.classifier.weight.shape
+    ours.save_pretrained(tmp_path / "again")
+    again = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "again")
+    assert again.config.id2label == ref.config.id2label and torch.equal(again.classifier.weight, ours.classifier.weight)
+
+
+def test_label_keywords_that_disagree(tmp_path, caplog):
+    reference_folder(tmp_path)
+    with pytest.raises(BertforgeError, match="not the inverse"):
+        bf.BertForSequenceClassification.from_pretrained(tmp_path, id2label={0: "a", 1: "b"}, label2id={"a": 1, "b": 0})
+    caplog.set_level(logging.WARNING, logger="bertforge")
+    model = bf.BertForSequenceClassification.from_pretrained(tmp_path, label2id={"a": 0, "b": 1, "c": 2})
+    assert model.config.id2label == {0: "a", 1: "b", 2: "c"}  # transformers would keep LABEL_0, LABEL_1
+    assert any("label2id without id2label" in w for w in bertforge_warnings(caplog))
+
+
+@pytest.mark.parametrize("keyword", ["dtype", "torch_dtype"])
+def test_dtype_casts_the_weights_and_saves(keyword, tmp_path):
+    transformers = reference_folder(tmp_path)
+    ours = bf.BertForSequenceClassification.from_pretrained(tmp_path, **{keyword: torch.bfloat16})
+    ref = transformers.BertForSequenceClassification.from_pretrained(tmp_path, **{keyword: torch.bfloat16})
+    assert ours.dtype == ref.dtype == torch.bfloat16
+    assert {p.dtype for p in ours.parameters()} == {torch.bfloat16}
+    ours.save_pretrained(tmp_path / "bf16")
+    ref.save_pretrained(tmp_path / "ref")
+    saved = json.loads((tmp_path / "bf16" / "config.json").read_text())
+    assert saved["dtype"] == json.loads((tmp_path / "ref" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert load_file(tmp_path / "bf16" / SAFETENSORS)["bert.embeddings.word_embeddings.weight"].dtype == torch.bfloat16
+    for model_class in (bf.BertForSequenceClassification, transformers.BertForSequenceClassification):
+        assert model_class.from_pretrained(tmp_path / "bf16", dtype="auto").dtype == torch.bfloat16
+    assert bf.BertForSequenceClassification.from_pretrained(tmp_path / "bf16").dtype == torch.float32
+    with pytest.raises(BertforgeError, match="int8"):
+        bf.BertModel.from_pretrained(tmp_path, dtype="int8")
+
+
+def test_device_moves_the_model(tmp_path):
+    transformers = reference_folder(tmp_path)
+    assert bf.BertModel.from_pretrained(tmp_path, device="cpu").device == torch.device("cpu")
+    assert bf.BertModel.from_pretrained(tmp_path, device_map="cpu").device == torch.device("cpu")
+    with pytest.raises(TypeError, match="device"):  # transformers 5 has device_map only: bertforge's extension
+        transformers.BertModel.from_pretrained(tmp_path, device="cpu")
+    with pytest.raises(BertforgeError, match="one device"):
+        bf.BertModel.from_pretrained(tmp_path, device_map="auto")
+
+
+def test_config_fields_and_unknown_keywords(tmp_path, caplog):
+    transformers = reference_folder(tmp_path)
+    ours = bf.BertForSequenceClassification.from_pretrained(tmp_path, hidden_dropout_prob=0.3, classifier_dropout=0.2)
+    ref = transformers.BertForSequenceClassification.from_pretrained(tmp_path, hidden_dropout_prob=0.3,
+                                                                     classifier_dropout=0.2)
+    assert ours.config.hidden_dropout_prob == ref.config.hidden_dropout_prob == 0.3
+    assert ours.dropout.p == ref.dropout.p == 0.2
+    for model_class in (bf.BertForSequenceClassification, transformers.BertForSequenceClassification):
+        with pytest.raises(TypeError, match="num_lables"):
+            model_class.from_pretrained(tmp_path, num_lables=3)
+    with pytest.raises(TypeError, match="output_attentions"):  # kept in transformers' config; bertforge: forward
+        bf.BertModel.from_pretrained(tmp_path, output_attentions=True)
+    caplog.set_level(logging.WARNING, logger="bertforge")
+    bf.BertModel.from_pretrained(tmp_path, attn_implementation="eager")
+    assert any("attn_implementation is ignored" in w for w in bertforge_warnings(caplog))
+
+
+def test_head_of_another_size_with_ignore_mismatched_sizes(tmp_path):
+    transformers = reference_folder(tmp_path)
+    transformers.BertForSequenceClassification.from_pretrained(tmp_path).save_pretrained(tmp_path / "two")
+    for model_class in (bf.BertForSequenceClassification, transformers.BertForSequenceClassification):
+        with pytest.raises(Exception, match="ignore_mismatched_sizes"):
+            model_class.from_pretrained(tmp_path / "two", num_labels=4)
+        model = model_class.from_pretrained(tmp_path / "two", num_labels=4, ignore_mismatched_sizes=True)
+        assert model.classifier.weight.shape == (4, TINY["hidden_size"])

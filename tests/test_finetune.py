@@ -10,22 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge import BertConfig, BertForPreTraining, BertTokenizer
+from bertforge import BertTokenizer
 from bertforge.cli import main
-from bertforge.finetune import finetune, length_grouped_order, pad_batch, shuffled_order
+from bertforge.finetune import finetune, length_grouped_order, shuffled_order
+from bertforge.inference import pad_batch
+from bertforge.tasks.glue import read_glue
 from bertforge.model import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
 from tests.conftest import require_shared
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    """A tiny pre-training checkpoint with the real uncased vocabulary."""
-    vocab = require_shared("models", "all-MiniLM-L6-v2", "vocab.txt")
-    folder = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    tokenizer = BertTokenizer.from_pretrained(vocab)
-    BertForPreTraining(BertConfig.from_name("tiny", vocab_size=tokenizer.vocab_size)).save_pretrained(folder, tokenizer)
-    return folder
 
 
 def run(task, model, data, out, **kw):
@@ -33,11 +24,20 @@ def run(task, model, data, out, **kw):
     return finetune(task, model, data, out, **{**options, **kw})
 
 
+def rescored(capsys, task, folder, data, examples) -> dict:
+    """What `bertforge evaluate` gives for a saved model on the first `examples` evaluation examples."""
+    capsys.readouterr()
+    assert main(["evaluate", task, "--model", str(folder), "--data", str(data),
+                 "--max-eval-examples", str(examples)]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def test_glue_classification_writes_results_and_best(tiny_model, tmp_path):
     data = require_shared("data", "glue", "SST-2")
     result = run("sst2", tiny_model, data, tmp_path / "run", epochs=2)
     saved = json.loads((tmp_path / "run" / "eval_results.json").read_text())
-    assert saved["accuracy"] == result["accuracy"] and 0 <= saved["accuracy"] <= 1
+    assert saved["accuracy"] == result["accuracy"] == max(h["accuracy"] for h in saved["history"])
+    assert saved["history"][saved["epoch_of_best"] - 1]["accuracy"] == saved["accuracy"]
     assert len(saved["history"]) == 2 and saved["train_examples"] == 32
     best = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "best")
     assert best.config.id2label == {0: "0", 1: "1"}
@@ -46,15 +46,24 @@ def test_glue_classification_writes_results_and_best(tiny_model, tmp_path):
     assert rows[-1]["step"] == 8 and "accuracy" in rows[-1]
 
 
-def test_glue_regression_and_submission(tiny_model, tmp_path):
+def test_glue_regression_and_submission(tiny_model, tmp_path, capsys):
     data = require_shared("data", "glue", "STS-B")
     result = run("stsb", tiny_model, data, tmp_path / "run")
     assert {"pearson", "spearman"} <= set(result)
+    assert rescored(capsys, "stsb", tmp_path / "run" / "best", data, 24)["pearson"] == pytest.approx(result["pearson"])
     assert main(["predict", "stsb", "--model", str(tmp_path / "run" / "best"), "--data", str(data),
                  "--out", str(tmp_path / "pred"), "--max-eval-examples", "5"]) == 0
     lines = (tmp_path / "pred" / "STS-B_test.tsv").read_text().splitlines()
-    assert lines[0] == "index\tprediction" and len(lines) == 6
-    float(lines[1].split("\t")[1])
+    assert lines[0] == "index\tprediction" and [line.split("\t")[0] for line in lines[1:]] == list("01234")
+    # each submitted score is the model's output on that test pair, to the file's 3 decimals
+    model = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "best")
+    tokenizer = BertTokenizer.from_pretrained(tmp_path / "run" / "best")
+    test = read_glue("stsb", data.parent, "test")[:5]
+    enc = tokenizer([e.text_a for e in test], [e.text_b for e in test], padding=True, truncation=True,
+                    max_length=128, return_tensors="pt")
+    with torch.no_grad():
+        scores = model(**enc).logits[:, 0].tolist()
+    assert [float(line.split("\t")[1]) for line in lines[1:]] == pytest.approx(scores, abs=1e-3)
 
 
 def test_ner_scores_valid_and_test_and_writes_columns(tiny_model, tmp_path):
@@ -69,22 +78,25 @@ def test_ner_scores_valid_and_test_and_writes_columns(tiny_model, tmp_path):
     assert len(first) == 3 and first[2] in model.config.id2label.values()
 
 
-def test_multiple_choice(tiny_model, tmp_path):
+def test_multiple_choice(tiny_model, tmp_path, capsys):
     data = require_shared("data", "multiple_choice", "commonsenseqa")
     result = run("commonsenseqa", tiny_model, data, tmp_path / "run")
-    assert 0 <= result["accuracy"] <= 1
+    assert rescored(capsys, "commonsenseqa", tmp_path / "run" / "best", data, 24) == {"accuracy": result["accuracy"]}
+    assert result["accuracy"] * 24 == round(result["accuracy"] * 24)  # a share of the 24 questions
     assert BertForMultipleChoice.from_pretrained(tmp_path / "run" / "best").classifier.out_features == 1
 
 
 @pytest.mark.parametrize("task, data", [("squad", "squad"), ("squad_v2", "squad/dev-v2.0.rebuilt.json")])
-def test_squad(tiny_model, tmp_path, task, data):
+def test_squad(tiny_model, tmp_path, capsys, task, data):
     data = require_shared("data", *data.split("/"))
     result = run(task, tiny_model, data, tmp_path / "run", max_train_examples=16, max_eval_examples=16)
-    assert 0 <= result["exact_match"] <= 100 and 0 <= result["f1"] <= 100
+    again = rescored(capsys, task, tmp_path / "run" / "best", data, 16)
+    assert again["exact_match"] == pytest.approx(result["exact_match"]) and again["f1"] == pytest.approx(result["f1"])
+    assert result["exact_match"] <= result["f1"]  # an exact match scores F1 100 too
     if task == "squad_v2":
         assert {"HasAns_f1", "NoAns_f1"} <= set(result)
-    assert main(["evaluate", task, "--model", str(tmp_path / "run" / "best"), "--data", str(data),
-                 "--max-eval-examples", "8"]) == 0
+        assert result["f1"] == pytest.approx((result["HasAns_f1"] * result["HasAns_total"]
+                                              + result["NoAns_f1"] * result["NoAns_total"]) / 16)
 
 
 def test_evaluate_reproduces_the_best_epoch(tiny_model, tmp_path, capsys):
@@ -97,7 +109,8 @@ def test_evaluate_reproduces_the_best_epoch(tiny_model, tmp_path, capsys):
 
 
 def test_unknown_task_is_one_line(tmp_path, capsys):
-    assert main(["finetune", "nosuch", "--model", str(tmp_path), "--data", str(tmp_path), "--out", str(tmp_path)]) == 2
+    out = str(tmp_path / "run")
+    assert main(["finetune", "nosuch", "--model", str(tmp_path), "--data", str(tmp_path), "--out", out]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("bertforge: error: unknown task 'nosuch'") and "\n" not in err
 
@@ -126,7 +139,7 @@ def test_plain_shuffle_covers_every_row_once_in_random_batches():
 def test_pad_batch_pads_tokens_and_token_labels():
     features = {"input_ids": [[101, 5, 102], [101, 102]], "attention_mask": [[1, 1, 1], [1, 1]],
                 "labels": [[-100, 3, -100], [-100, -100]]}
-    batch = pad_batch(features, [0, 1], pad_id=0)
+    batch = pad_batch(features, [0, 1], {"input_ids": 0, "attention_mask": 0, "labels": -100})
     assert batch["input_ids"].tolist() == [[101, 5, 102], [101, 102, 0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert batch["labels"].tolist() == [[-100, 3, -100], [-100, -100, -100]]

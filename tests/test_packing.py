@@ -1,5 +1,6 @@
 """Packing: the maps between padded and packed layouts, and the training path on packed rows."""
 
+import pytest
 import torch
 
 import bertforge.model as bf
@@ -46,3 +47,23 @@ def test_training_path_on_padded_rows_equals_each_row_alone():
             real = mask[row].bool()
             alone = model(ids[row, real][None]).last_hidden_state[0]
             assert max_diff(batched[row, real], alone) <= 1e-5, row
+
+
+def test_dropout_sites_are_counted_from_the_model():
+    """Each pass draws one mask per DropoutSite module; a site that takes none, or one too many, fails the pass."""
+    torch.manual_seed(0)
+    config = BertConfig(**{**MINI, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1})
+    model = bf.BertModel(config).train()
+    ids = torch.randint(5, VOCAB, (2, 6))
+    sites = sum(isinstance(m, bf.DropoutSite) for m in model.modules())
+    assert sites == 3 * MINI["num_hidden_layers"] + 1  # embeddings, then per layer: probs, two outputs
+    model(ids)  # every site takes its mask
+    model.encoder.unused = bf.DropoutSite("hidden")
+    with pytest.raises(RuntimeError, match="hidden dropout sites took a mask"):
+        model(ids)
+    del model.encoder.unused
+    noise = model.dropout_noise((2, 6), 2, 6, ids.device)
+    for _ in range(2 * MINI["num_hidden_layers"] + 1):
+        noise.take("hidden")
+    with pytest.raises(RuntimeError, match="more hidden dropout sites"):
+        noise.take("hidden")

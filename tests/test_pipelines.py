@@ -13,7 +13,6 @@ import transformers
 
 import bertforge
 from bertforge.errors import BertforgeError
-from bertforge.finetune import make_job, predict_rows
 from bertforge.tasks import squad
 
 transformers.logging.set_verbosity_error()
@@ -198,21 +197,26 @@ def test_question_answering_short_contexts(make_model, tokenizer):
 
 
 def test_question_answering_long_context_as_evaluate(make_model, tokenizer):
-    """A context over several windows: the answers `bertforge predict` gives through the fine-tuning job."""
+    """A context over several windows: the answers of fine-tuning's windowing and post-processing
+    (tasks/squad.py) on the model's logits, each window run alone."""
     folder = make_model("BertForQuestionAnswering")
     context = " ".join(f"Sentence {i} tells of the town of Ghent and its {i * 7} bridges over the Lys."
                        for i in range(40))
     items = [{"question": "How many bridges?", "context": context}, QA[0]]
     got = bertforge.pipeline(model=folder, max_length=128)(items, top_k=2, doc_stride=64)
-    job = make_job("squad", max_length=128)
-    job.doc_stride = 64
-    split = job.encode("text", [job.example(r, str(i)) for i, r in enumerate(items)], tokenizer)
-    assert len(split.extra["windows"]) > 3
+    examples = [squad.SquadExample(str(i), r["question"], r["context"], [], []) for i, r in enumerate(items)]
+    windows = squad.featurize(examples, tokenizer, 128, 64, 64)
+    assert len(windows) > 3
     model = bertforge.BertForQuestionAnswering.from_pretrained(folder)
-    outputs = predict_rows(model, split.features, job.output_keys, 8, tokenizer.pad_token_id)
-    result = squad.postprocess(split.examples, split.extra["windows"], outputs["start_logits"],
-                               outputs["end_logits"])
-    for ex, answers in zip(split.examples, got):
+    starts, ends = [], []
+    with torch.no_grad():
+        for w in windows:
+            out = model(input_ids=torch.tensor(w.input_ids[None], dtype=torch.long),
+                        token_type_ids=torch.tensor(w.token_type_ids[None], dtype=torch.long))
+            starts.append(out.start_logits[0].numpy())
+            ends.append(out.end_logits[0].numpy())
+    result = squad.postprocess(examples, windows, starts, ends)
+    for ex, answers in zip(examples, got):
         assert answers[0]["answer"] == result.predictions[ex.id]
         assert [a["answer"] for a in answers] == [b["text"] for b in result.nbest[ex.id][:2]]
         assert answers[0]["score"] >= answers[1]["score"]

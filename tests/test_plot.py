@@ -33,7 +33,7 @@ def test_bad_log_line_is_named(tmp_path):
     run = write_run(tmp_path / "run")
     with open(run / "metrics.jsonl", "a") as f:
         f.write("{not json\n")
-    with pytest.raises(BertforgeError, match=r"metrics.jsonl:21: not a JSON object"):
+    with pytest.raises(BertforgeError, match=r"metrics.jsonl:21: not valid JSON"):
         plot_run(run)
     with pytest.raises(BertforgeError, match="no metrics log"):
         plot_run(tmp_path)

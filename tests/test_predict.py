@@ -13,7 +13,9 @@ import torch
 from bertforge import BertConfig
 from bertforge.cli import main
 from bertforge.errors import BertforgeError
-from bertforge.finetune import make_job, predict_rows, softmax
+from bertforge.inference import run_model
+from bertforge.tasks import make_family
+from bertforge.tasks.base import SEQUENCE_INPUTS, padding, softmax
 from bertforge.model import (
     BertForMultipleChoice,
     BertForQuestionAnswering,
@@ -72,9 +74,9 @@ def test_glue_text_matches_the_test_split(finetuned, tokenizer, tmp_path, capsys
     predict_split(task, model, tmp_path, tmp_path / "submission")
     submitted = [line.split("\t")[1] for line in (tmp_path / "submission" / f"{t.folder}_test.tsv").read_text()
                  .splitlines()[1:]]
-    split = make_job(task, tmp_path).read("test", tokenizer)
-    logits = np.stack(predict_rows(BertForSequenceClassification.from_pretrained(model), split.features,
-                                   ("logits",), 8, tokenizer.pad_token_id)["logits"])
+    split = make_family(task, tmp_path).read("test", tokenizer)
+    logits = np.stack(run_model(BertForSequenceClassification.from_pretrained(model), split.encoded,
+                                padding(SEQUENCE_INPUTS, tokenizer.pad_token_id), ("logits",), batch_size=8)["logits"])
     # ...and as plain text: the first on the command line, the others in a .txt file
     (tmp_path / "mine.txt").write_text("".join("\t".join(e) + "\n" for e in examples[1:]), encoding="utf-8")
     got = predict_text(capsys, task, model, "--text", "\t".join(examples[0]), "--input", tmp_path / "mine.txt")
@@ -176,6 +178,11 @@ def test_multiple_choice(finetuned, tmp_path, capsys):
     assert [g["prediction"] for g in got] == [json.loads(line)["prediction"] for line in lines]
 
 
+def kinds(names) -> dict:
+    """Text fields as a task family declares them: a choices field holds several texts."""
+    return {name: list if name == "choices" else str for name in names}
+
+
 @pytest.mark.parametrize("name, content, fields, expected", [
     ("a.txt", "fine\n\nalso fine\n", ("sentence",), "a.txt:2: empty line"),
     ("a.txt", "one\ttwo\nno tab here\n", ("sentence1", "sentence2"),
@@ -193,16 +200,16 @@ def test_bad_input_is_one_line_naming_file_and_line(tmp_path, name, content, fie
     path = tmp_path / name
     path.write_text(content)
     with pytest.raises(BertforgeError) as err:
-        read_examples(fields, [], path)
+        read_examples(kinds(fields), [], path)
     assert str(err.value).startswith(f"{tmp_path}/{expected}") and "\n" not in str(err.value)
 
 
 def test_text_values_and_file_lines_in_order(tmp_path):
     (tmp_path / "a.txt").write_text("\ufeffsecond\r\nthird\n", encoding="utf-8")  # a byte-order mark, CRLF
-    assert read_examples(("sentence",), ["first"], tmp_path / "a.txt") == [
+    assert read_examples(kinds(["sentence"]), ["first"], tmp_path / "a.txt") == [
         {"sentence": "first"}, {"sentence": "second"}, {"sentence": "third"}]
     with pytest.raises(BertforgeError, match=r"^--text:2: expected 2 tab-separated"):
-        read_examples(("sentence1", "sentence2"), ["a\tb", "a b"])
+        read_examples(kinds(["sentence1", "sentence2"]), ["a\tb", "a b"])
 
 
 def test_command_errors(finetuned, tmp_path, capsys):

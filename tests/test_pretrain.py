@@ -88,16 +88,18 @@ def test_sigterm_saves_and_resume_finishes(data_dir, tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "bertforge", "pretrain",
                              *cli(data_dir, run, "--save-every", "1000", steps=2000)],
-                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while (not (run / "metrics.jsonl").exists() or len((run / "metrics.jsonl").read_text().splitlines()) < 3) \
             and time.time() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, output
+    output, errors = proc.communicate(timeout=120)
+    assert proc.returncode == 130, errors  # stopped, not finished: `pretrain && finetune` goes no further
     saved = sorted(run.glob("step-*"))
-    assert len(saved) == 1 and "continue with --resume" in output
+    assert len(saved) == 1 and not (run / "final").exists()
+    assert errors.strip().splitlines()[-1] == (f"bertforge: stopped at step {int(saved[0].name[5:])}: checkpoint "
+                                               f"saved in {saved[0]}; continue with --resume")
     stopped_at = int(saved[0].name.split("-")[1])
     assert 3 <= stopped_at < 2000
     assert main(["pretrain", *cli(data_dir, run, "--resume", steps=stopped_at + 2)]) == 0

@@ -10,6 +10,7 @@ import torch
 
 from bertforge.errors import BertforgeError
 from bertforge.tokenizer import (
+    SAMPLES,
     BertTokenizer, add_tokenizer_arguments, looks_uncased, read_vocab, run_tokenizer, train_vocab,
 )
 from tests.conftest import require_shared
@@ -227,17 +228,19 @@ def test_decode_round_trips(both):
     texts = sst2_sentences() + conll_sentences()[:500] + HARD_STRINGS
     all_ids = ours(texts)["input_ids"]
     for ids in all_ids:
-        assert ours.decode(ids) == ref.decode(ids, skip_special_tokens=True)
+        assert ours.decode(ids) == ref.decode(ids)
+        assert ours.decode(ids, skip_special_tokens=True) == ref.decode(ids, skip_special_tokens=True)
     # decode drops [UNK] with the other special tokens, so only texts without one come back whole.
     known = [ids for ids in all_ids if ours.unk_token_id not in ids]
     assert len(known) > 0.9 * len(all_ids)
     for ids in known:
-        assert ours.encode(ours.decode(ids)) == ids, ours.decode(ids)
+        assert ours.encode(ours.decode(ids, skip_special_tokens=True)) == ids, ours.decode(ids)
 
 
 def test_decode_examples(uncased, cased):
-    assert uncased[0].decode(uncased[0].encode("Hello, World! The naïve café.")) == "hello, world! the naive cafe."
-    assert cased[0].decode(cased[0].encode("Hello, World! Paris")) == "Hello, World! Paris"
+    assert uncased[0].decode(uncased[0].encode("Hello, World! The naïve café."),
+                             skip_special_tokens=True) == "hello, world! the naive cafe."
+    assert cased[0].decode(cased[0].encode("Hello, World! Paris"), skip_special_tokens=True) == "Hello, World! Paris"
     assert uncased[0].decode(uncased[0].encode("hi"), skip_special_tokens=False) == "[CLS] hi [SEP]"
 
 
@@ -373,12 +376,16 @@ def test_cli_train(tmp_path, capsys):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "a.txt").write_text("The king said that the queen said nothing.\n" * 50, encoding="utf-8")
-    (corpus / "NOTES").write_text("Kings and queens, said the quick brown fox.\n" * 50, encoding="utf-8")
+    (corpus / "b.text").write_text("Kings and queens, said the quick brown fox.\n" * 50, encoding="utf-8")
+    (corpus / "NOTES").write_text("Zebras yodel\n" * 50, encoding="utf-8")  # no text suffix: not read
     (corpus / "skip.json").write_text("{not text}", encoding="utf-8")
     out = tmp_path / "vocab"
     args = parse("train", "--files", str(corpus), "--vocab-size", "120", "--out", str(out), "--cased")
     assert run_tokenizer(args) == 0
     printed = capsys.readouterr().out
-    assert "cased vocabulary" in printed and "The quick brown fox" in printed
     tokenizer = BertTokenizer.from_pretrained(out)
-    assert tokenizer.do_lower_case is False and "The" in tokenizer.vocab and "{" not in tokenizer.vocab
+    assert f"trained a {tokenizer.vocab_size}-token cased vocabulary" in printed
+    # the samples are printed as the saved vocabulary tokenizes them
+    assert f"-> {' '.join(tokenizer.tokenize(SAMPLES[0]))}" in printed
+    assert tokenizer.do_lower_case is False and {"The", "king", "queen", "brown", "fox"} <= set(tokenizer.vocab)
+    assert not {"{", "Z", "y"} & set(tokenizer.vocab)  # characters of the files that are not read

@@ -32,9 +32,9 @@ import numpy as np
 from tokenizers import AddedToken, Tokenizer
 from tqdm import tqdm
 
-from bertforge.errors import BertforgeError, where
+from ..errors import BertforgeError, where
+from ..io import text_files
 
-TEXT_SUFFIXES = {".txt", ".raw", ".text"}  # what is read when recursing into a folder
 ENCODE_BATCH_CHARS = 1 << 20  # text per encode_batch call: enough to keep the tokenizer's threads busy
 GROUP_SENTENCES = 64  # sentences per tokenizer input (SentenceEncoder)
 SEPARATOR = "\x00"
@@ -109,26 +109,6 @@ def detect_format(lines: list[str]) -> str:
                    for cur, nxt in pairs)
     one_per_line = ends >= LINES_FINAL_SHARE * len(pairs) and raw_like < RAW_LINE_SHARE * len(pairs)
     return "lines" if pairs and one_per_line and nonblank >= 2 * blocks else "raw"
-
-
-def list_input_files(inputs) -> tuple[list[Path], int]:
-    """Files to read, in a fixed order, and how many files inside folders were skipped (not text by suffix).
-
-    Files named explicitly are always read; folders are searched recursively for ``*.txt``, ``*.raw`` and
-    ``*.text`` files (so READMEs and JSON side files next to a corpus are left alone).
-    """
-    files, skipped = [], 0
-    for item in map(Path, inputs):
-        if item.is_dir():
-            found = sorted(p for p in item.rglob("*") if p.is_file() and not p.name.startswith("."))
-            text = [p for p in found if p.suffix.lower() in TEXT_SUFFIXES]
-            skipped += len(found) - len(text)
-            files += text
-        elif item.is_file():
-            files.append(item)
-        else:
-            raise BertforgeError(f"{item}: no such file or folder")
-    return files, skipped
 
 
 def decoded_blocks(path: Path, encoding: str = "utf-8", progress=None):
@@ -299,7 +279,7 @@ def read_corpus(inputs, tokenizer, token_file: Path, fmt: str = "auto", encoding
     Returns the corpus and reading statistics (files, skipped and empty files, formats, documents,
     sentences, tokens).
     """
-    files, skipped = list_input_files(inputs)
+    files, skipped = text_files(inputs)
     if not files:
         raise BertforgeError(f"{' '.join(map(str, inputs))}: no text files found")
     encode = SentenceEncoder(tokenizer)

@@ -17,7 +17,7 @@ seed: each pass draws from its own ``np.random.default_rng([seed, split, pass])`
 """
 
 import argparse
-import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -27,9 +27,13 @@ from tqdm import tqdm
 from bertforge.data.corpus import read_corpus, token_dtype
 from bertforge.data.instances import Draws, assemble, iter_spans, special_positions, to_padded, truncate_pairs
 from bertforge.data.masking import continuation_table, mask_batch, word_starts
-from bertforge.data.shards import ShardWriter, clear_data, vocab_sha256
+from bertforge.data.shards import ShardWriter, vocab_sha256
 from bertforge.errors import BertforgeError
+from bertforge.io import check_output, replace_folder, write_json
+from bertforge.options import count, open_fraction, share
 from bertforge.tokenizer import BertTokenizer
+
+MAX_SEQ_LENGTH = 1 << 16  # masked positions are stored as uint16 (see shards.py)
 
 SHARD_INSTANCES = 1 << 15
 MASK_ROWS = 4096  # rows masked at once: bounds the temporary [rows, max_seq_length] arrays
@@ -49,14 +53,22 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
     """
     if not isinstance(tokenizer, BertTokenizer):
         tokenizer = BertTokenizer.from_pretrained(tokenizer)
-    if max_seq_length < 5:
-        raise BertforgeError(f"--max-seq-length {max_seq_length}: must be at least 5 ([CLS] A [SEP] B [SEP])")
-    if not 0 <= short_seq_prob <= 1 or not 0 < masked_lm_prob < 1:
-        raise BertforgeError("--short-seq-prob must be in [0, 1] and --masked-lm-prob in (0, 1)")
-    if dupe_factor < 1 or max_predictions < 1 or eval_docs < 0:
-        raise BertforgeError("--dupe-factor and --max-predictions must be at least 1, --eval-docs not negative")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    for flag, value, ok, rule in (
+            ("--max-seq-length", max_seq_length, 5 <= max_seq_length <= MAX_SEQ_LENGTH,
+             f"from 5 ([CLS] A [SEP] B [SEP]) to {MAX_SEQ_LENGTH} (positions are stored as uint16)"),
+            ("--short-seq-prob", short_seq_prob, 0 <= short_seq_prob <= 1, "between 0 and 1"),
+            ("--masked-lm-prob", masked_lm_prob, 0 < masked_lm_prob < 1, "above 0 and below 1"),
+            ("--dupe-factor", dupe_factor, dupe_factor >= 1, "at least 1"),
+            ("--max-predictions", max_predictions, max_predictions >= 1, "at least 1"),
+            ("--eval-docs", eval_docs, eval_docs >= 0, "0 or more")):
+        if not ok:
+            raise BertforgeError(f"{flag} {value}: must be {rule}")
+    final = Path(out)
+    # Everything is written into a partial folder that replaces `final` only when complete: a failed or
+    # interrupted run leaves the previous data as it was.
+    out = final.with_name(f".{final.name}.partial")
+    shutil.rmtree(out, ignore_errors=True)  # what a killed run left
+    out.mkdir(parents=True)
     token_file = out / "corpus-tokens.tmp"
     try:
         corpus, read_stats = read_corpus(inputs, tokenizer, token_file, fmt, encoding, progress)
@@ -82,13 +94,15 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
         if n_eval:
             held = {**header, "split": "eval", "dupe_factor": 1}
             stats["eval"] = _write_split(corpus, held_out, out / "eval", held, continuation, [seed, 2], progress)
-        else:
-            clear_data(out / "eval")  # no stale held-out data from an earlier run
-        (out / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+        write_json(out / "stats.json", stats)
         tokenizer.save_pretrained(out)
-    finally:
         corpus = None  # drop the memory map before deleting its file
-        token_file.unlink(missing_ok=True)
+        token_file.unlink()
+        replace_folder(out, final)
+    except BaseException:
+        corpus = None
+        shutil.rmtree(out, ignore_errors=True)
+        raise
     return stats
 
 
@@ -209,12 +223,17 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
                         help="text files or folders (searched recursively for .txt/.raw/.text files)")
     parser.add_argument("--vocab", required=True, help="vocab.txt or a tokenizer/model folder")
     parser.add_argument("--out", required=True, help="output folder (shards, index.json, stats.json, eval/)")
-    parser.add_argument("--max-seq-length", type=int, default=128)
-    parser.add_argument("--max-predictions", type=int, default=20, help="masked positions per instance at most")
-    parser.add_argument("--masked-lm-prob", type=float, default=0.15)
-    parser.add_argument("--short-seq-prob", type=float, default=0.1)
-    parser.add_argument("--dupe-factor", type=int, default=10, help="passes over the corpus, each with new masks")
-    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--max-seq-length", type=count(5, MAX_SEQ_LENGTH), default=128,
+                        help="tokens per instance, [CLS] and [SEP]s included (default 128)")
+    parser.add_argument("--max-predictions", type=count(1), default=20,
+                        help="masked positions per instance at most (default 20)")
+    parser.add_argument("--masked-lm-prob", type=open_fraction, default=0.15,
+                        help="share of the tokens masked (default 0.15)")
+    parser.add_argument("--short-seq-prob", type=share, default=0.1,
+                        help="share of instances given a shorter random length (default 0.1)")
+    parser.add_argument("--dupe-factor", type=count(1), default=10,
+                        help="passes over the corpus, each with new masks (default 10)")
+    parser.add_argument("--seed", type=count(0), default=12345, help="random seed (default 12345)")
     parser.add_argument("--whole-word-mask", action="store_true", help="mask all pieces of a word together")
     parser.add_argument("--no-mask", action="store_true",
                         help="write unmasked instances (the trainer masks dynamically)")
@@ -228,6 +247,7 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_data_create(args) -> None:
+    check_output(args.out, "--out", inputs=args.input)
     stats = create_pretraining_data(
         args.input, BertTokenizer.from_pretrained(args.vocab), args.out, max_seq_length=args.max_seq_length,
         max_predictions=args.max_predictions, masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,

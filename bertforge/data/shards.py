@@ -21,7 +21,6 @@ a shard: sample indices at random when training.
 """
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +29,7 @@ import torch
 from bertforge.data.instances import ragged_arange, special_positions, to_padded
 from bertforge.data.masking import mask_batch, word_starts
 from bertforge.errors import BertforgeError
+from bertforge.io import read_json, write_json
 
 FORMAT = "bertforge-pretraining-data"
 VERSION = 1
@@ -42,20 +42,12 @@ def vocab_sha256(vocab: dict) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def clear_data(directory) -> None:
-    """Remove the data files of an earlier run from ``directory`` (index first, so no half state is readable)."""
-    directory = Path(directory)
-    for stale in [directory / "index.json", *directory.glob("shard-*.npy"), directory / "continuation.npy"]:
-        stale.unlink(missing_ok=True)
-
-
 class ShardWriter:
     """Writes shards into a directory, then ``index.json`` last (a directory without it is incomplete)."""
 
     def __init__(self, directory):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        clear_data(self.directory)
         self.shards = []
 
     def write(self, arrays: dict) -> None:
@@ -68,9 +60,7 @@ class ShardWriter:
         index = {"format": FORMAT, "version": VERSION, **header,
                  "instances": sum(s["instances"] for s in self.shards),
                  "tokens": sum(s["tokens"] for s in self.shards), "shards": self.shards}
-        tmp = self.directory / "index.json.tmp"
-        tmp.write_text(json.dumps(index, indent=1) + "\n")
-        tmp.replace(self.directory / "index.json")
+        write_json(self.directory / "index.json", index)
         return index
 
 
@@ -122,12 +112,9 @@ class PretrainingShards:
     def __init__(self, directory):
         self.directory = Path(directory)
         path = self.directory / "index.json"
-        try:
-            self.index = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise BertforgeError(f"{path}: not found; is this a folder made by `bertforge data create`?") from None
-        except (OSError, ValueError) as e:
-            raise BertforgeError(f"{path}: unreadable index ({e})") from None
+        if not path.is_file():
+            raise BertforgeError(f"{path}: not found; is this a folder made by `bertforge data create`?")
+        self.index = read_json(path)
         if self.index.get("format") != FORMAT or self.index.get("version") != VERSION:
             raise BertforgeError(f"{path}: not {FORMAT} version {VERSION}")
         self.max_seq_length = self.index["max_seq_length"]

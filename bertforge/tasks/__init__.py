@@ -1,1 +1,41 @@
-"""Fine-tuning tasks, one module per family: readers, featurisation, metrics."""
+"""Fine-tuning tasks: one module per family (reader, encoding, head, metric, outputs) behind the interface of
+`base.TaskFamily`, registered here. Adding a family is one new module and one line in FAMILIES."""
+
+from pathlib import Path
+
+from ..errors import BertforgeError
+from .base import TaskFamily
+from .glue import GlueFamily
+from .multiple_choice import MultipleChoiceFamily
+from .ner import NerFamily
+from .squad import SquadFamily
+from .text_classification import TextClassificationFamily
+
+FAMILIES: tuple[type[TaskFamily], ...] = (GlueFamily, NerFamily, MultipleChoiceFamily, SquadFamily,
+                                          TextClassificationFamily)
+TASKS: dict[str, type[TaskFamily]] = {name: family for family in FAMILIES for name in family.names}
+
+
+def make_family(task: str, data=None, max_length: int | None = None, options: dict | None = None,
+                reading: bool = False) -> TaskFamily:
+    """The task's family, reading `data` (None: for plain-text examples only, unless `reading` splits).
+    `options` may hold any family's options and more (e.g. all parsed flags); the task's own are taken."""
+    options = options or {}
+    if task not in TASKS:
+        raise BertforgeError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
+    family = TASKS[task]
+    if reading and data is None and family.reads_data_folder:
+        raise BertforgeError(f"{task} reads its splits from a folder: give --data")
+    own = {k: options.get(k, default) for k, default in family.option_defaults.items()}
+    return family(task, None if data is None else Path(data), max_length or family.default_max_length, **own)
+
+
+def add_family_arguments(parser) -> None:
+    """Every family's own options, for the commands that take a task name."""
+    for family in FAMILIES:
+        family.add_arguments(parser)
+
+
+def family_options(args) -> dict:
+    """Every family's own options from parsed flags."""
+    return {k: getattr(args, k) for family in FAMILIES for k in family.option_defaults if hasattr(args, k)}

@@ -1,12 +1,18 @@
-"""GLUE: the nine tasks' files (the layout of download_glue_data.py), featurisation and the submission file."""
+"""GLUE: the nine tasks' files (the layout of download_glue_data.py), featurisation, the submission file, and
+the task family."""
 
 import csv
 import io
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import BertforgeError, where
-from ..tokenizer import read_text
+from ..io import read_text, rounded, write_text_atomic
+from ..model import BertForSequenceClassification
+from .base import Split, TaskFamily, softmax
+from .metrics import GLUE_METRICS, glue_metrics
 
 
 @dataclass(frozen=True)
@@ -151,7 +157,53 @@ def encode_glue(examples: list[GlueExample], tokenizer, max_length: int) -> dict
 def write_glue_submission(task: str, predictions, path) -> None:
     """Write gluebenchmark.com's `index<TAB>prediction` file from label ids (scores for stsb), in test order."""
     t = glue_task(task)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("index\tprediction\n")
-        for i, p in enumerate(predictions):
-            f.write(f"{i}\t{float(p):.3f}\n" if t.labels is None else f"{i}\t{t.labels[int(p)]}\n")
+    rows = (f"{i}\t{float(p):.3f}\n" if t.labels is None else f"{i}\t{t.labels[int(p)]}\n"
+            for i, p in enumerate(predictions))
+    write_text_atomic(path, "index\tprediction\n" + "".join(rows))
+
+
+class GlueFamily(TaskFamily):
+    """The nine GLUE tasks: a sequence classifier (a regressor for STS-B) on the pooled output."""
+
+    names = tuple(GLUE_TASKS)
+    model_class = BertForSequenceClassification
+
+    def __init__(self, task: str, data: Path | None, max_length: int):
+        super().__init__(task, data, max_length)
+        self.glue = glue_task(task)
+        self.root = data.parent if data and (data / "train.tsv").is_file() else data
+        self.labels = list(self.glue.labels) if self.glue.labels else [self.glue.name]
+        self.best_metric = GLUE_METRICS[task][0]
+        self.eval_splits = ("dev_matched", "dev_mismatched") if task == "mnli" else ("dev",)
+        self.text_fields = {name: str for name in self.glue.hf_text if name}
+
+    def read(self, split: str, tokenizer, limit=None) -> Split:
+        return self.encode(split, read_glue(self.glue.name, self.root, split)[:limit], tokenizer)
+
+    def encode(self, name: str, examples: list, tokenizer) -> Split:
+        return Split(name, examples, encode_glue(examples, tokenizer, self.max_length))
+
+    def example(self, record: dict, guid: str) -> GlueExample:
+        a, b = self.glue.hf_text
+        return GlueExample(guid, record[a], record[b] if b else None, None)
+
+    def predictions(self, outputs) -> np.ndarray:
+        logits = np.stack(outputs["logits"])
+        return logits[:, 0] if self.glue.labels is None else logits.argmax(-1)
+
+    def score(self, split: Split, outputs) -> dict:
+        metrics = glue_metrics(self.glue.name, self.predictions(outputs), np.array([e.label for e in split.examples]))
+        suffix = "_mismatched" if split.name == "dev_mismatched" else ""
+        return {f"{k}{suffix}": v for k, v in metrics.items()}
+
+    def write(self, split: Split, outputs, folder: Path) -> Path:
+        path = folder / f"{self.glue.folder}_{split.name}.tsv"
+        write_glue_submission(self.glue.name, self.predictions(outputs), path)
+        return path
+
+    def describe(self, split: Split, outputs) -> list[dict]:
+        logits = np.stack(outputs["logits"])
+        if self.glue.labels is None:
+            return [{"score": rounded(row[0])} for row in logits]
+        return [{"label": self.labels[int(p.argmax())], "probabilities": dict(zip(self.labels, rounded(p)))}
+                for p in softmax(logits)]

@@ -1,4 +1,9 @@
-"""Evaluation metrics by their official definitions, in numpy: GLUE's and CoNLL's entity-level F1 (conlleval)."""
+"""Evaluation metrics by their official definitions, in numpy: GLUE's, CoNLL's entity-level F1 (conlleval), and
+SQuAD's (evaluate-v1.1.py and evaluate-v2.0.py)."""
+
+import re
+import string
+from collections import Counter
 
 import numpy as np
 
@@ -23,6 +28,17 @@ def f1(preds, labels) -> float:
     tp = np.sum((preds == 1) & (labels == 1))
     wrong = np.sum((preds == 1) != (labels == 1))
     return float(2 * tp / (2 * tp + wrong)) if tp + wrong else 0.0
+
+
+def macro_f1(preds, labels, num_classes: int) -> float:
+    """The mean over classes of each class's F1 against the rest (a class never predicted nor present: 0)."""
+    preds, labels = _pair(preds, labels)
+    scores = []
+    for c in range(num_classes):
+        tp = np.sum((preds == c) & (labels == c))
+        wrong = np.sum((preds == c) != (labels == c))
+        scores.append(2 * tp / (2 * tp + wrong) if tp + wrong else 0.0)
+    return float(np.mean(scores))
 
 
 def matthews_corrcoef(preds, labels) -> float:
@@ -148,3 +164,109 @@ def ner_metrics(gold, pred) -> dict:
         support = count(gold_set, kind)
         per_type[kind] = {**_prf(count(correct, kind), count(pred_set, kind), support), "support": support}
     return {**_prf(len(correct), len(pred_set), len(gold_set)), "per_type": per_type}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SQuAD's official metrics (evaluate-v1.1.py and evaluate-v2.0.py); examples are tasks.squad.SquadExample
+
+_PUNCTUATION = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case, drop punctuation, drop the articles a/an/the, fold whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _f1(prediction: str, gold: str, empty_match: bool) -> float:
+    """Token F1. v1.1 scores two empty answers 0; v2.0 (empty_match) scores them 1."""
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if empty_match and (not pred or not ref):
+        return float(pred == ref)
+    same = sum((Counter(pred) & Counter(ref)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred), same / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _exact(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def squad_v1_evaluate(examples, predictions: dict[str, str]) -> dict[str, float]:
+    """evaluate-v1.1.py: `exact_match` and `f1` in percent, each the best over the gold answers; a
+    question without a prediction scores 0."""
+    em = f1 = 0.0
+    for ex in examples:
+        if ex.id in predictions:
+            gold = ex.answer_texts or [""]
+            em += max(_exact(predictions[ex.id], g) for g in gold)
+            f1 += max(_f1(predictions[ex.id], g, empty_match=False) for g in gold)
+    return {"exact_match": 100.0 * em / len(examples), "f1": 100.0 * f1 / len(examples)}
+
+
+def _best_threshold(examples, predictions, raw, na_probs):
+    """evaluate-v2.0.py's find_best_thresh: start from answering nothing, then answer the questions in
+    rising na_prob order, keeping the score after each one if it is the best so far."""
+    score = best = sum(ex.is_impossible for ex in examples)
+    thresh = 0.0
+    for ex in sorted(examples, key=lambda ex: na_probs[ex.id]):
+        score += raw[ex.id] if not ex.is_impossible else -1 if predictions.get(ex.id) else 0
+        if score > best:
+            best, thresh = score, na_probs[ex.id]
+    return 100.0 * best / len(examples), thresh
+
+
+def squad_v2_evaluate(examples, predictions: dict[str, str], na_probs=None,
+                      na_prob_thresh: float = 1.0) -> dict[str, float]:
+    """evaluate-v2.0.py. An unanswerable question's gold is [""]; a missing prediction counts as "".
+
+    Where na_probs (id -> no-answer score, e.g. null odds) is given, questions with a score above
+    na_prob_thresh count as answered "no answer", and the best thresholds are searched (best_*).
+    """
+    exact, f1 = {}, {}
+    for ex in examples:
+        gold = [g for g in ex.answer_texts if normalize_answer(g)] or [""]
+        pred = predictions.get(ex.id, "")
+        exact[ex.id] = max(_exact(pred, g) for g in gold)
+        f1[ex.id] = max(_f1(pred, g, empty_match=True) for g in gold)
+    probs = {ex.id: 0.0 for ex in examples} | dict(na_probs or {})
+    no_ans = {ex.id for ex in examples if ex.is_impossible}
+    said_no = {ex.id for ex in examples if probs[ex.id] > na_prob_thresh}
+    exact_t = {k: float(k in no_ans) if k in said_no else v for k, v in exact.items()}
+    f1_t = {k: float(k in no_ans) if k in said_no else v for k, v in f1.items()}
+
+    out = {}
+    for prefix, subset in (("", examples), ("HasAns_", [ex for ex in examples if not ex.is_impossible]),
+                           ("NoAns_", [ex for ex in examples if ex.is_impossible])):
+        if subset or not prefix:
+            out[prefix + "exact"] = 100.0 * sum(exact_t[ex.id] for ex in subset) / len(subset)
+            out[prefix + "f1"] = 100.0 * sum(f1_t[ex.id] for ex in subset) / len(subset)
+            out[prefix + "total"] = len(subset)
+    if na_probs is not None:
+        out["best_exact"], out["best_exact_thresh"] = _best_threshold(examples, predictions, exact, probs)
+        out["best_f1"], out["best_f1_thresh"] = _best_threshold(examples, predictions, f1, probs)
+    return out
+
+
+def squad_metrics(examples, predictions: dict[str, str], null_odds=None,
+                  version_2: bool = False, best_spans: dict[str, str] | None = None) -> dict[str, float]:
+    """The scores of the predictions as given, named `exact_match` and `f1` for both versions.
+
+    For v2 also the HasAns_/NoAns_ parts and counts, and, given null_odds, the best-threshold search;
+    unlike evaluate-v2.0.py's default, null_odds do not override the predictions (the threshold was
+    applied when predicting). Given best_spans (every question answered by its best span), the search runs
+    on them: evaluate-v2.0.py's search can only turn answers into no-answers, so on predictions made at a
+    threshold it cannot find a lower one. Then best_f1 is the F1 that --null-threshold best_f1_thresh gives.
+    """
+    if not version_2:
+        return squad_v1_evaluate(examples, predictions)
+    search_on_spans = best_spans is not None and null_odds is not None
+    out = squad_v2_evaluate(examples, predictions, None if search_on_spans else null_odds, na_prob_thresh=np.inf)
+    if search_on_spans:
+        searched = squad_v2_evaluate(examples, best_spans, null_odds, na_prob_thresh=np.inf)
+        out.update({k: v for k, v in searched.items() if k.startswith("best_")})
+    out["exact_match"] = out.pop("exact")
+    return out

@@ -1,13 +1,17 @@
-"""Multiple choice (SWAG, CommonsenseQA, OpenBookQA, ARC, COPA): readers and [num_choices] featurisation."""
+"""Multiple choice (SWAG, CommonsenseQA, OpenBookQA, ARC, COPA): readers, [num_choices] featurisation, and the
+task family."""
 
-import csv
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BertforgeError, where
-from ..tokenizer import read_text
+import numpy as np
+
+from ..errors import BertforgeError
+from ..io import read_records, rounded, write_text_atomic
+from ..model import BertForMultipleChoice
+from .base import SEQUENCE_INPUTS, Split, TaskFamily, find_file, softmax
+from .metrics import accuracy
 
 
 @dataclass
@@ -63,43 +67,13 @@ def _copa(record: dict, guid: str) -> MultipleChoiceExample:
 MULTIPLE_CHOICE_TASKS = {"swag": _swag, "commonsenseqa": _qa, "openbookqa": _qa, "arc": _qa, "copa": _copa}
 
 
-def _csv_records(path: Path):
-    rows = csv.DictReader(io.StringIO(read_text(path), newline=""))
-    for row in rows:
-        location = where(path, rows.line_num)
-        if None in row or None in row.values():  # DictReader's marks for too many / too few fields
-            raise BertforgeError(f"{location}: expected {len(rows.fieldnames)} columns")
-        yield location, row
-
-
-def _parse_json(text: str, path: Path, first_line: int = 1):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise BertforgeError(f"{where(path, first_line + e.lineno - 1)}: not valid JSON ({e.msg})") from None
-
-
-def _json_records(path: Path):
-    """JSON lines, or one JSON array in a .json file; located by line, or by [index] in an array."""
-    text = read_text(path)
-    if path.suffix == ".json" and text.lstrip().startswith("["):
-        located = [(f"{path}[{k}]", r) for k, r in enumerate(_parse_json(text, path))]
-    else:  # split on newlines only: JSON strings may hold other characters that splitlines() breaks at
-        lines = enumerate(text.split("\n"), 1)
-        located = [(where(path, n), _parse_json(line, path, n)) for n, line in lines if line.strip()]
-    for location, record in located:
-        if not isinstance(record, dict):
-            raise BertforgeError(f"{location}: expected a JSON object")
-        yield location, record
-
-
 def read_multiple_choice(task: str, path) -> list[MultipleChoiceExample]:
     """Read a task's file: SWAG as its CSV or as JSON lines, the others as JSON lines."""
     if task not in MULTIPLE_CHOICE_TASKS:
         known = ", ".join(MULTIPLE_CHOICE_TASKS)
         raise BertforgeError(f"unknown multiple-choice task {task!r}: expected one of {known}")
     path = Path(path)
-    records = _csv_records(path) if path.suffix == ".csv" else _json_records(path)
+    records = read_records(path)
     examples = []
     for location, record in records:
         guid = str(record.get("id", record.get("idx", len(examples))))
@@ -135,3 +109,46 @@ def encode_multiple_choice(examples: list[MultipleChoiceExample], tokenizer, max
     if all(e.label is not None for e in examples):
         features["labels"] = [e.label for e in examples]
     return features
+
+
+class MultipleChoiceFamily(TaskFamily):
+    """One score per choice from the pooled output, softmax across the choices; accuracy."""
+
+    names = tuple(MULTIPLE_CHOICE_TASKS)
+    model_class = BertForMultipleChoice
+    inputs = {**SEQUENCE_INPUTS, "choice_mask": None}
+    best_metric = "accuracy"
+    patterns = {"train": ("train*.jsonl", "train*.csv", "train*.json"),
+                "dev": ("dev*.jsonl", "validation*.jsonl", "val*.csv", "dev*.csv", "val*.json", "dev*.json"),
+                "test": ("test*.jsonl", "test*.csv", "test*.json")}
+    text_fields = {"question": str, "choices": list}
+    labels = ["choice"]
+
+    def read(self, split: str, tokenizer, limit=None) -> Split:
+        path = self.data if self.data.is_file() else find_file(self.data, self.patterns[split], split)
+        return self.encode(split, read_multiple_choice(self.task, path)[:limit], tokenizer)
+
+    def encode(self, name: str, examples: list, tokenizer) -> Split:
+        return Split(name, examples, encode_multiple_choice(examples, tokenizer, self.max_length))
+
+    def example(self, record: dict, guid: str) -> MultipleChoiceExample:
+        # laid out as CommonsenseQA, OpenBookQA and ARC are: [CLS] question [SEP] choice [SEP]
+        return MultipleChoiceExample(guid, record["question"], "", record["choices"], None)
+
+    def use_model_labels(self, config) -> None:
+        pass  # one score per choice: there are no label names
+
+    def score(self, split: Split, outputs) -> dict:
+        preds = np.stack(outputs["logits"]).argmax(-1)
+        return {"accuracy": accuracy(preds, [e.label for e in split.examples])}
+
+    def write(self, split: Split, outputs, folder: Path) -> Path:
+        path = folder / f"{self.task}_{split.name}_predictions.jsonl"
+        preds = np.stack(outputs["logits"]).argmax(-1)
+        write_text_atomic(path, "".join(json.dumps({"id": e.guid, "prediction": int(p)}) + "\n"
+                                        for e, p in zip(split.examples, preds)))
+        return path
+
+    def describe(self, split: Split, outputs) -> list[dict]:
+        probabilities = [softmax(logits[:len(e.endings)]) for e, logits in zip(split.examples, outputs["logits"])]
+        return [{"prediction": int(p.argmax()), "probabilities": rounded(p)} for p in probabilities]

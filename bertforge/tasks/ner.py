@@ -1,15 +1,19 @@
-"""Named-entity recognition on CoNLL-2003: reading, first-piece featurisation, predictions back to words."""
+"""Named-entity recognition on CoNLL-2003: reading, first-piece featurisation, predictions back to words, and
+the task family."""
 
 import bisect
 import itertools
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import BertforgeError, where
-from ..tokenizer import read_text
-from .metrics import entities, split_tag
+from ..io import atomic_path, read_text
+from ..model import BertForTokenClassification
+from .base import Split, TaskFamily
+from .metrics import entities, ner_metrics, split_tag
 
 
 @dataclass
@@ -148,8 +152,60 @@ def predictions_to_words(sentences: list[NerSentence], features: dict[str, list]
 
 def write_conll(path, sentences: list[NerSentence], predicted: list[list[str]]) -> None:
     """`word gold predicted` lines, a blank line after each sentence: the input conlleval reads."""
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for s, guesses in zip(sentences, predicted, strict=True):
             for word, gold, guess in zip(s.words, s.tags, guesses, strict=True):
                 f.write(f"{word} {gold} {guess}\n")
             f.write("\n")
+
+
+class NerFamily(TaskFamily):
+    """CoNLL-2003 NER: a tag per word, predicted on its first piece; entity-level F1."""
+
+    names = ("conll2003", "ner")
+    model_class = BertForTokenClassification
+    per_token_outputs = ("logits",)
+    targets = {"labels": -100}
+    best_metric = "f1"
+    eval_splits = ("valid", "test")
+    files = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
+    text_fields = {"sentence": str}
+
+    def __init__(self, task: str, data: Path | None, max_length: int):
+        super().__init__(task, data, max_length)
+        # Without data the labels are the fine-tuned model's (see use_model_labels).
+        self.labels = label_list(read_conll(self.path("train"))) if data else None
+
+    def path(self, split):
+        return self.data / self.files[split] if self.data.is_dir() else self.data
+
+    def read(self, split: str, tokenizer, limit=None) -> Split:
+        return self.encode(split, read_conll(self.path(split))[:limit], tokenizer)
+
+    def encode(self, name: str, sentences: list, tokenizer) -> Split:
+        label_to_id = {label: i for i, label in enumerate(self.labels)}
+        return Split(name, sentences, encode_ner(sentences, tokenizer, label_to_id, self.max_length))
+
+    def example(self, record: dict, guid: str) -> NerSentence:
+        words = record["sentence"].split()
+        return NerSentence(words, [self.labels[0]] * len(words))  # placeholder tags: encode_ner wants one per word
+
+    def loss_units(self, batch: dict) -> int:
+        return int((batch["labels"] != -100).sum())
+
+    def tags(self, split: Split, outputs):
+        predictions = [logits.argmax(-1) for logits in outputs["logits"]]
+        return predictions_to_words(split.examples, split.encoded, predictions, self.labels)
+
+    def score(self, split: Split, outputs) -> dict:
+        m = ner_metrics([s.tags for s in split.examples], self.tags(split, outputs))
+        prefix = "" if split.name == "valid" else f"{split.name}_"
+        return {f"{prefix}{k}": v for k, v in m.items() if k != "per_type"}
+
+    def write(self, split: Split, outputs, folder: Path) -> Path:
+        path = folder / f"conll_{split.name}_predictions.txt"
+        write_conll(path, split.examples, self.tags(split, outputs))
+        return path
+
+    def describe(self, split: Split, outputs) -> list[dict]:
+        return [{"words": s.words, "tags": tags} for s, tags in zip(split.examples, self.tags(split, outputs))]

@@ -9,16 +9,20 @@ word by word), and an answer is the passage slice between its first token's star
 import json
 import logging
 import re
-import string
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from ..checkpoint import write_text_atomic
 from ..errors import BertforgeError, where
+from ..inference import doc_spans, max_context_window
+from ..options import count, open_fraction
+from ..io import check_output, read_json, rounded, write_json, write_text_atomic
+from ..model import BertForQuestionAnswering
+from .base import Split, TaskFamily, find_file
+from .metrics import squad_metrics
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +59,6 @@ def _locate(context: str, text: str, start: int) -> int | None:
     return min(found, key=lambda s: abs(s - start)) if found else None
 
 
-def load_squad_json(path) -> dict:
-    path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise BertforgeError(f"{where(path)}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise BertforgeError(f"{where(path)}: not UTF-8 text") from None
-    except json.JSONDecodeError as e:
-        raise BertforgeError(f"{where(path, e.lineno)}: not valid JSON ({e.msg})") from None
-
-
 def read_squad(path) -> list[SquadExample]:
     """Every question of a SQuAD v1.1 or v2.0 JSON file, in file order.
 
@@ -75,7 +67,7 @@ def read_squad(path) -> list[SquadExample]:
     Google's run_squad skips it ("Could not find answer"). All three are counted in one logged line.
     """
     path = Path(path)
-    data = load_squad_json(path)
+    data = read_json(path)
     examples, skipped, dropped, moved, total = [], 0, 0, 0, 0
     for a, article in enumerate(_get(data, "data", list, path, "the top level")):
         for p, paragraph in enumerate(_get(article, "paragraphs", list, path, f"data[{a}]")):
@@ -122,31 +114,6 @@ class SquadWindow:
     is_max_context: np.ndarray  # [L] bool: this is the window in which the token is scored
     start_position: int = 0  # the first answer's tokens, or 0 ([CLS]) when unanswerable or not in this window
     end_position: int = 0
-
-
-def doc_spans(n: int, room: int, stride: int) -> list[tuple[int, int]]:
-    """Google's doc spans as (start, length): windows of `room` tokens, each `stride` past the last."""
-    spans, start = [], 0
-    while start < n:
-        length = min(n - start, room)
-        spans.append((start, length))
-        if start + length == n:
-            break
-        start += min(length, stride)
-    return spans
-
-
-def max_context_window(n: int, spans) -> np.ndarray:
-    """For each passage token, the window giving it the most context (Google's _check_is_max_context)."""
-    if len(spans) == 1:  # most passages: a shortcut worth seconds on the training set
-        return np.zeros(n, dtype=np.intp)
-    start = np.array([s for s, _ in spans])[:, None]
-    length = np.array([size for _, size in spans])[:, None]
-    pos = np.arange(n)[None, :]
-    end = start + length - 1
-    score = np.minimum(pos - start, end - pos) + 0.01 * length
-    score = np.where((pos >= start) & (pos <= end), score, -np.inf)
-    return score.argmax(0)  # the first of equal scores wins, as Google's strict '>'
 
 
 def featurize(examples: list[SquadExample], tokenizer, max_length: int = 384, doc_stride: int = 128,
@@ -295,113 +262,7 @@ def write_predictions(directory, result: SquadPredictions) -> None:
     if result.null_odds:
         files["null_odds.json"] = result.null_odds
     for name, content in files.items():
-        (directory / name).write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Official metrics (evaluate-v1.1.py and evaluate-v2.0.py)
-
-_PUNCTUATION = set(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-
-
-def normalize_answer(text: str) -> str:
-    """Lower-case, drop punctuation, drop the articles a/an/the, fold whitespace."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
-
-
-def _f1(prediction: str, gold: str, empty_match: bool) -> float:
-    """Token F1. v1.1 scores two empty answers 0; v2.0 (empty_match) scores them 1."""
-    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    if empty_match and (not pred or not ref):
-        return float(pred == ref)
-    same = sum((Counter(pred) & Counter(ref)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred), same / len(ref)
-    return 2 * precision * recall / (precision + recall)
-
-
-def _exact(prediction: str, gold: str) -> float:
-    return float(normalize_answer(prediction) == normalize_answer(gold))
-
-
-def squad_v1_evaluate(examples: list[SquadExample], predictions: dict[str, str]) -> dict[str, float]:
-    """evaluate-v1.1.py: `exact_match` and `f1` in percent, each the best over the gold answers; a
-    question without a prediction scores 0."""
-    em = f1 = 0.0
-    for ex in examples:
-        if ex.id in predictions:
-            gold = ex.answer_texts or [""]
-            em += max(_exact(predictions[ex.id], g) for g in gold)
-            f1 += max(_f1(predictions[ex.id], g, empty_match=False) for g in gold)
-    return {"exact_match": 100.0 * em / len(examples), "f1": 100.0 * f1 / len(examples)}
-
-
-def _best_threshold(examples, predictions, raw, na_probs):
-    """evaluate-v2.0.py's find_best_thresh: start from answering nothing, then answer the questions in
-    rising na_prob order, keeping the score after each one if it is the best so far."""
-    score = best = sum(ex.is_impossible for ex in examples)
-    thresh = 0.0
-    for ex in sorted(examples, key=lambda ex: na_probs[ex.id]):
-        score += raw[ex.id] if not ex.is_impossible else -1 if predictions.get(ex.id) else 0
-        if score > best:
-            best, thresh = score, na_probs[ex.id]
-    return 100.0 * best / len(examples), thresh
-
-
-def squad_v2_evaluate(examples: list[SquadExample], predictions: dict[str, str], na_probs=None,
-                      na_prob_thresh: float = 1.0) -> dict[str, float]:
-    """evaluate-v2.0.py. An unanswerable question's gold is [""]; a missing prediction counts as "".
-
-    Where na_probs (id -> no-answer score, e.g. null odds) is given, questions with a score above
-    na_prob_thresh count as answered "no answer", and the best thresholds are searched (best_*).
-    """
-    exact, f1 = {}, {}
-    for ex in examples:
-        gold = [g for g in ex.answer_texts if normalize_answer(g)] or [""]
-        pred = predictions.get(ex.id, "")
-        exact[ex.id] = max(_exact(pred, g) for g in gold)
-        f1[ex.id] = max(_f1(pred, g, empty_match=True) for g in gold)
-    probs = {ex.id: 0.0 for ex in examples} | dict(na_probs or {})
-    no_ans = {ex.id for ex in examples if ex.is_impossible}
-    said_no = {ex.id for ex in examples if probs[ex.id] > na_prob_thresh}
-    exact_t = {k: float(k in no_ans) if k in said_no else v for k, v in exact.items()}
-    f1_t = {k: float(k in no_ans) if k in said_no else v for k, v in f1.items()}
-
-    out = {}
-    for prefix, subset in (("", examples), ("HasAns_", [ex for ex in examples if not ex.is_impossible]),
-                           ("NoAns_", [ex for ex in examples if ex.is_impossible])):
-        if subset or not prefix:
-            out[prefix + "exact"] = 100.0 * sum(exact_t[ex.id] for ex in subset) / len(subset)
-            out[prefix + "f1"] = 100.0 * sum(f1_t[ex.id] for ex in subset) / len(subset)
-            out[prefix + "total"] = len(subset)
-    if na_probs is not None:
-        out["best_exact"], out["best_exact_thresh"] = _best_threshold(examples, predictions, exact, probs)
-        out["best_f1"], out["best_f1_thresh"] = _best_threshold(examples, predictions, f1, probs)
-    return out
-
-
-def squad_metrics(examples: list[SquadExample], predictions: dict[str, str], null_odds=None,
-                  version_2: bool = False, best_spans: dict[str, str] | None = None) -> dict[str, float]:
-    """The scores of the predictions as given, named `exact_match` and `f1` for both versions.
-
-    For v2 also the HasAns_/NoAns_ parts and counts, and, given null_odds, the best-threshold search;
-    unlike evaluate-v2.0.py's default, null_odds do not override the predictions (the threshold was
-    applied when predicting). Given best_spans (every question answered by its best span), the search runs
-    on them: evaluate-v2.0.py's search can only turn answers into no-answers, so on predictions made at a
-    threshold it cannot find a lower one. Then best_f1 is the F1 that --null-threshold best_f1_thresh gives.
-    """
-    if not version_2:
-        return squad_v1_evaluate(examples, predictions)
-    search_on_spans = best_spans is not None and null_odds is not None
-    out = squad_v2_evaluate(examples, predictions, None if search_on_spans else null_odds, na_prob_thresh=np.inf)
-    if search_on_spans:
-        searched = squad_v2_evaluate(examples, best_spans, null_odds, na_prob_thresh=np.inf)
-        out.update({k: v for k, v in searched.items() if k.startswith("best_")})
-    out["exact_match"] = out.pop("exact")
-    return out
+        write_json(directory / name, content, ensure_ascii=False)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -434,12 +295,14 @@ def add_squad_split_arguments(parser):
     parser.add_argument("file", help="a SQuAD v1.1 or v2.0 JSON file")
     parser.add_argument("--out", required=True,
                         help="folder for train-vV.json and dev-vV.json, V the file's version (what finetune reads)")
-    parser.add_argument("--train-fraction", type=float, default=0.5, help="the share of the articles to train on")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the shuffle of the articles")
+    parser.add_argument("--train-fraction", type=open_fraction, default=0.5,
+                        help="the share of the articles to train on (default 0.5)")
+    parser.add_argument("--seed", type=count(0), default=0, help="seed of the shuffle of the articles (default 0)")
 
 
 def run_squad_split(args) -> int:
-    data = load_squad_json(args.file)
+    check_output(args.out, "--out", inputs=[args.file])
+    data = read_json(args.file)
     squad_counts(data, args.file)  # a malformed file fails here, before anything is written
     version = str(data.get("version", "")).removeprefix("v")
     if version not in ("1.1", "2.0"):
@@ -452,3 +315,87 @@ def run_squad_split(args) -> int:
         print(f"{name}: {counts['articles']} articles, {counts['questions']} questions "
               f"({counts['unanswerable']} unanswerable) -> {path}")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The task family
+
+
+class SquadFamily(TaskFamily):
+    """Span extraction: start and end scores over each window's tokens; v2.0 may answer nothing."""
+
+    names = ("squad", "squad_v1", "squad_v2")
+    model_class = BertForQuestionAnswering
+    output_keys = ("start_logits", "end_logits")
+    per_token_outputs = ("start_logits", "end_logits")
+    targets = {"start_positions": None, "end_positions": None}
+    default_max_length = 384
+    best_metric = "f1"
+    labels = ["start", "end"]
+    text_fields = {"question": str, "context": str}
+    option_defaults = {"null_threshold": 0.0}
+
+    def __init__(self, task: str, data: Path | None, max_length: int, doc_stride=128, max_query_length=64,
+                 null_threshold=0.0):
+        super().__init__(task, data, max_length)
+        self.version_2 = task == "squad_v2"
+        self.doc_stride, self.max_query_length, self.null_threshold = doc_stride, max_query_length, null_threshold
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        parser.add_argument("--null-threshold", type=float, default=0.0,
+                            help="squad_v2: answer nothing where the null score beats the best span's by more than "
+                                 "this (eval_results' best_f1_thresh is the dev set's best value; default 0)")
+
+    def path(self, split):
+        if self.data.is_file():
+            return self.data
+        version = "2.0" if self.version_2 else "1.1"
+        return find_file(self.data, (f"{split}-v{version}*.json",), f"SQuAD v{version} {split}")
+
+    def read(self, split: str, tokenizer, limit=None) -> Split:
+        return self.encode(split, read_squad(self.path(split))[:limit], tokenizer)
+
+    def encode(self, name: str, examples: list, tokenizer) -> Split:
+        windows = featurize(examples, tokenizer, self.max_length, self.doc_stride, self.max_query_length)
+        encoded = {"input_ids": [w.input_ids.tolist() for w in windows],
+                   "token_type_ids": [w.token_type_ids.tolist() for w in windows],
+                   "attention_mask": [[1] * len(w.input_ids) for w in windows],
+                   "start_positions": [w.start_position for w in windows],
+                   "end_positions": [w.end_position for w in windows]}
+        return Split(name, examples, encoded, {"windows": windows})
+
+    def example(self, record: dict, guid: str) -> SquadExample:
+        return SquadExample(guid, record["question"], record["context"], [], [])
+
+    def head_config(self) -> dict:
+        return {}  # two outputs, start and end, whatever the labels
+
+    def use_model_labels(self, config) -> None:
+        pass
+
+    def result(self, split: Split, outputs) -> "SquadPredictions":
+        return postprocess(split.examples, split.extra["windows"], outputs["start_logits"], outputs["end_logits"],
+                           version_2=self.version_2, null_threshold=self.null_threshold)
+
+    def score(self, split: Split, outputs) -> dict:
+        result = self.result(split, outputs)
+        return squad_metrics(split.examples, result.predictions, result.null_odds or None, self.version_2,
+                             result.best_spans or None)
+
+    def write(self, split: Split, outputs, folder: Path) -> Path:
+        write_predictions(folder, self.result(split, outputs))
+        return folder / "predictions.json"
+
+    def describe(self, split: Split, outputs) -> list[dict]:
+        result = self.result(split, outputs)
+        described = []
+        for ex in split.examples:
+            answer = result.predictions[ex.id]
+            best = next((b for b in result.nbest[ex.id] if b["text"] == answer), None)  # None: v1 found no span
+            start, end = best["offsets"] if answer else (None, None)
+            described.append({"answer": answer, "start": start, "end": end,
+                              "probability": rounded(best["probability"]) if best else None})
+            if self.version_2:
+                described[-1]["no_answer"] = not answer
+        return described

@@ -3,7 +3,7 @@ import itertools
 import numpy as np
 import pytest
 
-from bertforge.data.corpus import SentenceEncoder, detect_format, file_sentences, list_input_files, split_sentences
+from bertforge.data.corpus import SentenceEncoder, detect_format, file_sentences, split_sentences
 from bertforge.errors import BertforgeError
 from bertforge.tokenizer import BertTokenizer
 from tests.conftest import require_shared
@@ -114,16 +114,6 @@ def test_real_latin1_file():
     path = require_shared("data", "corpus", "state_union", "1954-Eisenhower.txt")
     with pytest.raises(BertforgeError, match=r"1954-Eisenhower\.txt:\d+: byte \d+ \(0x[0-9a-f]{2}\) is not valid"):
         sentences(path)
-
-
-def test_list_input_files(tmp_path):
-    (tmp_path / "a").mkdir()
-    for name in ["a/x.txt", "a/y.raw", "a/README", "a/books.json", "b.dat", "a/.hidden.txt"]:
-        (tmp_path / name).write_text("Text.")
-    files, skipped = list_input_files([tmp_path / "a", tmp_path / "b.dat"])
-    assert [f.name for f in files] == ["x.txt", "y.raw", "b.dat"] and skipped == 2
-    with pytest.raises(BertforgeError, match="no such file or folder"):
-        list_input_files([tmp_path / "missing"])
 
 
 def test_blocks_do_not_split_paragraphs(tmp_path, monkeypatch):

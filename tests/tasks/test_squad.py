@@ -6,10 +6,10 @@ import pytest
 
 from bertforge.cli import main
 from bertforge.errors import BertforgeError
-from bertforge.finetune import make_job
-from bertforge.tasks.squad import (SquadExample, featurize, normalize_answer, postprocess, read_squad,
-                                   split_by_article, squad_counts, squad_metrics, squad_v1_evaluate,
-                                   squad_v2_evaluate, write_predictions)
+from bertforge.tasks import make_family
+from bertforge.tasks.metrics import normalize_answer, squad_metrics, squad_v1_evaluate, squad_v2_evaluate
+from bertforge.tasks.squad import (SquadExample, featurize, postprocess, read_squad, split_by_article, squad_counts,
+                                   write_predictions)
 from tests.conftest import require_shared
 
 
@@ -314,8 +314,8 @@ def test_split_by_article_keeps_articles_whole(tmp_path, capsys):
         assert line.startswith(f"{name}: {counts['articles']} articles, {counts['questions']} questions "
                                f"({counts['unanswerable']} unanswerable) -> ")
     # what finetune squad_v2 reads from the folder
-    job = make_job("squad_v2", tmp_path / "split")
-    assert [job.path(split).name for split in ("train", "dev")] == ["train-v2.0.json", "dev-v2.0.json"]
+    family = make_family("squad_v2", tmp_path / "split")
+    assert [family.path(split).name for split in ("train", "dev")] == ["train-v2.0.json", "dev-v2.0.json"]
 
 
 def test_split_by_article_is_seeded():

@@ -1,0 +1,86 @@
+"""Scoring a model on a task's data: the evaluation fine-tuning runs every epoch, and the `evaluate` command."""
+
+import json
+
+from .errors import BertforgeError
+from .inference import run_model
+from .options import count, torch_device
+from .tasks import TASKS, add_family_arguments, make_family
+from .tasks.base import Split, TaskFamily, padding
+from .tokenizer import BertTokenizer
+
+
+def predict_split(family: TaskFamily, model, split: Split, batch_size: int, pad_id: int, bf16: bool = False,
+                  progress: str | None = None) -> dict:
+    """The model's outputs for every row of the split, as the family reads them."""
+    return run_model(model, split.encoded, padding(family.inputs, pad_id), family.output_keys,
+                     family.per_token_outputs, batch_size, bf16=bf16, progress=progress)
+
+
+def evaluate_splits(family: TaskFamily, model, splits: list[Split], batch_size: int, pad_id: int, bf16=False,
+                    progress=False) -> dict:
+    metrics = {}
+    for split in splits:
+        outputs = predict_split(family, model, split, batch_size, pad_id, bf16,
+                                f"evaluate {split.name}" if progress else None)
+        metrics.update(family.score(split, outputs))
+    return metrics
+
+
+def check_model(family: TaskFamily, model, folder, fine_tuned: bool) -> None:
+    """The checkpoint fits the task: its head is the task's (and trained, for `fine_tuned`), its positions hold
+    the task's inputs."""
+    config = model.config
+    saved_as = config.extra.get("architectures") or []
+    wanted = family.model_class.__name__
+    if fine_tuned and saved_as and wanted not in saved_as:
+        raise BertforgeError(f"{folder}: a {saved_as[0]} model, but {family.task} needs a {wanted}")
+    if fine_tuned and model.fresh_parts:
+        raise BertforgeError(f"{folder}: has no trained {', '.join(model.fresh_parts)} for {family.task}; "
+                             f"fine-tune it first (bertforge finetune {family.task} --model {folder} ...)")
+    check_length(family, config, folder)
+
+
+def check_length(family: TaskFamily, config, folder) -> None:
+    if family.max_length > config.max_position_embeddings:
+        raise BertforgeError(f"--max-length {family.max_length}: the model in {folder} has "
+                             f"{config.max_position_embeddings} positions")
+
+
+def load_finetuned(args, reading: bool = True):
+    """The family, tokenizer and model of a fine-tuned folder; label names are the model's where they fit."""
+    family = make_family(args.task, args.data, args.max_length, vars(args), reading)
+    tokenizer = BertTokenizer.from_pretrained(args.model)
+    model = family.model_class.from_pretrained(args.model).to(args.device or "cpu")
+    check_model(family, model, args.model, fine_tuned=True)
+    family.use_model_labels(model.config)
+    return family, tokenizer, model
+
+
+def add_model_run_arguments(p, data_help: str, examples_help: str):
+    """What `evaluate` and `predict` share: the task, the fine-tuned model, the data and how to run it."""
+    p.add_argument("task", help=f"one of {', '.join(TASKS)}")
+    p.add_argument("--model", required=True, help="a fine-tuned folder (e.g. RUN/best)")
+    p.add_argument("--data", help=data_help)
+    p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 or 384)")
+    p.add_argument("--max-eval-examples", type=count(1), help=examples_help)
+    p.add_argument("--batch-size", type=count(1), default=64, help="rows per forward pass (default 64)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default cpu)")
+    add_family_arguments(p)
+
+
+def add_evaluate_arguments(p):
+    add_model_run_arguments(p, "the task's data folder (or file); your own data: --dev FILE instead",
+                            "score only the first N examples")
+    p.add_argument("--split", help="split to score (default: the task's dev splits)")
+
+
+def run_evaluate(args) -> int:
+    family, tokenizer, model = load_finetuned(args)
+    splits = [family.read(s, tokenizer, args.max_eval_examples) for s in ([args.split] if args.split
+                                                                          else family.eval_splits)]
+    metrics = evaluate_splits(family, model, splits, args.batch_size, tokenizer.pad_token_id, args.bf16,
+                              progress=True)
+    print(json.dumps(metrics, indent=2))
+    return 0

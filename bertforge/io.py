@@ -1,0 +1,230 @@
+"""Files, at the bottom of the house: reading text and JSON with one-line errors, atomic writes, text folders.
+
+Every module reads and writes through these, so that a decoding error, a malformed JSON file or a torn write
+is handled one way everywhere: errors name the file (and line), and a written file appears whole or not at all,
+with the ordinary mode the user's umask gives (not the 0600 of a temporary file).
+"""
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from .errors import FULL, BertforgeError, where
+
+TEXT_SUFFIXES = (".txt", ".raw", ".text")  # what is read when recursing into a folder of text
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()
+
+
+def read_text(path, encoding="utf-8") -> str:
+    """A whole text file, with a decoding error reported by file and byte offset."""
+    path = Path(path)
+    try:
+        return path.read_bytes().decode(encoding)
+    except FileNotFoundError:
+        raise BertforgeError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise BertforgeError(f"{path}: is a folder, not a file") from None
+    except OSError as e:
+        raise BertforgeError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise BertforgeError(
+            f"{path}: not valid {encoding} at byte {e.start} ({e.object[e.start:e.start + 1]!r}); "
+            f"pass the file's encoding (e.g. encoding='latin-1')"
+        ) from None
+
+
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def parse_json(text: str, path, first_line: int = 1):
+    """JSON from `text`, which starts on line `first_line` of `path`; an error names the file and line.
+    A string holding an unpaired surrogate escape (e.g. "\\ud800") is refused: it is not Unicode text."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BertforgeError(f"{where(path, first_line + e.lineno - 1)}: not valid JSON ({e.msg})") from None
+    found = SURROGATE_ESCAPE.search(text)
+    if found and not _is_unicode(value):
+        line = first_line + text.count("\n", 0, found.start())
+        raise BertforgeError(f"{where(path, line)}: a string holds an unpaired surrogate ({found.group()}), which is "
+                             "not Unicode text")
+    return value
+
+
+def _is_unicode(value) -> bool:
+    """Every string in a parsed JSON value encodes as UTF-8 (no unpaired surrogates)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, dict):
+        return all(_is_unicode(k) and _is_unicode(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(map(_is_unicode, value))
+    return True
+
+
+def read_json(path, expect: type | None = dict):
+    """A JSON file's value (by default it must be an object)."""
+    value = parse_json(read_text(path), path)
+    if expect is not None and not isinstance(value, expect):
+        raise BertforgeError(f"{path}: expected a JSON {'object' if expect is dict else expect.__name__}")
+    return value
+
+
+def read_json_lines(path) -> list[dict]:
+    """The objects of a JSON-lines file; blank lines are skipped, a bad line is named."""
+    rows = []
+    for line_no, line in enumerate(read_text(path).split("\n"), 1):
+        if line.strip():
+            row = parse_json(line, path, line_no)
+            if not isinstance(row, dict):
+                raise BertforgeError(f"{where(path, line_no)}: expected a JSON object")
+            rows.append(row)
+    return rows
+
+
+def read_records(path):
+    """(location, record) pairs of a table: CSV (.csv) or TSV (.tsv) with a header, JSON lines, or one JSON
+    array in a .json file; located by line, or by [index] in an array. Values of CSV/TSV records are strings."""
+    path = Path(path)
+    text = read_text(path, "utf-8-sig")
+    if path.suffix.lower() in (".csv", ".tsv"):
+        rows = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+        for row in rows:
+            location = where(path, rows.line_num)
+            if None in row or None in row.values():  # DictReader's marks for too many / too few fields
+                raise BertforgeError(f"{location}: expected {len(rows.fieldnames)} columns")
+            yield location, row
+        return
+    if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
+        located = [(f"{path}[{k}]", r) for k, r in enumerate(parse_json(text, path))]
+    else:  # split on newlines only: JSON strings may hold other characters that splitlines() breaks at
+        located = [(where(path, n), parse_json(line, path, n)) for n, line in enumerate(text.split("\n"), 1)
+                   if line.strip()]
+    for location, record in located:
+        if not isinstance(record, dict):
+            raise BertforgeError(f"{location}: expected a JSON object")
+        yield location, record
+
+
+@contextmanager
+def atomic_path(path):
+    """Yield a temporary path beside `path`; on success it replaces `path` in one step, else it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException as e:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) or type(e).__name__ in WRITE_ERRORS:
+            raise BertforgeError(f"{path}: {write_failure(e)}") from None
+        raise
+
+
+# What torch and safetensors raise when a write fails (a full disk: torch says "unexpected pos", safetensors
+# "No space left on device"); plain OSErrors are caught too.
+WRITE_ERRORS = ("RuntimeError", "SafetensorError")
+
+
+def write_failure(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.errno in FULL or "space" in str(e).lower() or "unexpected pos" in str(e):
+        return "could not be written: no space left (the disk is full or a file-size limit was reached)"
+    detail = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+    return f"could not be written ({detail})"
+
+
+def remove_folder(folder: Path):
+    """Delete a folder, renaming it first so that a deletion cut short never leaves it under its own name."""
+    doomed = folder.with_name(f".{folder.name}.old")
+    shutil.rmtree(doomed, ignore_errors=True)
+    if folder.exists():
+        folder.rename(doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def replace_folder(tmp: Path, final: Path):
+    """Move a fully written folder into place; an older folder of that name goes only after."""
+    old = final.with_name(f".{final.name}.old")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_text_atomic(path, text: str):
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(path, value, **dumps_options):
+    """`value` as indented JSON, atomically."""
+    write_text_atomic(path, json.dumps(value, indent=2, **dumps_options) + "\n")
+
+
+def check_output(path, flag: str, folder: bool = True, inputs=()) -> Path:
+    """An output path checked before any work starts: a folder (or a file) where one can write, not an input."""
+    path = Path(path)
+    if folder and path.exists() and not path.is_dir():
+        raise BertforgeError(f"{flag} {path}: is a file, not a folder")
+    if not folder and path.is_dir():
+        raise BertforgeError(f"{flag} {path}: is a folder, not a file")
+    for given in inputs:
+        if Path(given).exists() and Path(given).resolve() == path.resolve():
+            raise BertforgeError(f"{flag} {path}: is also the input; write somewhere else")
+    parent = path if folder else path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise BertforgeError(f"{flag} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK):
+        raise BertforgeError(f"{flag} {path}: cannot write in {parent} (permission denied or read-only)")
+    return path
+
+
+def text_files(inputs) -> tuple[list[Path], int]:
+    """Files to read, in a fixed order, and how many files inside folders were skipped (not text by suffix).
+
+    Files named explicitly are always read; folders are searched recursively for ``*.txt``, ``*.raw`` and
+    ``*.text`` files (so READMEs and JSON side files next to a corpus are left alone); hidden files are skipped.
+    """
+    files, skipped = [], 0
+    for item in map(Path, inputs):
+        if item.is_dir():
+            found = sorted(p for p in item.rglob("*") if p.is_file() and not p.name.startswith("."))
+            text = [p for p in found if p.suffix.lower() in TEXT_SUFFIXES]
+            skipped += len(found) - len(text)
+            files += text
+        elif item.is_file():
+            files.append(item)
+        else:
+            raise BertforgeError(f"{item}: no such file or folder")
+    return files, skipped
+
+
+def rounded(values):
+    """Floats to 6 decimals for JSON, as Google's extract_features writes them (arrays become lists)."""
+    return np.round(np.asarray(values, dtype=np.float64), 6).tolist()

@@ -1,0 +1,83 @@
+import json
+import os
+import stat
+
+import pytest
+
+from bertforge.errors import BertforgeError
+from bertforge.io import atomic_path, read_json, read_json_lines, read_text, text_files, write_text_atomic
+
+
+def test_text_files(tmp_path):
+    (tmp_path / "a").mkdir()
+    for name in ["a/x.txt", "a/y.raw", "a/README", "a/books.json", "b.dat", "a/.hidden.txt"]:
+        (tmp_path / name).write_text("Text.")
+    files, skipped = text_files([tmp_path / "a", tmp_path / "b.dat"])
+    assert [f.name for f in files] == ["x.txt", "y.raw", "b.dat"] and skipped == 2
+    with pytest.raises(BertforgeError, match="no such file or folder"):
+        text_files([tmp_path / "missing"])
+
+
+def test_vocabulary_and_data_read_the_same_files(tmp_path, monkeypatch):
+    """`tokenizer train` and `data create` pick the same files from one folder (one rule for both)."""
+    from bertforge.data import corpus
+    from bertforge import tokenizer
+
+    for name in ["x.txt", "README", "notes.json", "y.text"]:
+        (tmp_path / name).write_text("Some text here. More text.\n")
+    read = []
+    real = text_files
+    monkeypatch.setattr(corpus, "text_files", lambda inputs: read.append(real(inputs)[0]) or real(inputs))
+    monkeypatch.setattr(tokenizer, "text_files", lambda inputs: read.append(real(inputs)[0]) or real(inputs))
+    tokenizer.train_vocab([tmp_path], vocab_size=60, min_frequency=1)
+    vocab = tokenizer.train_vocab([tmp_path], vocab_size=60, min_frequency=1)
+    corpus.read_corpus([tmp_path], vocab, tmp_path / "tokens.bin")
+    assert read[0] == read[-1] and [p.name for p in read[0]] == ["x.txt", "y.text"]
+
+
+def test_atomic_write_keeps_old_file_on_failure_and_uses_umask_mode(tmp_path):
+    path = tmp_path / "out.json"
+    write_text_atomic(path, "old")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_path(path) as tmp:
+            tmp.write_text("half")
+            raise KeyboardInterrupt
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    mask = os.umask(0o022)
+    try:
+        import importlib
+
+        import bertforge.io
+        importlib.reload(bertforge.io)
+        bertforge.io.write_text_atomic(path, "new")
+    finally:
+        os.umask(mask)
+        importlib.reload(bertforge.io)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 and path.read_text() == "new"
+
+
+def test_json_errors_name_file_and_line(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text('{"a": 1,\n "b": }\n')
+    with pytest.raises(BertforgeError, match=r"a\.json:2: not valid JSON"):
+        read_json(path)
+    path.write_text("[1, 2]")
+    with pytest.raises(BertforgeError, match="expected a JSON object"):
+        read_json(path)
+    lines = tmp_path / "a.jsonl"
+    lines.write_text(json.dumps({"x": 1}) + "\n\n" + "{oops\n")
+    with pytest.raises(BertforgeError, match=r"a\.jsonl:3: not valid JSON"):
+        read_json_lines(lines)
+    lines.write_text(json.dumps({"x": 1}) + "\n" + json.dumps({"x": 2}) + "\n")
+    assert read_json_lines(lines) == [{"x": 1}, {"x": 2}]
+
+
+def test_read_text_errors(tmp_path):
+    with pytest.raises(BertforgeError, match="file not found"):
+        read_text(tmp_path / "none.txt")
+    with pytest.raises(BertforgeError, match="is a folder"):
+        read_text(tmp_path)
+    (tmp_path / "latin.txt").write_bytes("caf\xe9".encode("latin-1"))
+    with pytest.raises(BertforgeError, match=r"latin\.txt: not valid utf-8 at byte 3"):
+        read_text(tmp_path / "latin.txt")
+    assert read_text(tmp_path / "latin.txt", "latin-1") == "café"
