@@ -18,6 +18,7 @@ from .model import (
     BertForTokenClassification,
     BertModel,
 )
+from .pipelines import pipeline
 from .tokenizer import BertTokenizer
 
 __version__ = "0.1.0"
@@ -33,4 +34,5 @@ __all__ = [
     "BertModel",
     "BertTokenizer",
     "BertforgeError",
+    "pipeline",
 ]
