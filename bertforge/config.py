@@ -46,6 +46,10 @@ class BertConfig:
     extra: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise BertforgeError(f"{name} must be a whole number of at least 1, not {getattr(self, name)!r}")
         if self.hidden_size % self.num_attention_heads:
             raise BertforgeError(
                 f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}"

@@ -70,6 +70,24 @@ def vocabulary_case(folder: Path) -> str:
     return "unknown (no tokenizer files in the folder)"
 
 
+def check_sizes(config: BertConfig, header: dict, source) -> None:
+    """The config's sizes against the weights' shapes (the encoder's tensors, built on the meta device)."""
+    import torch
+
+    from .model import BertModel
+
+    with torch.device("meta"):
+        expected = BertModel(config, add_pooling_layer=False).state_dict()
+    layers = {int(k.split(".")[2]) for k in header if k.startswith("encoder.layer.")}
+    if layers and max(layers) + 1 != config.num_hidden_layers:
+        raise BertforgeError(f"{source}: the weights have {max(layers) + 1} layers, config.json says "
+                             f"{config.num_hidden_layers}")
+    for key, tensor in expected.items():
+        if key in header and tuple(header[key][0]) != tuple(tensor.shape):
+            raise BertforgeError(f"{source}: {key} is {tuple(header[key][0])}, config.json gives "
+                                 f"{tuple(tensor.shape)}: the config does not describe these weights")
+
+
 def describe(folder: Path) -> list[str]:
     """The lines `bertforge info` prints."""
     folder = Path(folder)
@@ -87,6 +105,7 @@ def describe(folder: Path) -> list[str]:
         header = read_header(files)
     # Without the prefix, the position-ids buffer, and the reference's second names for the tied decoder.
     header = normalise_keys(header, "bert", wants_prefix=False)
+    check_sizes(config, header, files[0])
     dtypes = sorted({dtype for _, dtype in header.values()})
 
     counts = {"embeddings": 0, "encoder": 0, "heads": 0}

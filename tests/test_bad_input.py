@@ -323,3 +323,16 @@ def test_the_pickle_refusal_names_what_exists(tmp_path, capsys, tiny_model):
     weights.unlink()
     err = one_line_error(capsys, 2, ["info", folder], "pytorch_model.bin", "bertforge convert")
     assert "--trust-pickle" not in err
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"num_hidden_layers": 1}, ["the weights have 2 layers, config.json says 1"]),
+    ({"intermediate_size": 100}, ["intermediate.dense.weight", "config.json gives"]),
+    ({"num_hidden_layers": -1}, ["num_hidden_layers must be a whole number of at least 1"]),
+])
+def test_info_checks_the_config_against_the_weights(tmp_path, capsys, tiny_model, change, words):
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    one_line_error(capsys, 2, ["info", folder], *words)
