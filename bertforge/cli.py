@@ -5,9 +5,11 @@ import importlib
 import logging
 import sys
 
+from . import __version__
 from .errors import BertforgeError, os_error_message
 
-# command -> (module, help); the module defines add_<name>_arguments(parser) and run_<name>(args).
+# command -> (module, help); the module defines add_<name>_arguments(parser) and run_<name>(args). Building a
+# command's parser imports its module but not torch (the work's imports are inside functions): --help is instant.
 COMMANDS = {
     "demo": ("demo", "the whole pipeline on a built-in corpus: vocabulary, data, pre-training, fill-mask"),
     "tokenizer": ("tokenizer", "train a WordPiece vocabulary, or encode text"),
@@ -21,7 +23,7 @@ COMMANDS = {
     "squad-split": ("tasks.squad", "split a SQuAD file by article into train and dev files"),
     "features": ("features", "hidden states of chosen layers, per token, word or sentence"),
     "info": ("info", "describe a checkpoint folder: sizes, parameters, heads, vocabulary"),
-    "convert": ("checkpoint", "rewrite a trusted pytorch_model.bin folder, or Google's TF checkpoint, as safetensors"),
+    "convert": ("convert", "rewrite a trusted pytorch_model.bin folder, or Google's TF checkpoint, as safetensors"),
 }
 # Modules whose command function is named after the module rather than the command.
 FUNCTION_NAMES = {"data": "data_create"}
@@ -43,6 +45,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser(command: str | None) -> argparse.ArgumentParser:
     parser = Parser(prog="bertforge", description="BERT from raw text to a served model.")
+    parser.add_argument("--version", action="version", version=f"bertforge {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

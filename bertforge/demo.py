@@ -14,13 +14,9 @@ import sysconfig
 import time
 from pathlib import Path
 
-import torch
-
 from .data.create import create_pretraining_data
-from .model import BertForPreTraining
 from .io import check_output
 from .options import count
-from .pretrain import pretrain
 from .options import duration
 from .recipe import RECIPES, resolve
 from .tokenizer import BertTokenizer, train_vocab
@@ -89,12 +85,14 @@ def write_corpus(folder) -> tuple[int, int]:
     return docs, chars
 
 
-@torch.no_grad()
 def fill_mask(model, tokenizer: BertTokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
     """For each [MASK] in `text`, the `top_k` most likely tokens and their probabilities."""
+    import torch
+
     enc = tokenizer(text, return_tensors="pt")
     model.eval()
-    logits = model(**enc).prediction_logits[0]
+    with torch.no_grad():
+        logits = model(**enc).prediction_logits[0]
     where_masked = (enc["input_ids"][0] == tokenizer.mask_token_id).nonzero().flatten()
     result = []
     for pos in where_masked:
@@ -108,6 +106,9 @@ def step(title: str, command: str):
 
 
 def run_demo(args) -> int:
+    from .model import BertForPreTraining  # here, not at the top: the command's --help does not load torch
+    from .pretrain import pretrain
+
     out = check_output(args.out, "--out")
     started = time.perf_counter()
     corpus, vocab, data, run = out / "corpus", out / "vocab", out / "data", out / "run"

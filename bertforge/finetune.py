@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from .config import BertConfig
 from .evaluate import check_length, evaluate_splits
@@ -22,7 +21,7 @@ from .options import add_training_arguments, count, positive, training_options
 from .tasks import TASKS, add_family_arguments, family_options, make_family
 from .tasks.base import TaskFamily, padding
 from .tokenizer import BertTokenizer
-from .train import TrainArgs, fit, setup_distributed
+from .options import TrainArgs
 
 # The paper's fine-tuning recipe (spec section 7): batch 32, lr 2e-5, 3 epochs, 10% warm-up.
 FINETUNE_DEFAULTS = dict(batch_size=32, lr=2e-5, warmup=0.1, seed=42, weight_decay=0.01, adam_eps=1e-6,
@@ -81,6 +80,10 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     """Fine-tune `model_dir` on a task; writes RUN/best/, RUN/eval_results.json and returns the best metrics.
 
     `options`: TrainArgs fields (defaults FINETUNE_DEFAULTS) and the task family's own options."""
+    import torch  # here, not at the top: the command's --help does not load torch
+
+    from .train import fit, setup_distributed
+
     started = time.perf_counter()
     train_options = {**FINETUNE_DEFAULTS, **{k: v for k, v in options.items() if k in TrainArgs.__dataclass_fields__}}
     ctx = setup_distributed(train_options.get("device"))

@@ -5,15 +5,21 @@ longer than a model's window are cut into overlapping windows here too (Google's
 from the window where it has the most context.
 """
 
-from typing import Callable
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import torch
 from tqdm import tqdm
+
+if TYPE_CHECKING:
+    import torch
 
 
 def pad_nested(values: list, fill: int) -> torch.Tensor:
     """[rows][len] or [rows][choices][len] lists of ints as one tensor padded on the last axis."""
+    import torch  # here, not at the top: squad's reader and the command line's --help import this module
+
     flat = [v for row in values for v in row] if isinstance(values[0][0], list) else values
     length = max(len(v) for v in flat)
     out = torch.full((len(flat), length), fill, dtype=torch.long)
@@ -24,6 +30,8 @@ def pad_nested(values: list, fill: int) -> torch.Tensor:
 
 def pad_batch(encoded: dict[str, list], rows, keys: dict) -> dict[str, torch.Tensor]:
     """Tensors of the given rows for `keys` (key -> padding fill, or None to stack as is) present in `encoded`."""
+    import torch
+
     batch = {}
     for key, fill in keys.items():
         if key in encoded:
@@ -79,7 +87,6 @@ def max_context_window(n: int, spans) -> np.ndarray:
     return score.argmax(0)  # the first of equal scores wins, as Google's strict '>'
 
 
-@torch.inference_mode()
 def run_model(model, encoded: dict[str, list], inputs: dict, output_keys: tuple[str, ...],
               per_token: tuple[str, ...] = (), batch_size: int | None = 64, max_tokens: int | None = None,
               bf16: bool = False, progress: str | None = None, forward_options: dict | None = None,
@@ -90,21 +97,24 @@ def run_model(model, encoded: dict[str, list], inputs: dict, output_keys: tuple[
     are cut to each row's length. `forward_options` are passed to the model, and `read` (the model's output
     -> tensors by key) derives outputs from it. A `progress` label shows a bar (rows/s, ETA) on stderr.
     """
-    model.eval()
-    device = next(model.parameters()).device
-    lengths = row_lengths(encoded)
-    out = {k: [None] * len(lengths) for k in output_keys}
-    bar = tqdm(total=len(lengths), desc=progress, unit="row", disable=progress is None, leave=False)
-    for rows in length_sorted_batches(lengths, batch_size, max_tokens):
-        bar.update(len(rows))
-        batch = {k: v.to(device) for k, v in pad_batch(encoded, rows, inputs).items()}
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            result = model(**batch, **(forward_options or {}))
-        if read is not None:
-            result = read(result)
-        for k in output_keys:
-            values = result[k].float().cpu().numpy()
-            for j, r in enumerate(rows):
-                out[k][r] = values[j, :lengths[r]] if k in per_token else values[j]
-    bar.close()
-    return out
+    import torch
+
+    with torch.inference_mode():
+        model.eval()
+        device = next(model.parameters()).device
+        lengths = row_lengths(encoded)
+        out = {k: [None] * len(lengths) for k in output_keys}
+        bar = tqdm(total=len(lengths), desc=progress, unit="row", disable=progress is None, leave=False)
+        for rows in length_sorted_batches(lengths, batch_size, max_tokens):
+            bar.update(len(rows))
+            batch = {k: v.to(device) for k, v in pad_batch(encoded, rows, inputs).items()}
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                result = model(**batch, **(forward_options or {}))
+            if read is not None:
+                result = read(result)
+            for k in output_keys:
+                values = result[k].float().cpu().numpy()
+                for j, r in enumerate(rows):
+                    out[k][r] = values[j, :lengths[r]] if k in per_token else values[j]
+        bar.close()
+        return out

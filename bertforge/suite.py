@@ -20,14 +20,11 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
-
-from .checkpoint import write_text_atomic
 from .config import BertConfig
 from .errors import BertforgeError
 from .finetune import finetune
+from .io import write_text_atomic
 from .tasks import TASKS, make_family
-from .model import BertForPreTraining
 from .tokenizer import BertTokenizer
 
 PAPER_GRID = {"lr": [2e-5, 3e-5, 5e-5], "batch_size": [16, 32], "epochs": [2, 3, 4]}  # the paper's appendix A.3
@@ -71,6 +68,10 @@ def check_model(model: str, vocab: str | None) -> None:
 def random_model(spec: str, vocab: str, seed: int, folder: Path) -> Path:
     """A randomly initialised model of size CONFIG (seeded), saved with the vocabulary: a folder finetune reads."""
     if not (folder / "config.json").is_file():
+        import torch  # here, not at the top: the command's --help does not load torch
+
+        from .model import BertForPreTraining
+
         tokenizer = BertTokenizer.from_pretrained(vocab)
         config = BertConfig.load(spec.split(":", 1)[1])
         config = BertConfig.from_dict({**config.to_dict(), "vocab_size": tokenizer.vocab_size,

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .encoding import Encoding
@@ -251,6 +250,8 @@ class BertTokenizer:
             if len({len(ids) for ids in data["input_ids"]}) > 1:
                 raise BertforgeError("texts encode to different lengths; pass padding=True to return tensors")
             if return_tensors == "pt":
+                import torch
+
                 data = {key: torch.tensor(value, dtype=torch.long) for key, value in data.items()}
             else:
                 data = {key: np.array(value, dtype=np.int64) for key, value in data.items()}

@@ -20,8 +20,7 @@ from ..errors import BertforgeError, where
 from ..inference import doc_spans, max_context_window
 from ..options import count, open_fraction
 from ..io import check_output, read_json, rounded, write_json, write_text_atomic
-from ..model import BertForQuestionAnswering
-from .base import Split, TaskFamily, find_file
+from .base import HeadClass, Split, TaskFamily, find_file
 from .metrics import squad_metrics
 
 log = logging.getLogger(__name__)
@@ -325,7 +324,7 @@ class SquadFamily(TaskFamily):
     """Span extraction: start and end scores over each window's tokens; v2.0 may answer nothing."""
 
     names = ("squad", "squad_v1", "squad_v2")
-    model_class = BertForQuestionAnswering
+    model_class = HeadClass("BertForQuestionAnswering")
     output_keys = ("start_logits", "end_logits")
     per_token_outputs = ("start_logits", "end_logits")
     targets = {"start_positions": None, "end_positions": None}

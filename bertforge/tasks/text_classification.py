@@ -14,8 +14,7 @@ import numpy as np
 
 from ..errors import BertforgeError
 from ..io import read_records, rounded, write_text_atomic
-from ..model import BertForSequenceClassification
-from .base import Split, TaskFamily, find_file, softmax
+from .base import HeadClass, Split, TaskFamily, find_file, softmax
 from .glue import GlueExample, encode_glue
 from .metrics import accuracy, macro_f1, pearson, spearman
 
@@ -33,7 +32,7 @@ def label_order(values) -> list[str]:
 
 class TextClassificationFamily(TaskFamily):
     names = ("text-classification", "text-pair-classification", "regression")
-    model_class = BertForSequenceClassification
+    model_class = HeadClass("BertForSequenceClassification")
     reads_data_folder = False
     option_defaults = {"train": None, "dev": None, "test": None, "text_column": "text", "text_pair_column": None,
                        "label_column": "label"}
