@@ -424,17 +424,18 @@ def as_list(ids):
 
 
 def train_vocab(files, vocab_size=30522, out_dir=None, lowercase=True, min_frequency=2, limit_alphabet=1000,
-                encoding="utf-8") -> BertTokenizer:
-    """Train a WordPiece vocabulary; special tokens take ids 0-4. Saved with save_pretrained when out_dir is given."""
+                encoding="utf-8", progress: bool = False) -> BertTokenizer:
+    """Train a WordPiece vocabulary (special tokens take ids 0-4), saved with save_pretrained when out_dir is
+    given; `progress` shows the trainer's bars (with rate and ETA)."""
     paths, _ = text_files(files)
     if not paths:
         raise BertforgeError(f"no text files (*.txt, *.raw, *.text) in {' '.join(map(str, files))}")
     backend = build_backend({}, lowercase)
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
-        special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##", show_progress=False,
+        special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##", show_progress=progress,
     )
-    backend.train_from_iterator((read_text(p, encoding) for p in paths), trainer)
+    backend.train_from_iterator((read_text(p, encoding) for p in paths), trainer, length=len(paths))
     vocab = backend.get_vocab()
     if len(vocab) == len(SPECIAL_TOKENS):
         raise BertforgeError(f"{' '.join(map(str, files))}: no text to learn a vocabulary from (only whitespace)")
@@ -474,7 +475,7 @@ def run_tokenizer(args) -> int:
         check_output(args.out, "--out", inputs=args.files)
         t0 = time.time()
         tokenizer = train_vocab(args.files, args.vocab_size, args.out, lowercase=not args.cased,
-                                min_frequency=args.min_frequency, encoding=args.encoding)
+                                min_frequency=args.min_frequency, encoding=args.encoding, progress=True)
         print(f"trained a {tokenizer.vocab_size:,}-token {'cased' if args.cased else 'uncased'} vocabulary "
               f"in {time.time() - t0:.1f} s, saved to {args.out}")
         for text in SAMPLES:

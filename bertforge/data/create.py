@@ -283,7 +283,8 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-docs", type=_eval_docs, default=0, metavar="N",
                         help="hold out N documents (or this fraction, if below 1) for evaluation: one pass, "
                              "written to OUT/eval, never used in training pairs")
-    parser.add_argument("--encoding", default="utf-8", help="text encoding of the input files (e.g. latin-1)")
+    parser.add_argument("--encoding", default="utf-8", help="text encoding of the input files, or fallbacks tried "
+                        "in order per line: cp1252 for Windows text, utf-8,cp1252 for a mix (default utf-8)")
     parser.add_argument("--format", choices=("auto", "lines", "raw"), default="auto",
                         help="lines: one sentence per line, blank line between documents (Google's); "
                              "raw: running text, one document per file; auto: decide per file")
