@@ -36,8 +36,41 @@ def command_functions(command: str):
     return getattr(module, f"add_{name}_arguments"), getattr(module, f"run_{name}")
 
 
+def shown_default(value) -> str:
+    """A default as a user would type it: 3 not 3.0, lists as space-separated words."""
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(shown_default, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless it has none (None, an off switch) or the help already
+    says what the default is (e.g. "default: cuda when present"). Old spellings kept for compatibility
+    (`options.old_spellings`) are accepted but not shown."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or default is None or isinstance(default, bool) or default == argparse.SUPPRESS
+                or "default" in text):
+            return text
+        return f"{text} (default: {shown_default(default).replace('%', '%%')})".lstrip()
+
+    def _format_action_invocation(self, action):
+        hidden = getattr(action, "old_spellings", ())
+        if not hidden:
+            return super()._format_action_invocation(action)
+        shown = argparse.Action([s for s in action.option_strings if s not in hidden], action.dest,
+                                nargs=action.nargs, metavar=action.metavar)
+        return super()._format_action_invocation(shown)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, with its errors on one line (the usage is one --help away)."""
+    """argparse, with its errors on one line (the usage is one --help away) and every default in --help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -383,16 +383,16 @@ def add_features_arguments(parser):
                         help="output file: .npz or .jsonl (token/word level), .npy, .npz or .jsonl (sentence level)")
     parser.add_argument("--pair", action="store_true", help='lines are text pairs "A ||| B" (Google\'s format)')
     parser.add_argument("--layers", default="-1,-2,-3,-4",
-                        help="hidden states to use, 0 = embeddings, -1 = last layer (default -1,-2,-3,-4)")
+                        help="hidden states to use, 0 = embeddings, -1 = last layer")
     parser.add_argument("--combine", choices=COMBINES, default="concat", help="how the layers are combined")
-    parser.add_argument("--level", choices=LEVELS, default="token")
+    parser.add_argument("--level", choices=LEVELS, default="token", help="a vector per token, per word or per text")
     parser.add_argument("--pooling", choices=POOLINGS, default="mean", help="sentence level: mean of tokens or [CLS]")
     parser.add_argument("--word-vector", choices=WORD_VECTORS, default="first",
                         help="word level: the first piece's vector (as the paper's NER) or the mean of the pieces")
     parser.add_argument("--max-length", type=count(3), default=512, help="window length in tokens")
     parser.add_argument("--stride", type=count(1),
                         help="longer texts: each window starts this many tokens past the last (default: half a window)")
-    parser.add_argument("--batch-size", type=count(1), default=32)
+    parser.add_argument("--batch-size", type=count(1), default=32, help="windows per forward pass")
     parser.add_argument("--bf16", action="store_true", help="run the encoder under bfloat16 autocast")
     parser.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when available)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")

@@ -102,6 +102,13 @@ def torch_device(text: str) -> str:
     return text
 
 
+def old_spellings(action, *names: str):
+    """Mark `names`, among an option's strings, as old spellings: still accepted, not shown in --help
+    (cli.HelpFormatter). One name per concept across commands; see docs/ARCHITECTURE.md."""
+    action.old_spellings = names
+    return action
+
+
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION = re.compile(r"(\d+(?:\.\d*)?)([smhd])")
 
@@ -184,7 +191,7 @@ def add_training_arguments(parser, defaults: dict, skip=(), notes: dict | None =
             group.add_argument(flag, dest=f.name, action="store_true", help=meta["help"])
         else:
             kind = None if "choices" in meta else meta.get("type") or TYPES.get(f.type)
-            shown = f" {note}" if note else f" (default {default})" if default is not None else ""
+            shown = f" {note}" if note else ""  # cli.HelpFormatter shows the default
             group.add_argument(flag, dest=f.name, type=kind, choices=meta.get("choices"), default=default,
                                help=meta["help"] + shown)
 

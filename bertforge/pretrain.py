@@ -264,9 +264,9 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
 def add_pretrain_arguments(p):
     p.add_argument("--data", required=True, help="folder written by `bertforge data create`")
     p.add_argument("--out", required=True, help="run folder: metrics.jsonl, step-*/ checkpoints, final/")
-    p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large or a config.json (default mini)")
+    p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large or a config.json")
     p.add_argument("--init-from", help="start from this checkpoint folder instead of random weights")
-    p.add_argument("--eval-rows", type=count(1), default=1024, help="held-out instances per evaluation (default 1024)")
+    p.add_argument("--eval-rows", type=count(1), default=1024, help="held-out instances per evaluation")
     add_recipe_arguments(p)
     # None: the recipe decides (and --steps: 1000, or as many as --time-budget allows)
     add_training_arguments(p, {**PRETRAIN_DEFAULTS, **dict.fromkeys(("steps", "lr", "warmup", "batch_size",

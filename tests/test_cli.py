@@ -39,3 +39,58 @@ def test_package_exports_are_lazy():
     assert "BertModel" in dir(__import__("bertforge"))
     with pytest.raises(AttributeError):
         __import__("bertforge").NoSuchThing
+
+
+def command_parsers():
+    """(words, parser) of every command and sub-command, each built as `bertforge WORDS` builds it."""
+    import argparse
+
+    from bertforge.cli import build_parser
+
+    def walk(parser, words):
+        yield words, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, words + [name])
+
+    for command in COMMANDS:
+        for words, parser in walk(build_parser(command), []):
+            if words[:1] == [command] and not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+                yield words, parser
+
+
+def test_every_option_has_help_and_shows_its_default():
+    from bertforge.cli import shown_default
+
+    checked = 0
+    for words, parser in command_parsers():
+        text = parser.format_help()
+        flat = " ".join(text.split())
+        for action in parser._actions:
+            if not action.option_strings or action.dest == "help":
+                continue
+            assert action.help, f"bertforge {' '.join(words)} {action.option_strings[0]}: no help text"
+            assert action.help.count("default") <= 1, f"{action.option_strings[0]}: its default said twice"
+            default = action.default
+            if default is not None and not isinstance(default, bool):
+                assert f"(default: {shown_default(default)})" in flat or "default" in action.help, \
+                    f"bertforge {' '.join(words)} {action.option_strings[0]}: default {default!r} not shown"
+            checked += 1
+    assert checked > 100
+
+
+def test_old_spellings_work_but_are_not_shown(tmp_path):
+    from bertforge.cli import build_parser
+
+    parser = build_parser("data")
+    new = parser.parse_args(["data", "create", "--input", "a.txt", "--vocab", "v", "--out", "o", "--max-length", "64"])
+    old = parser.parse_args(["data", "create", "--input", "a.txt", "--vocab", "v", "--out", "o",
+                             "--max-seq-length", "64"])
+    assert new.max_seq_length == old.max_seq_length == 64
+    tokenizer = build_parser("tokenizer")
+    assert tokenizer.parse_args(["tokenizer", "train", "--files", "c", "--out", "o"]).files == ["c"]
+    assert tokenizer.parse_args(["tokenizer", "train", "--input", "c", "--out", "o"]).files == ["c"]
+    for words, sub in command_parsers():
+        if words in (["data", "create"], ["tokenizer", "train"], ["demo"]):
+            assert "--max-seq-length" not in sub.format_help() and "--files" not in sub.format_help()

@@ -295,8 +295,8 @@ def add_squad_split_arguments(parser):
     parser.add_argument("--out", required=True,
                         help="folder for train-vV.json and dev-vV.json, V the file's version (what finetune reads)")
     parser.add_argument("--train-fraction", type=open_fraction, default=0.5,
-                        help="the share of the articles to train on (default 0.5)")
-    parser.add_argument("--seed", type=count(0), default=0, help="seed of the shuffle of the articles (default 0)")
+                        help="the share of the articles to train on")
+    parser.add_argument("--seed", type=count(0), default=0, help="seed of the shuffle of the articles")
 
 
 def run_squad_split(args) -> int:
@@ -344,7 +344,7 @@ class SquadFamily(TaskFamily):
     def add_arguments(cls, parser) -> None:
         parser.add_argument("--null-threshold", type=float, default=0.0,
                             help="squad_v2: answer nothing where the null score beats the best span's by more than "
-                                 "this (eval_results' best_f1_thresh is the dev set's best value; default 0)")
+                                 "this (eval_results' best_f1_thresh is the dev set's best value)")
 
     def path(self, split):
         if self.data.is_file():

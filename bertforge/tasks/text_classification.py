@@ -55,10 +55,10 @@ class TextClassificationFamily(TaskFamily):
         group.add_argument("--train", help="training file: .csv, .tsv (with a header) or .jsonl")
         group.add_argument("--dev", help="evaluation file, in the same format")
         group.add_argument("--test", help="file to predict (labels not needed)")
-        group.add_argument("--text-column", default="text", help="column of the text (default text)")
+        group.add_argument("--text-column", default="text", help="column of the text")
         group.add_argument("--text-pair-column",
                            help="column of the second text of a pair (default text_pair for text-pair-classification)")
-        group.add_argument("--label-column", default="label", help="column of the label or score (default label)")
+        group.add_argument("--label-column", default="label", help="column of the label or score")
 
     def path(self, split: str) -> Path:
         """The split's file: named by its flag, or found in the --data folder."""
