@@ -25,6 +25,7 @@ _EXPORTS = {
     "BertModel": "model",
     "BertTokenizer": "tokenizer",
     "BertforgeError": "errors",
+    "pipeline": "pipelines",
 }
 __all__ = list(_EXPORTS)
 

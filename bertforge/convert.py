@@ -1,10 +1,12 @@
-"""`bertforge convert`: a trusted pickled checkpoint, or Google's TensorFlow checkpoint, rewritten as a safetensors
-folder (the work is `checkpoint.py`'s and `google_checkpoint.py`'s, imported when the command runs)."""
+"""A checkpoint in another format: `bertforge convert` (a trusted pickled checkpoint, or Google's TensorFlow
+checkpoint, rewritten as a safetensors folder) and `bertforge export onnx`. The work is `checkpoint.py`'s,
+`google_checkpoint.py`'s and `export.py`'s, imported when the command runs: --help does not load torch."""
 
 import argparse
 import shutil
 from pathlib import Path
 
+from .errors import BertforgeError
 from .io import atomic_path
 
 
@@ -41,4 +43,24 @@ def run_convert(args) -> int:
     with atomic_path(out / SAFETENSORS) as tmp:
         save_file(tensors, tmp, metadata={"format": "pt"})
     print(f"{file} -> {out / SAFETENSORS} ({len(tensors)} tensors)")
+    return 0
+
+
+def add_export_arguments(p):
+    sub = p.add_subparsers(dest="format", required=True)
+    onnx = sub.add_parser("onnx", help="ONNX with dynamic batch and sequence axes, checked by ONNX Runtime")
+    onnx.add_argument("model", help="a checkpoint folder")
+    onnx.add_argument("out", help="folder to write: model.onnx, onnx.json, config and tokenizer files")
+    onnx.add_argument("--int8", action="store_true", help="also model_int8.onnx, dynamically quantised")
+    onnx.add_argument("--opset", type=int, default=17, help="ONNX operator set version")
+
+
+def run_export(args) -> int:
+    from .export import ONNX_FILES, export_onnx
+
+    report = export_onnx(args.model, args.out, args.int8, args.opset)
+    for name, difference in report.items():
+        print(f"{Path(args.out) / name}: max |ONNX Runtime - PyTorch| = {difference:.2e}")
+    if report[ONNX_FILES[False]] > 1e-4:
+        raise BertforgeError(f"the fp32 export differs from PyTorch by {report[ONNX_FILES[False]]:.2e} (over 1e-4)")
     return 0

@@ -22,6 +22,6 @@ FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 def os_error_message(e: OSError) -> str:
     """One line for a failed file operation: the file and what went wrong, a full disk said in plain words."""
     name = f"{e.filename}: " if e.filename else ""
-    if e.errno in FULL:
+    if e.errno in FULL or (e.errno is None and "requested and" in str(e)):  # numpy's short write
         return f"{name}could not be written: no space left (the disk is full or a file-size limit was reached)"
     return f"{name}{(e.strerror or str(e)).lower()}"

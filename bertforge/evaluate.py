@@ -31,6 +31,7 @@ def check_model(family: TaskFamily, model, folder, fine_tuned: bool) -> None:
     """The checkpoint fits the task: its head is the task's (and trained, for `fine_tuned`), its positions hold
     the task's inputs."""
     config = model.config
+    check_length(family, config, folder)
     saved_as = config.extra.get("architectures") or []
     wanted = family.model_class.__name__
     if fine_tuned and saved_as and wanted not in saved_as:
@@ -38,7 +39,6 @@ def check_model(family: TaskFamily, model, folder, fine_tuned: bool) -> None:
     if fine_tuned and model.fresh_parts:
         raise BertforgeError(f"{folder}: has no trained {', '.join(model.fresh_parts)} for {family.task}; "
                              f"fine-tune it first (bertforge finetune {family.task} --model {folder} ...)")
-    check_length(family, config, folder)
 
 
 def check_length(family: TaskFamily, config, folder) -> None:

@@ -317,7 +317,7 @@ def check_output_format(path, level: str) -> str:
     if suffix not in allowed:
         hint = "" if level == "sentence" or suffix != ".npy" else \
             f" ({level}-level features are one array per text, so .npy cannot hold them)"
-        raise BertforgeError(f"{path}: output must end with {', '.join(allowed)}{hint}")
+        raise BertforgeError(f"--out {path}: output must end with {', '.join(allowed)}{hint}")
     return suffix
 
 

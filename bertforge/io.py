@@ -150,7 +150,8 @@ WRITE_ERRORS = ("RuntimeError", "SafetensorError")
 
 
 def write_failure(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.errno in FULL or "space" in str(e).lower() or "unexpected pos" in str(e):
+    text = str(e).lower()
+    if isinstance(e, OSError) and e.errno in FULL or any(w in text for w in ("space", "too large", "unexpected pos")):
         return "could not be written: no space left (the disk is full or a file-size limit was reached)"
     detail = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
     return f"could not be written ({detail})"

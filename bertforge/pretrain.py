@@ -236,6 +236,8 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     from .train import fit, setup_distributed
 
     options = {**PRETRAIN_DEFAULTS, **options}
+    if not (Path(data) / "index.json").is_file():
+        raise BertforgeError(f"{data}: not pre-training data (no index.json); make it with `bertforge data create`")
     ctx = setup_distributed(options.get("device"))
     tokenizer = BertTokenizer.from_pretrained(data)
     job = PretrainJob(data, tokenizer, options["batch_size"], options["seed"], eval_rows, objective, mask_prob)

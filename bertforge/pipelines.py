@@ -1,0 +1,448 @@
+"""`pipeline(task, model=DIR)`: a checkpoint folder as a function from texts to predictions.
+
+Task names, inputs and output shapes are transformers' `pipeline()`'s: fill-mask, text-classification
+(alias sentiment-analysis), token-classification (alias ner), feature-extraction; plus question-answering
+(windowed and post-processed as fine-tuning does, see tasks/squad.py), sentence-embedding and
+multiple-choice. Without a task, the checkpoint's head (config.json `architectures`) decides.
+
+Every task is three steps, so that the server (serve.py) can batch rows of many requests together:
+`prepare` checks and encodes the inputs into rows (inference.py), `forward` runs a padded batch and returns
+one result per row, `finish` turns the rows' results into predictions in input order.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import model as models
+from .config import BertConfig
+from .entities import STRATEGIES, entities, softmax, token_entries
+from .errors import BertforgeError
+from .inference import per_row, run
+from .runtime import load_runtime
+from .tasks import squad
+from .tokenizer import BertTokenizer
+
+
+class TooLong(BertforgeError):
+    """An input over the length limit with truncation off (the server's 413)."""
+
+
+@dataclass
+class Prepared:
+    items: list  # the checked inputs
+    rows: list  # model inputs, several per item where an item is windowed
+    single: bool  # one input given, not a list
+    options: dict
+    extra: dict = field(default_factory=dict)
+
+
+def check_text(value, name: str) -> str:
+    if not isinstance(value, str):
+        raise BertforgeError(f"{name} is {type(value).__name__}, expected a text")
+    if not value.strip():
+        raise BertforgeError(f"{name} is empty")
+    return value
+
+
+def as_list(inputs, is_one) -> tuple[list, bool]:
+    """The inputs as a list, and whether a single one was given (is_one tells a single input)."""
+    if is_one(inputs):
+        return [inputs], True
+    if not isinstance(inputs, (list, tuple)) or not inputs:
+        raise BertforgeError(f"inputs is {type(inputs).__name__ if inputs else 'empty'}, expected an input or a "
+                             f"non-empty list of them")
+    return list(inputs), False
+
+
+class Pipeline:
+    task = ""
+    model_class = models.BertModel
+    defaults: dict = {}
+    default_max_length: int | None = None  # None: the model's positions
+
+    def __init__(self, runtime, tokenizer: BertTokenizer, config: BertConfig, folder: Path, batch_size: int = 32,
+                 max_batch_tokens: int | None = None, max_length: int | None = None):
+        self.runtime, self.tokenizer, self.config, self.folder = runtime, tokenizer, config, folder
+        self.batch_size, self.max_batch_tokens = batch_size, max_batch_tokens
+        limit = min(tokenizer.model_max_length, config.max_position_embeddings)
+        self.max_length = min(max_length or self.default_max_length or limit, limit)
+        self.labels = config.id2label
+
+    def __call__(self, inputs, progress: str | None = None, **options):
+        prepared = self.prepare(inputs, **options)
+        outputs = run(self.forward, prepared.rows, self.batch_size, self.max_batch_tokens,
+                      self.tokenizer.pad_token_id, progress)
+        return self.finish(prepared, outputs)
+
+    def prepare(self, inputs, truncate: bool = True, **options) -> Prepared:
+        unknown = set(options) - set(self.defaults)
+        if unknown:
+            raise BertforgeError(f"{self.task} takes no option {', '.join(sorted(unknown))} "
+                                 f"(options: {', '.join(self.defaults) or 'none'})")
+        options = {**self.defaults, **options}
+        self.check_options(options)
+        items, single = self.parse(inputs)
+        prepared = Prepared(items, [], single, options)
+        prepared.rows = self.encode(items, prepared, truncate)
+        return prepared
+
+    def finish(self, prepared: Prepared, outputs: list):
+        results = self.postprocess(prepared, outputs)
+        return results[0] if prepared.single else results
+
+    def check_options(self, options: dict):
+        pass
+
+    def parse(self, inputs) -> tuple[list, bool]:
+        items, single = as_list(inputs, lambda x: isinstance(x, str))
+        return [check_text(x, "inputs" if single else f"inputs[{i}]") for i, x in enumerate(items)], single
+
+    def encode_texts(self, texts, pairs=None, truncate=True, **kw) -> list:
+        """Tokenized rows; with truncate off, an input over max_length is a TooLong error."""
+        enc = self.tokenizer(texts, pairs, truncation=truncate, max_length=self.max_length, **kw)
+        for i, ids in enumerate(enc["input_ids"]):
+            if len(ids) > self.max_length:
+                raise TooLong(f"inputs[{i}] is {len(ids)} tokens, over the limit of {self.max_length}")
+        return enc
+
+    def encode(self, items, prepared: Prepared, truncate: bool) -> list:
+        enc = self.encode_texts(items, truncate=truncate)
+        return [{"input_ids": ids, "token_type_ids": types} for ids, types in zip(enc["input_ids"],
+                                                                                 enc["token_type_ids"])]
+
+    def outputs(self, batch: dict) -> dict:
+        return self.runtime(batch)
+
+
+class FillMask(Pipeline):
+    task = "fill-mask"
+    model_class = models.BertForMaskedLM
+    defaults = {"top_k": 5}
+
+    def check_options(self, options):
+        check_count(options, "top_k")
+
+    def encode(self, items, prepared, truncate):
+        rows = super().encode(items, prepared, truncate)
+        for i, row in enumerate(rows):
+            if self.tokenizer.mask_token_id not in row["input_ids"]:
+                where = "inputs" if prepared.single else f"inputs[{i}]"
+                raise BertforgeError(f"{where} has no [MASK] token" + (" (cut off by truncation)" if truncate else ""))
+        return rows
+
+    def forward(self, batch):
+        scores = self.outputs(batch)["mask_logits"].float().softmax(-1).cpu().numpy()
+        counts = (batch["input_ids"] == self.tokenizer.mask_token_id).sum(1).tolist()
+        return np.split(scores, np.cumsum(counts)[:-1])
+
+    def postprocess(self, prepared, outputs):
+        tok, k = self.tokenizer, min(prepared.options["top_k"], self.config.vocab_size)
+        results = []
+        for row, probs in zip(prepared.rows, outputs):
+            ids = np.array(row["input_ids"])
+            where = np.flatnonzero(ids == tok.mask_token_id)
+            per_mask = []
+            for position, p in zip(where, probs):
+                best = np.argsort(-p, kind="stable")[:k]
+                filled = []
+                for token in best.tolist():
+                    ids_filled = ids.copy()
+                    ids_filled[position] = token
+                    filled.append({"score": float(p[token]), "token": token, "token_str": tok.decode([token]),
+                                   "sequence": tok.decode(ids_filled.tolist(), skip_special_tokens=len(where) == 1)})
+                per_mask.append(filled)
+            results.append(per_mask[0] if len(per_mask) == 1 else per_mask)
+        return results
+
+
+FUNCTIONS = (None, "softmax", "sigmoid", "none")
+
+
+class TextClassification(Pipeline):
+    """Labels from the model's id2label. A one-output model (num_labels 1, e.g. STS-B) gives its raw score
+    (regression, as bertforge trains it) unless function_to_apply says otherwise; multi-label models a sigmoid."""
+
+    task = "text-classification"
+    model_class = models.BertForSequenceClassification
+    defaults = {"top_k": "", "function_to_apply": None}  # top_k "" : transformers' legacy (best label) output
+
+    def check_options(self, options):
+        if options["top_k"] not in ("", None):
+            check_count(options, "top_k")
+        if options["function_to_apply"] not in FUNCTIONS:
+            raise BertforgeError(f"function_to_apply must be one of softmax, sigmoid, none, not "
+                                 f"{options['function_to_apply']!r}")
+
+    def parse(self, inputs):
+        items, single = as_list(inputs, lambda x: isinstance(x, (str, dict)))
+        checked = []
+        for i, item in enumerate(items):
+            name = "inputs" if single else f"inputs[{i}]"
+            if isinstance(item, dict):
+                extra = set(item) - {"text", "text_pair"}
+                if extra or "text" not in item:
+                    raise BertforgeError(f"{name}: a text pair is {{\"text\", \"text_pair\"}}, not keys "
+                                         f"{', '.join(sorted(item))}")
+                item = (item["text"], item.get("text_pair"))
+            elif isinstance(item, (list, tuple)) and len(item) == 2:
+                item = tuple(item)
+            elif not isinstance(item, str):
+                raise BertforgeError(f"{name} is {type(item).__name__}, expected a text or a [text, text_pair]")
+            if isinstance(item, tuple):
+                check_text(item[0], f"{name}.text")
+                if item[1] is not None:
+                    check_text(item[1], f"{name}.text_pair")
+                item = item if item[1] is not None else item[0]
+            checked.append(check_text(item, name) if isinstance(item, str) else item)
+        return checked, single
+
+    def encode(self, items, prepared, truncate):
+        rows = [None] * len(items)
+        for is_pair in (False, True):
+            index = [i for i, x in enumerate(items) if isinstance(x, tuple) == is_pair]
+            if index:
+                texts = [items[i][0] if is_pair else items[i] for i in index]
+                enc = self.encode_texts(texts, [items[i][1] for i in index] if is_pair else None, truncate)
+                for i, ids, types in zip(index, enc["input_ids"], enc["token_type_ids"]):
+                    rows[i] = {"input_ids": ids, "token_type_ids": types}
+        return rows
+
+    def forward(self, batch):
+        return per_row(self.outputs(batch)["logits"])
+
+    def function(self, chosen):
+        if chosen is not None:
+            return chosen
+        if self.config.problem_type == "multi_label_classification":
+            return "sigmoid"
+        return "none" if self.config.problem_type == "regression" or self.config.num_labels == 1 else "softmax"
+
+    def postprocess(self, prepared, outputs):
+        function, top_k = self.function(prepared.options["function_to_apply"]), prepared.options["top_k"]
+        results = []
+        for logits in outputs:
+            scores = {"softmax": softmax, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "none": lambda x: x}[function](
+                logits.astype(np.float64))
+            if top_k == "":
+                best = int(scores.argmax())
+                results.append({"label": self.labels[best], "score": float(scores[best])})
+                continue
+            ranked = [{"label": self.labels[i], "score": float(scores[i])} for i in np.argsort(-scores, kind="stable")]
+            results.append(ranked[:top_k] if top_k is not None else ranked)
+        if prepared.single and top_k == "" and isinstance(prepared.items[0], str):
+            return [results]  # transformers' legacy shape: one text (not a pair) gives a list of one
+        return results
+
+
+class TokenClassification(Pipeline):
+    task = "token-classification"
+    model_class = models.BertForTokenClassification
+    defaults = {"aggregation_strategy": "none", "ignore_labels": ("O",)}
+
+    def check_options(self, options):
+        if options["aggregation_strategy"] not in STRATEGIES:
+            raise BertforgeError(f"aggregation_strategy must be one of {', '.join(STRATEGIES)}, not "
+                                 f"{options['aggregation_strategy']!r}")
+
+    def encode(self, items, prepared, truncate):
+        enc = self.encode_texts(items, truncate=truncate, return_offsets_mapping=True,
+                                return_special_tokens_mask=True)
+        prepared.extra["encoding"] = enc
+        return [{"input_ids": ids, "token_type_ids": types} for ids, types in zip(enc["input_ids"],
+                                                                                 enc["token_type_ids"])]
+
+    def forward(self, batch):
+        return per_row(self.outputs(batch)["logits"], batch["attention_mask"].sum(1))
+
+    def postprocess(self, prepared, outputs):
+        enc, options = prepared.extra["encoding"], prepared.options
+        results = []
+        for i, (text, logits) in enumerate(zip(prepared.items, outputs)):
+            tokens = self.tokenizer.convert_ids_to_tokens(enc["input_ids"][i])
+            entries = token_entries(text, tokens, enc["offset_mapping"][i], enc["special_tokens_mask"][i],
+                                    softmax(logits), "[UNK]")
+            results.append(entities(entries, options["aggregation_strategy"], self.labels,
+                                    self.tokenizer.backend_tokenizer.decoder.decode, tuple(options["ignore_labels"])))
+        return results
+
+
+class QuestionAnswering(Pipeline):
+    """Contexts cut into Google's windows and answers post-processed as `bertforge evaluate` does
+    (tasks/squad.py). `score` is the answer's probability among the n best spans; `start`/`end` are character
+    offsets in the context. With handle_impossible_answer (SQuAD v2 models) the answer may be "" (no answer)."""
+
+    task = "question-answering"
+    model_class = models.BertForQuestionAnswering
+    defaults = {"top_k": 1, "handle_impossible_answer": False, "null_threshold": 0.0, "max_answer_len": 30,
+                "doc_stride": 128, "max_question_len": 64}
+    default_max_length = 384  # as fine-tuning on SQuAD
+
+    def __call__(self, inputs=None, question=None, context=None, **options):
+        if inputs is None:
+            inputs = {"question": question, "context": context}
+        return super().__call__(inputs, **options)
+
+    def check_options(self, options):
+        for name in ("top_k", "max_answer_len", "doc_stride", "max_question_len"):
+            check_count(options, name)
+
+    def parse(self, inputs):
+        items, single = as_list(inputs, lambda x: isinstance(x, dict))
+        checked = []
+        for i, item in enumerate(items):
+            name = "inputs" if single else f"inputs[{i}]"
+            if not isinstance(item, dict) or set(item) != {"question", "context"}:
+                raise BertforgeError(f"{name} must be an object {{\"question\", \"context\"}}")
+            checked.append(squad.SquadExample(str(i), check_text(item["question"], f"{name}.question"),
+                                              check_text(item["context"], f"{name}.context"), [], []))
+        return checked, single
+
+    def encode(self, items, prepared, truncate):
+        o = prepared.options
+        windows = squad.featurize(items, self.tokenizer, self.max_length, o["doc_stride"], o["max_question_len"])
+        prepared.extra["windows"] = windows
+        return [{"input_ids": w.input_ids.tolist(), "token_type_ids": w.token_type_ids.tolist()} for w in windows]
+
+    def forward(self, batch):
+        out, lengths = self.outputs(batch), batch["attention_mask"].sum(1)
+        return list(zip(per_row(out["start_logits"], lengths), per_row(out["end_logits"], lengths)))
+
+    def postprocess(self, prepared, outputs):
+        o = prepared.options
+        result = squad.postprocess(prepared.items, prepared.extra["windows"], [s for s, _ in outputs],
+                                   [e for _, e in outputs], version_2=o["handle_impossible_answer"],
+                                   n_best=max(20, o["top_k"]), max_answer_length=o["max_answer_len"],
+                                   null_threshold=o["null_threshold"])
+        answers = []
+        for ex in prepared.items:
+            best = result.nbest[ex.id]
+            chosen = next((b for b in best if b["text"] == result.predictions[ex.id]), None)
+            ranked = [chosen] + [b for b in best if b is not chosen] if chosen else best
+            found = [{"score": b["probability"], "start": b["offsets"][0], "end": b["offsets"][1],
+                      "answer": b["text"]} for b in ranked[:o["top_k"]]]
+            if not found:  # no span at all (v1, a context without tokens)
+                found = [{"score": 0.0, "start": 0, "end": 0, "answer": ""}]
+            answers.append(found[0] if o["top_k"] == 1 else found)
+        return answers
+
+
+class FeatureExtraction(Pipeline):
+    """The last hidden states, per text [1][tokens][hidden] as nested lists ([CLS] and [SEP] included)."""
+
+    task = "feature-extraction"
+
+    def forward(self, batch):
+        return per_row(self.outputs(batch)["last_hidden_state"], batch["attention_mask"].sum(1))
+
+    def postprocess(self, prepared, outputs):
+        return [[states.tolist()] for states in outputs]
+
+
+POOLINGS = ("mean", "cls")
+
+
+class SentenceEmbedding(FeatureExtraction):
+    """One vector per text: the mean over its tokens ([CLS] and [SEP] included, as sentence-transformers) or
+    the [CLS] vector, of the last layer; unit length with normalize."""
+
+    task = "sentence-embedding"
+    defaults = {"pooling": "mean", "normalize": True}
+
+    def check_options(self, options):
+        if options["pooling"] not in POOLINGS:
+            raise BertforgeError(f"pooling must be one of {', '.join(POOLINGS)}, not {options['pooling']!r}")
+
+    def postprocess(self, prepared, outputs):
+        vectors = np.stack([s[0] if prepared.options["pooling"] == "cls" else s.mean(0) for s in outputs])
+        if prepared.options["normalize"]:
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return vectors.tolist()
+
+
+class MultipleChoice(Pipeline):
+    """{"question", "choices"} -> {"choice": index, "score", "scores"}: [CLS] question [SEP] choice [SEP] each."""
+
+    task = "multiple-choice"
+    model_class = models.BertForMultipleChoice
+
+    def parse(self, inputs):
+        items, single = as_list(inputs, lambda x: isinstance(x, dict))
+        for i, item in enumerate(items):
+            name = "inputs" if single else f"inputs[{i}]"
+            if not isinstance(item, dict) or set(item) != {"question", "choices"}:
+                raise BertforgeError(f"{name} must be an object {{\"question\", \"choices\"}}")
+            check_text(item["question"], f"{name}.question")
+            if not isinstance(item["choices"], list) or len(item["choices"]) < 2:
+                raise BertforgeError(f"{name}.choices must be a list of at least 2 texts")
+            for c, choice in enumerate(item["choices"]):
+                check_text(choice, f"{name}.choices[{c}]")
+        return items, single
+
+    def encode(self, items, prepared, truncate):
+        rows = []
+        for item in items:
+            enc = self.encode_texts([item["question"]] * len(item["choices"]), item["choices"], truncate)
+            rows.append({"input_ids": list(enc["input_ids"]), "token_type_ids": list(enc["token_type_ids"])})
+        return rows
+
+    def forward(self, batch):
+        return per_row(self.outputs(batch)["logits"], batch["choice_mask"].sum(1))
+
+    def postprocess(self, prepared, outputs):
+        results = []
+        for logits in outputs:
+            p = softmax(logits.astype(np.float64))
+            results.append({"choice": int(p.argmax()), "score": float(p.max()), "scores": p.tolist()})
+        return results
+
+
+def check_count(options: dict, name: str):
+    value = options[name]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BertforgeError(f"{name} must be a whole number of at least 1, not {value!r}")
+
+
+TASKS = {p.task: p for p in (FillMask, TextClassification, TokenClassification, QuestionAnswering,
+                             FeatureExtraction, SentenceEmbedding, MultipleChoice)}
+ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification",
+           "embedding": "sentence-embedding"}
+HEAD_TASKS = {"BertForMaskedLM": "fill-mask", "BertForPreTraining": "fill-mask",
+              "BertForSequenceClassification": "text-classification", "BertForTokenClassification":
+              "token-classification", "BertForQuestionAnswering": "question-answering",
+              "BertForMultipleChoice": "multiple-choice", "BertModel": "feature-extraction"}
+
+
+def head_task(config: BertConfig, folder: Path) -> str:
+    """The task of the checkpoint's head, from config.json `architectures`."""
+    heads = config.extra.get("architectures") or []
+    known = [HEAD_TASKS[h] for h in heads if h in HEAD_TASKS]
+    if not known:
+        raise BertforgeError(f"{folder / 'config.json'}: architectures {heads or 'missing'} name no head bertforge "
+                             f"serves; give the task ({', '.join(TASKS)})")
+    return known[0]
+
+
+def pipeline(task: str | None = None, model=None, device: str | None = None, backend: str = "torch",
+             int8: bool = False, batch_size: int = 32, max_batch_tokens: int | None = None,
+             max_length: int | None = None, threads: int | None = None) -> Pipeline:
+    """A pipeline for `task` (None: the checkpoint's head's) on the checkpoint folder `model`.
+
+    backend "onnx" runs the folder's model.onnx (model_int8.onnx with int8) written by `bertforge export onnx`;
+    int8 on the torch backend quantises the linear layers (CPU). Batches hold at most batch_size inputs and,
+    with max_batch_tokens, at most that many padded tokens; inputs are sorted by length and answered in order.
+    """
+    if model is None:
+        raise BertforgeError("pipeline needs model=, a checkpoint folder")
+    folder = Path(model)
+    if not folder.is_dir():
+        raise BertforgeError(f"{folder}: no such model folder")
+    config = BertConfig.from_json_file(folder / "config.json")
+    task = ALIASES.get(task, task) or head_task(config, folder)
+    if task not in TASKS:
+        raise BertforgeError(f"unknown task {task!r}: choose one of {', '.join([*TASKS, *ALIASES])}")
+    cls = TASKS[task]
+    tokenizer = BertTokenizer.from_pretrained(folder)
+    runtime = load_runtime(folder, cls.model_class, backend, device, int8, tokenizer.mask_token_id, threads)
+    return cls(runtime, tokenizer, config, folder, batch_size, max_batch_tokens, max_length)

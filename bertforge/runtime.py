@@ -1,0 +1,129 @@
+"""What runs a checkpoint's forward pass for inference: PyTorch (fp32, or int8 linear layers) or ONNX Runtime.
+
+A runtime is called with a padded batch of tensors (see inference.pad) and returns the head's outputs by name,
+the same names from every backend (HEAD_OUTPUTS). The masked-LM head returns `mask_logits` [masked, V]: the
+vocabulary scores at the [MASK] positions only, in row-major order, not all [B, L, V].
+"""
+
+import json
+import warnings
+from pathlib import Path
+
+import torch
+
+from . import model as models
+from .errors import BertforgeError
+
+HEAD_OUTPUTS = {
+    "BertModel": ("last_hidden_state",),
+    "BertForMaskedLM": ("mask_logits",),
+    "BertForSequenceClassification": ("logits",),
+    "BertForTokenClassification": ("logits",),
+    "BertForQuestionAnswering": ("start_logits", "end_logits"),
+    "BertForMultipleChoice": ("logits",),
+}
+BACKENDS = ("torch", "onnx")
+ONNX_FILES = {False: "model.onnx", True: "model_int8.onnx"}
+
+
+def pick_device(device: str | None) -> torch.device:
+    """The named device, or CUDA when present, else CPU; a named device that is not there is an error."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except RuntimeError:
+        raise BertforgeError(f"--device {device!r} is not a device (cpu, cuda, cuda:1, mps)") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise BertforgeError(f"--device {device}: CUDA is not available on this machine")
+    if chosen.type == "mps" and not torch.backends.mps.is_available():
+        raise BertforgeError(f"--device {device}: MPS is not available on this machine")
+    return chosen
+
+
+def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """Dynamic int8 quantisation (weights int8 per output channel, activations quantised per batch) of the
+    linear layers that are called as modules. The Q, K and V projections stay fp32: the model multiplies their
+    stacked weights at once. Per-channel scales: on all-MiniLM-L6-v2, SST-2 sentence embeddings keep a mean
+    cosine of 0.976 to fp32 (0.939 with one scale per matrix, whose speed is about the same)."""
+    import torch.ao.quantization as quantization
+
+    stacked = {name for name, module in model.named_modules() if isinstance(module, models.BertSelfAttention)}
+    spec = {name: quantization.per_channel_dynamic_qconfig for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[0] not in stacked}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return quantization.quantize_dynamic(model, spec, dtype=torch.qint8)
+
+
+def mask_logits(model, batch: dict, mask_id: int) -> torch.Tensor:
+    """Vocabulary scores [masked, V] at the mask positions of a masked-LM model's batch, row-major."""
+    ids = batch["input_ids"]
+    return model(**batch, labels=ids.masked_fill(ids != mask_id, -100)).logits
+
+
+class TorchRuntime:
+    def __init__(self, model, device: torch.device, mask_id: int):
+        self.model, self.device, self.mask_id = model.eval(), device, mask_id
+        self.architecture = type(model).__name__
+        self.outputs = HEAD_OUTPUTS[self.architecture]
+
+    def __call__(self, batch: dict) -> dict[str, torch.Tensor]:
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        if self.architecture == "BertForMaskedLM":
+            return {"mask_logits": mask_logits(self.model, batch, self.mask_id)}
+        if self.architecture != "BertForMultipleChoice":
+            batch.pop("choice_mask", None)
+        result = self.model(**batch)
+        return {k: result[k] for k in self.outputs}
+
+
+class OnnxRuntime:
+    """An exported model (see export.py) in an ONNX Runtime session."""
+
+    def __init__(self, path: Path, device: torch.device, threads: int | None = None):
+        try:
+            import onnxruntime
+        except ImportError:
+            raise BertforgeError("--backend onnx needs onnxruntime: pip install -e '.[onnx]'") from None
+        options = onnxruntime.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        providers = ["CUDAExecutionProvider"] if device.type == "cuda" else ["CPUExecutionProvider"]
+        self.session = onnxruntime.InferenceSession(str(path), options, providers=providers)
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.outputs = [o.name for o in self.session.get_outputs()]
+        self.architecture = json.loads((path.parent / "onnx.json").read_text())["architecture"]
+
+    def __call__(self, batch: dict) -> dict[str, torch.Tensor]:
+        feed = {name: batch[name].numpy() for name in self.inputs}
+        values = self.session.run(self.outputs, feed)
+        out = {name: torch.from_numpy(v) for name, v in zip(self.outputs, values)}
+        if "choice_mask" in batch and self.architecture == "BertForMultipleChoice":
+            out["logits"] = out["logits"].masked_fill(~batch["choice_mask"].bool(), -torch.inf)
+        return out
+
+
+def load_runtime(folder, model_class, backend: str = "torch", device: str | None = None, int8: bool = False,
+                 mask_id: int = 4, threads: int | None = None):
+    """The runtime of `folder` with `model_class`'s head (torch), or of the folder's exported ONNX model."""
+    folder = Path(folder)
+    if backend not in BACKENDS:
+        raise BertforgeError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    chosen = pick_device(device)
+    if backend == "onnx":
+        path = folder / ONNX_FILES[int8]
+        if not path.is_file():
+            raise BertforgeError(f"{path}: no such file; write it with `bertforge export onnx MODEL {folder}"
+                                 f"{' --int8' if int8 else ''}`")
+        runtime = OnnxRuntime(path, chosen, threads)
+        if runtime.architecture != model_class.__name__:
+            raise BertforgeError(f"{path}: exported with the head {runtime.architecture}, but this task needs "
+                                 f"{model_class.__name__}")
+        return runtime
+    if int8 and chosen.type != "cpu":
+        raise BertforgeError(f"--int8 on the torch backend runs on the CPU only, not --device {chosen}")
+    model = model_class.from_pretrained(folder)
+    if int8:
+        model = quantize_int8(model)
+    return TorchRuntime(model.to(chosen), chosen, mask_id)

@@ -1,0 +1,277 @@
+"""`bertforge serve DIR`: the checkpoint's pipeline behind an HTTP JSON API (FastAPI + uvicorn, the `serve` extra).
+
+Endpoints, with request bodies as text-embeddings-inference spells them ({"inputs": ...} plus options):
+POST /v1/classify, /v1/embed, /v1/fill-mask, /v1/ner, /v1/qa, /v1/multiple-choice (the one matching the
+model's task answers; the others say which does), GET /health, /info, /metrics (Prometheus text), /docs.
+A response is a list in input order, each item shaped as the matching `pipeline()` result.
+
+Concurrent requests are gathered into batches by a token budget (batcher.py). Errors are typed, as
+{"error", "error_type"}: 413 over the size limits, 422 malformed input (naming the field), 429 queue full,
+503 while the model loads. SIGTERM stops accepting requests and finishes those in flight.
+"""
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .batcher import Batcher, Overloaded
+from .config import BertConfig
+from .errors import BertforgeError
+from .metrics_text import Registry
+# pipelines and runtime (torch, the model) are imported where they are used: the command's --help does not load torch
+
+log = logging.getLogger("bertforge")
+
+ENDPOINTS = {"text-classification": "classify", "sentence-embedding": "embed", "fill-mask": "fill-mask",
+             "token-classification": "ner", "question-answering": "qa", "multiple-choice": "multiple-choice"}
+# Request options of each endpoint beyond inputs and truncate: name -> (type, description)
+OPTIONS = {
+    "classify": {"top_k": (int | None, "labels to return, best first (null: all); absent: the best label"),
+                 "function_to_apply": (str, "softmax, sigmoid or none")},
+    "embed": {"pooling": (str, "mean or cls"), "normalize": (bool, "unit-length vectors (default true)")},
+    "fill-mask": {"top_k": (int, "tokens per [MASK] (default 5)")},
+    "ner": {"aggregation_strategy": (str, "none, simple, first, max or average")},
+    "qa": {"top_k": (int, "answers per question"), "handle_impossible_answer": (bool, "allow no answer (v2)"),
+           "null_threshold": (float, "v2: answer nothing where the null score wins by more than this"),
+           "max_answer_len": (int, "tokens")},
+    "multiple-choice": {},
+}
+INPUTS = {"classify": "a text, a list of texts, or of [text, text_pair] / {\"text\", \"text_pair\"}",
+          "embed": "a text or a list of texts", "fill-mask": "a text with [MASK] or a list of them",
+          "ner": "a text or a list of texts", "qa": "{\"question\", \"context\"} or a list of them",
+          "multiple-choice": "{\"question\", \"choices\": [...]} or a list of them"}
+BUCKETS = {"latency": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+           "rows": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512), "tokens": (64, 256, 1024, 4096, 16384, 65536)}
+
+
+class Server:
+    """The model (loaded in the background), its batcher and metrics."""
+
+    def __init__(self, model_dir, task=None, max_batch_tokens=8192, max_concurrent=512, max_wait_ms=2.0,
+                 max_client_batch=64, **pipeline_options):
+        self.model_dir, self.task, self.options = Path(model_dir), task, pipeline_options
+        self.max_batch_tokens, self.max_concurrent, self.max_wait = max_batch_tokens, max_concurrent, max_wait_ms / 1e3
+        self.max_client_batch = max_client_batch
+        self.pipe = self.batcher = self.load_error = None
+        self.metrics = Registry()
+        for name, kind, text, buckets in [
+                ("bertforge_requests_total", "counter", "requests answered, by endpoint and status", None),
+                ("bertforge_errors_total", "counter", "requests refused or failed, by kind", None),
+                ("bertforge_inputs_total", "counter", "inputs answered, by endpoint", None),
+                ("bertforge_queue_depth", "gauge", "requests waiting or running", None),
+                ("bertforge_batch_size", "histogram", "rows per model batch", BUCKETS["rows"]),
+                ("bertforge_batch_tokens", "histogram", "padded tokens per model batch", BUCKETS["tokens"]),
+                ("bertforge_request_duration_seconds", "histogram", "request latency, by endpoint",
+                 BUCKETS["latency"])]:
+            self.metrics.define(name, kind, text, buckets)
+
+    def load(self):
+        from .pipelines import pipeline
+
+        try:
+            pipe = pipeline(self.task, model=self.model_dir, **self.options)
+            self.batcher = Batcher(pipe.forward, pipe.tokenizer.pad_token_id, self.max_batch_tokens,
+                                   self.max_concurrent, self.max_wait, self.on_batch)
+            self.pipe = pipe
+            log.info(f"bertforge: serving {pipe.task} from {self.model_dir} on /v1/{self.endpoint}")
+        except Exception as e:  # reported by /health and every request
+            self.load_error = str(e)
+            log.error(f"bertforge: cannot load {self.model_dir}: {e}")
+
+    def on_batch(self, rows: int, tokens: int):
+        self.metrics.observe("bertforge_batch_size", rows)
+        self.metrics.observe("bertforge_batch_tokens", tokens)
+
+    @property
+    def endpoint(self) -> str:
+        return ENDPOINTS[self.pipe.task]
+
+    def info(self) -> dict:
+        pipe = self.pipe
+        c = pipe.config
+        model = getattr(pipe.runtime, "model", None)
+        return {"model": str(self.model_dir), "task": pipe.task, "endpoint": f"/v1/{self.endpoint}",
+                "labels": [c.id2label[i] for i in range(c.num_labels)] if pipe.task == "text-classification"
+                or pipe.task == "token-classification" else None,
+                "backend": self.options.get("backend", "torch"), "int8": bool(self.options.get("int8")),
+                "device": str(getattr(pipe.runtime, "device", "cpu")),
+                "sizes": {"layers": c.num_hidden_layers, "hidden": c.hidden_size, "heads": c.num_attention_heads,
+                          "vocabulary": c.vocab_size, "max_position_embeddings": c.max_position_embeddings,
+                          "parameters": sum(p.numel() for p in model.parameters()) if model is not None else None},
+                "limits": {"max_length": pipe.max_length, "max_batch_tokens": self.max_batch_tokens,
+                           "max_concurrent": self.max_concurrent, "max_client_batch": self.max_client_batch}}
+
+
+class Refused(Exception):
+    def __init__(self, status: int, kind: str, message: str):
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+def create_app(server: Server):
+    """The FastAPI application around a Server (whose model loads in a thread when the app starts)."""
+    from .pipelines import TooLong
+
+    try:
+        from contextlib import asynccontextmanager
+
+        from fastapi import FastAPI, Request
+        from fastapi.exceptions import RequestValidationError
+        from fastapi.responses import JSONResponse, PlainTextResponse
+        from pydantic import Field, create_model
+    except ImportError:
+        raise BertforgeError("bertforge serve needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
+
+    @asynccontextmanager
+    async def lifespan(app):
+        threading.Thread(target=server.load, name="bertforge-load", daemon=True).start()
+        yield
+        if server.batcher is not None:
+            server.batcher.close()  # uvicorn has let the requests in flight finish first
+
+    app = FastAPI(title="bertforge", description=__doc__.split("\n\n")[1], lifespan=lifespan)
+
+    routes = {f"/v1/{e}" for e in OPTIONS} | {"/health", "/info", "/metrics"}
+
+    def refusal(status: int, kind: str, message: str, endpoint: str = "") -> JSONResponse:
+        server.metrics.inc("bertforge_errors_total", kind=kind)
+        endpoint = endpoint if endpoint in routes else "other"  # a client's path: few label values, bounded
+        server.metrics.inc("bertforge_requests_total", endpoint=endpoint, status=status)
+        return JSONResponse({"error": message, "error_type": kind}, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, exc: RequestValidationError):
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or 'body'}: {e['msg']}" for e in exc.errors())
+        return refusal(422, "validation", problems, request.url.path)
+
+    @app.middleware("http")
+    async def body_limit(request: Request, call_next):
+        size = request.headers.get("content-length")
+        if size is not None and size.isdigit() and int(size) > 4 << 20:
+            return refusal(413, "too_large", f"request body of {size} bytes is over the 4 MiB limit", request.url.path)
+        return await call_next(request)
+
+    def ready():
+        if server.pipe is None:
+            raise Refused(503, "loading", f"the model cannot be loaded: {server.load_error}" if server.load_error
+                          else "the model is loading")
+
+    async def answer(endpoint: str, body) -> list:
+        ready()
+        if endpoint != server.endpoint:
+            raise Refused(404, "not_found", f"this model ({server.pipe.task}) answers on /v1/{server.endpoint}")
+        options = body.model_dump(exclude_unset=True)
+        inputs, truncate = options.pop("inputs"), options.pop("truncate", False)
+        try:
+            prepared = server.pipe.prepare(inputs, truncate=truncate, **options)
+        except TooLong as e:
+            raise Refused(413, "too_large", f"{e} (send \"truncate\": true to cut it)") from None
+        except BertforgeError as e:
+            raise Refused(422, "validation", str(e)) from None
+        if len(prepared.items) > server.max_client_batch:
+            raise Refused(413, "too_large", f"inputs has {len(prepared.items)} items, over the limit of "
+                                            f"{server.max_client_batch}")
+        try:
+            outputs = await server.batcher.submit(prepared.rows)
+        except Overloaded as e:
+            raise Refused(429, "overloaded", str(e)) from None
+        prepared.single = False  # always a list, in input order
+        server.metrics.inc("bertforge_inputs_total", len(prepared.items), endpoint=f"/v1/{endpoint}")
+        return server.pipe.finish(prepared, outputs)
+
+    def route(endpoint: str):
+        fields = {"inputs": (Any, Field(..., description=INPUTS[endpoint])),
+                  "truncate": (bool, Field(False, description="cut inputs over --max-length instead of a 413"))}
+        fields.update({name: (kind | None, Field(None, description=text))
+                       for name, (kind, text) in OPTIONS[endpoint].items()})
+        body_model = create_model(f"{endpoint.title().replace('-', '')}Request", **fields,
+                                  __config__={"extra": "forbid"})
+
+        async def handle(body: body_model):  # type: ignore[valid-type]
+            started = time.perf_counter()
+            try:
+                result = await answer(endpoint, body)
+            except Refused as e:
+                return refusal(e.status, e.kind, str(e), f"/v1/{endpoint}")
+            except Exception as e:  # a bug or a model failure: a 500, and the server goes on
+                log.exception("bertforge: request failed")
+                return refusal(500, "backend", f"{type(e).__name__}: {e}", f"/v1/{endpoint}")
+            server.metrics.inc("bertforge_requests_total", endpoint=f"/v1/{endpoint}", status=200)
+            server.metrics.observe("bertforge_request_duration_seconds", time.perf_counter() - started,
+                                   endpoint=f"/v1/{endpoint}")
+            return JSONResponse(result)
+
+        app.post(f"/v1/{endpoint}", summary=f"{endpoint}: {INPUTS[endpoint]}")(handle)
+
+    for endpoint in OPTIONS:
+        route(endpoint)
+
+    @app.get("/health")
+    async def health():
+        try:
+            ready()
+        except Refused as e:
+            return JSONResponse({"status": e.kind, "error": str(e)}, status_code=503)
+        return {"status": "ok"}
+
+    @app.get("/info")
+    async def info():
+        try:
+            ready()
+        except Refused as e:
+            return refusal(e.status, e.kind, str(e), "/info")
+        return server.info()
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics():
+        server.metrics.set("bertforge_queue_depth", server.batcher.pending if server.batcher else 0)
+        return PlainTextResponse(server.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+def add_serve_arguments(p):
+    p.add_argument("model", help="a checkpoint folder (fine-tuned, pre-trained, or exported with `export onnx`)")
+    p.add_argument("--task", help=f"one of {', '.join(ENDPOINTS)} (default: the checkpoint's head's; an encoder "
+                                  f"alone serves sentence-embedding)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
+    p.add_argument("--device", help="cpu, cuda, cuda:1 (default: CUDA when present)")
+    p.add_argument("--backend", default="torch", choices=("torch", "onnx"), help="what runs the model")
+    p.add_argument("--int8", action="store_true", help="int8 linear layers (torch) or the int8 ONNX model")
+    p.add_argument("--max-batch-tokens", type=int, default=8192, help="padded tokens per model batch")
+    p.add_argument("--max-concurrent", type=int, default=512, help="requests waiting or running; more get a 429")
+    p.add_argument("--max-length", type=int, help="tokens per input (default: the model's positions; QA 384)")
+    p.add_argument("--max-client-batch", type=int, default=64, help="inputs per request; more get a 413")
+    p.add_argument("--max-wait-ms", type=float, default=2.0, help="how long a first request waits for company")
+    p.add_argument("--threads", type=int, help="ONNX Runtime threads (torch: set OMP_NUM_THREADS)")
+
+
+def run_serve(args) -> int:
+    from .pipelines import ALIASES, head_task
+    from .runtime import pick_device
+
+    for flag, value in (("--max-batch-tokens", args.max_batch_tokens), ("--max-concurrent", args.max_concurrent),
+                        ("--max-client-batch", args.max_client_batch)):
+        if value < 1:
+            raise BertforgeError(f"{flag} must be at least 1, not {value}")
+    folder = Path(args.model)
+    if not folder.is_dir():
+        raise BertforgeError(f"{folder}: no such model folder")
+    pick_device(args.device)  # a missing device fails before anything loads
+    task = ALIASES.get(args.task, args.task) or head_task(BertConfig.from_json_file(folder / "config.json"), folder)
+    task = "sentence-embedding" if task == "feature-extraction" else task
+    if task not in ENDPOINTS:
+        raise BertforgeError(f"--task {task!r}: serve answers {', '.join(ENDPOINTS)}")
+    server = Server(args.model, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
+                    args.max_client_batch, device=args.device, backend=args.backend, int8=args.int8,
+                    max_length=args.max_length, threads=args.threads, batch_size=None)
+    app = create_app(server)
+    try:
+        import uvicorn
+    except ImportError:
+        raise BertforgeError("bertforge serve needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=30)
+    return 0

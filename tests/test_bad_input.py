@@ -1,0 +1,311 @@
+"""Bad input and faults across the commands, by cause: each case exits with the stated code, says one line on
+stderr naming the culprit, prints no traceback, and (where data could be lost) leaves earlier output intact."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from itertools import islice
+
+import numpy as np
+import pytest
+
+from bertforge.cli import main
+from bertforge.data.create import create_pretraining_data
+from bertforge.demo import module_documents
+from bertforge.tokenizer import train_vocab
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad-input")
+    (root / "corpus").mkdir()
+    for name, text in islice(module_documents(), 30):
+        (root / "corpus" / f"{name}.txt").write_text(text, encoding="utf-8")
+    train_vocab([root / "corpus"], vocab_size=1500, out_dir=root / "vocab")
+    create_pretraining_data([root / "corpus"], root / "vocab", root / "data", max_seq_length=64, max_predictions=10,
+                            dupe_factor=1, eval_docs=3, seed=1)
+    return root
+
+
+def one_line_error(capsys, code, argv, *words):
+    """main(argv) exits `code`, with one line on stderr (besides progress bars) that holds every word."""
+    assert main([str(a) for a in argv]) == code
+    printed = capsys.readouterr().err
+    said = [line for line in printed.splitlines() if line.startswith("bertforge")]
+    assert len(said) == 1 and "Traceback" not in printed, printed
+    err = said[0]
+    for word in words:
+        assert word in err, err
+    return err
+
+
+def snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# 1. Numeric options are range-checked by their type, for every command
+
+@pytest.mark.parametrize("argv, flag", [
+    (["pretrain", "--data", "d", "--out", "o", "--batch-size", "0"], "--batch-size"),
+    (["pretrain", "--data", "d", "--out", "o", "--batch-size", "-4"], "--batch-size"),
+    (["pretrain", "--data", "d", "--out", "o", "--grad-accum", "0"], "--grad-accum"),
+    (["pretrain", "--data", "d", "--out", "o", "--keep", "0"], "--keep"),
+    (["pretrain", "--data", "d", "--out", "o", "--lr", "-1"], "--lr"),
+    (["pretrain", "--data", "d", "--out", "o", "--warmup", "2.5"], "--warmup"),
+    (["pretrain", "--data", "d", "--out", "o", "--lr", "nan"], "--lr"),
+    (["finetune", "sst2", "--model", "m", "--data", "d", "--out", "o", "--batch-size", "0"], "--batch-size"),
+    (["finetune", "sst2", "--model", "m", "--data", "d", "--out", "o", "--epochs", "0"], "--epochs"),
+    (["finetune", "sst2", "--model", "m", "--data", "d", "--out", "o", "--max-length", "0"], "--max-length"),
+    (["finetune", "sst2", "--model", "m", "--data", "d", "--out", "o", "--max-train-examples", "0"],
+     "--max-train-examples"),
+    (["predict", "sst2", "--model", "m", "--text", "x", "--batch-size", "0"], "--batch-size"),
+    (["evaluate", "sst2", "--model", "m", "--data", "d", "--batch-size", "x"], "--batch-size"),
+    (["tokenizer", "train", "--files", "f", "--out", "o", "--vocab-size", "-5"], "--vocab-size"),
+    (["tokenizer", "train", "--files", "f", "--out", "o", "--min-frequency", "-1"], "--min-frequency"),
+    (["data", "create", "--input", "i", "--vocab", "v", "--out", "o", "--max-seq-length", "100000"],
+     "--max-seq-length"),
+    (["data", "create", "--input", "i", "--vocab", "v", "--out", "o", "--masked-lm-prob", "1"], "--masked-lm-prob"),
+    (["data", "create", "--input", "i", "--vocab", "v", "--out", "o", "--dupe-factor", "0"], "--dupe-factor"),
+    (["features", "--model", "m", "--input", "i", "--out", "o.npz", "--stride", "0"], "--stride"),
+    (["squad-split", "f.json", "--out", "o", "--train-fraction", "1"], "--train-fraction"),
+    (["evaluate", "sst2", "--model", "m", "--data", "d", "--device", "cuda"], "--device"),
+])
+def test_numeric_options(capsys, argv, flag):
+    one_line_error(capsys, 2, argv, f"argument {flag}")
+
+
+def test_a_vocabulary_smaller_than_the_alphabet_and_an_empty_corpus(corpus, tmp_path, capsys):
+    one_line_error(capsys, 2, ["tokenizer", "train", "--files", corpus / "corpus", "--out", tmp_path / "v",
+                               "--vocab-size", "20"], "--vocab-size 20", "alphabet")
+    (tmp_path / "blank.txt").write_text("  \n\t\n")
+    one_line_error(capsys, 2, ["tokenizer", "train", "--files", tmp_path / "blank.txt", "--out", tmp_path / "v"],
+                   "blank.txt", "no text")
+
+
+# 2. Output paths are checked before any work; a full disk is said so; nothing earlier is lost
+
+def test_output_paths(corpus, tmp_path, capsys):
+    a_file = tmp_path / "taken"
+    a_file.write_text("x")
+    one_line_error(capsys, 2, ["data", "create", "--input", corpus / "corpus", "--vocab", corpus / "vocab",
+                               "--out", a_file], "--out", "is a file")
+    one_line_error(capsys, 2, ["tokenizer", "train", "--files", corpus / "corpus", "--out", a_file], "is a file")
+    one_line_error(capsys, 2, ["pretrain", "--data", corpus / "data", "--out", corpus / "data"], "is also the input")
+    (tmp_path / "dir.npz").mkdir()
+    one_line_error(capsys, 2, ["features", "--model", "m", "--input", a_file, "--out", tmp_path / "dir.npz"], "--out",
+                   "is a folder")
+    assert main(["plot", str(tmp_path / "nowhere"), "--out", str(tmp_path / "new" / "deeper" / "c.png")]) == 2
+    assert "no metrics log" in capsys.readouterr().err
+
+
+def full_disk(argv, limit: int) -> subprocess.CompletedProcess:
+    """The command run with a file-size limit (a full disk as a writer sees it: writes fail with EFBIG)."""
+    code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
+            "from bertforge.cli import main; sys.exit(main(sys.argv[1:]))")
+    return subprocess.run([sys.executable, "-c", code, *map(str, argv)], env=ENV, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_a_full_disk_leaves_the_previous_data_and_says_so(corpus, tmp_path):
+    out = tmp_path / "data"
+    shutil.copytree(corpus / "data", out)
+    before = snapshot(out)
+    done = full_disk(["data", "create", "--input", corpus / "corpus", "--vocab", corpus / "vocab", "--out", out,
+                      "--max-seq-length", "64", "--dupe-factor", "2", "--seed", "7"], 20_000)
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
+    assert "no space left" in done.stderr.strip().splitlines()[-1]  # (progress bars above it)
+    assert snapshot(out) == before and not list(tmp_path.glob(".data.partial"))
+
+
+def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint(corpus, tmp_path):
+    run = tmp_path / "run"
+    argv = ["pretrain", "--data", corpus / "data", "--config", "tiny", "--out", run, "--steps", "2",
+            "--batch-size", "4", "--save-every", "1", "--eval-every", "0", "--no-progress"]
+    done = full_disk(argv, 600_000)  # room for a few small files, not for a checkpoint's weights
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
+    assert "no space left" in done.stderr.strip().splitlines()[-1]
+    assert not list(run.glob("step-*")) and not list(run.glob(".step-*"))
+
+
+def test_the_submission_file_is_atomic(tmp_path):
+    from bertforge.tasks.glue import write_glue_submission
+
+    path = tmp_path / "SST-2_test.tsv"
+    write_glue_submission("sst2", [0, 1], path)
+    before = path.read_bytes()
+    with pytest.raises(Exception):
+        write_glue_submission("sst2", [0, 7], path)  # a label id the task has not: fails while writing
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_killing_data_create_never_harms_the_previous_data(corpus, tmp_path):
+    """Killed at random moments over several runs, the earlier data folder is byte for byte as it was."""
+    out = tmp_path / "data"
+    shutil.copytree(corpus / "data", out)
+    before = snapshot(out)
+    rng = np.random.default_rng(0)
+    for delay in rng.uniform(0.5, 4.0, size=4):
+        proc = subprocess.Popen([sys.executable, "-m", "bertforge", "data", "create", "--input", str(corpus / "corpus"),
+                                 "--vocab", str(corpus / "vocab"), "--out", str(out), "--dupe-factor", "3",
+                                 "--seed", "9"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if proc.returncode == 0:  # it finished first: the new data replaced the old as a whole
+            before = snapshot(out)
+        assert snapshot(out) == before
+    assert main(["data", "create", "--input", str(corpus / "corpus"), "--vocab", str(corpus / "vocab"),
+                 "--out", str(out), "--dupe-factor", "1", "--seed", "9"]) in (0, None)
+    assert not list(tmp_path.glob(".data.partial"))  # a later run clears what a killed one left
+
+
+# 3. Shard contents are checked when a data folder is opened
+
+def damaged_copy(corpus, tmp_path, damage):
+    data = tmp_path / "data"
+    shutil.copytree(corpus / "data", data)
+    damage(data)
+    return data
+
+
+def poke(path, offset_from_end, value):
+    array = np.load(path)
+    array.reshape(-1)[-offset_from_end] = value
+    np.save(path, array)
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda d: poke(d / "shard-00000.tokens.npy", 3, 1499 + 100), ["shard-00000.tokens.npy: row", "vocabulary"]),
+    (lambda d: poke(d / "shard-00000.nsp_labels.npy", 1, 7), ["nsp_labels.npy: row", "0 or 1"]),
+    (lambda d: poke(d / "shard-00000.mlm_positions.npy", 1, 900), ["mlm_positions.npy: row", "outside its row"]),
+    (lambda d: (d / "shard-00000.offsets.npy").write_bytes(b"\x93NUMPY garbage"), ["offsets.npy", "corrupted"]),
+    (lambda d: (d / "index.json").write_text(json.dumps({k: v for k, v in json.loads(
+        (d / "index.json").read_text()).items() if k != "max_predictions"})), ["index.json", "max_predictions"]),
+    (lambda d: (d / "index.json").write_text((d / "index.json").read_text().replace('"masked": true',
+                                                                                   '"masked": false')),
+     ["[MASK] in data whose index.json says it is not masked"]),
+])
+def test_damaged_shards(corpus, tmp_path, capsys, damage, words):
+    data = damaged_copy(corpus, tmp_path, damage)
+    one_line_error(capsys, 2, ["pretrain", "--data", data, "--config", "tiny", "--out", tmp_path / "run",
+                               "--steps", "1", "--no-progress"], *words)
+
+
+# 4. Lengths beyond what the storage or the model holds
+
+def test_lengths_beyond_the_model(corpus, tmp_path, capsys, tiny_model):
+    create_pretraining_data([corpus / "corpus"], corpus / "vocab", tmp_path / "long", max_seq_length=600,
+                            dupe_factor=1, seed=1)
+    one_line_error(capsys, 2, ["pretrain", "--data", tmp_path / "long", "--config", "tiny", "--out", tmp_path / "r",
+                               "--steps", "1", "--no-progress"], "rows of 600 tokens", "512 positions")
+    one_line_error(capsys, 2, ["predict", "sst2", "--model", tiny_model, "--text", "fine", "--max-length", "1000"],
+                   "--max-length 1000", "512 positions")
+
+
+# 5. Text that is not Unicode
+
+def test_unpaired_surrogates(tmp_path, capsys):
+    assert main(["tokenizer", "encode", "--vocab", "v", "caf\udce9"]) == 2
+    assert "argument 5 (caf\\udce9) is not valid UTF-8" in capsys.readouterr().err
+    (tmp_path / "a.jsonl").write_text('{"sentence": "ok"}\n{"sentence": "bad \\ud800 text"}\n')
+    from bertforge.errors import BertforgeError
+    from bertforge.io import read_json_lines
+
+    with pytest.raises(BertforgeError, match=r"a\.jsonl:2: a string holds an unpaired surrogate"):
+        read_json_lines(tmp_path / "a.jsonl")
+
+
+# 6. Run folders and resume
+
+def pretrain_argv(corpus, run, *extra, steps=2):
+    return ["pretrain", "--data", corpus / "data", "--config", "tiny", "--out", run, "--steps", str(steps),
+            "--batch-size", "4", "--eval-every", "0", "--save-every", "1", "--log-every", "1", "--no-progress", *extra]
+
+
+def test_run_folders(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    one_line_error(capsys, 2, pretrain_argv(corpus, run, "--resume"), "nothing to resume")
+    assert main([str(a) for a in pretrain_argv(corpus, run)]) == 0
+    capsys.readouterr()
+    weights = (run / "final" / "model.safetensors").read_bytes()
+    one_line_error(capsys, 2, pretrain_argv(corpus, run), "holds an earlier run", "--resume", "--overwrite")
+    assert (run / "final" / "model.safetensors").read_bytes() == weights
+    # a half-deleted checkpoint (no COMPLETE marker) is not resumed from
+    (run / "step-0000002" / "COMPLETE").unlink()
+    assert main([str(a) for a in pretrain_argv(corpus, run, "--resume", steps=3)]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]  # continued from step 1, the last complete checkpoint
+    # a torn last line (a kill while logging) does not stop --resume
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 4, "lo')
+    assert main([str(a) for a in pretrain_argv(corpus, run, "--resume", steps=4)]) == 0
+    assert main([str(a) for a in pretrain_argv(corpus, run, "--overwrite")]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in run.glob("step-*")) == ["step-0000001", "step-0000002"]
+
+
+def test_an_interrupted_finetune_exits_130_writes_no_results_and_resumes(tmp_path, tiny_model):
+    from tests.conftest import require_shared
+
+    data = require_shared("data", "glue", "SST-2")
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "bertforge", "finetune", "sst2", "--model", str(tiny_model), "--data", str(data),
+            "--out", str(run), "--max-train-examples", "4000", "--max-eval-examples", "16", "--batch-size", "4",
+            "--epochs", "1", "--log-every", "1", "--no-progress"]
+    proc = subprocess.Popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while (not (run / "metrics.jsonl").exists() or len((run / "metrics.jsonl").read_text().splitlines()) < 3) \
+            and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("bertforge: stopped at step") and "--resume" in err
+    assert not (run / "eval_results.json").exists()
+    stopped = int(sorted(run.glob("step-*"))[-1].name[5:])
+    resumed = subprocess.run([*argv[:-5], "--max-train-examples", str(4 * (stopped + 2)), "--batch-size", "4",
+                              "--epochs", "1", "--no-progress", "--resume"], env=ENV, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    results = json.loads((run / "eval_results.json").read_text())
+    assert len(results["history"]) == 1
+
+
+# 7. The wrong model for the job
+
+def test_the_wrong_model_for_the_job(tmp_path, capsys, tiny_model):
+    import torch
+
+    from bertforge import BertConfig, BertForTokenClassification, BertTokenizer
+
+    ner = tmp_path / "ner"
+    torch.manual_seed(0)
+    BertForTokenClassification(BertConfig.from_name("tiny", vocab_size=30522).with_labels(["O", "B-PER", "I-PER"])) \
+        .save_pretrained(ner, BertTokenizer.from_pretrained(tiny_model))
+    one_line_error(capsys, 2, ["predict", "sst2", "--model", ner, "--text", "fine"],
+                   "BertForTokenClassification", "sst2 needs a BertForSequenceClassification")
+    one_line_error(capsys, 2, ["predict", "conll2003", "--model", tiny_model, "--text", "fine"],
+                   "a BertForPreTraining model", "conll2003 needs a BertForTokenClassification")
+    untrained = tmp_path / "untrained"
+    shutil.copytree(tiny_model, untrained)
+    config = json.loads((untrained / "config.json").read_text())
+    del config["architectures"]
+    (untrained / "config.json").write_text(json.dumps(config))
+    one_line_error(capsys, 2, ["predict", "sst2", "--model", untrained, "--text", "fine"],
+                   "no trained classifier", "fine-tune it first")
+
+
+# 9. Messages that name the real problem
+
+def test_messages_name_the_real_problem(corpus, tmp_path, capsys):
+    one_line_error(capsys, 2, ["pretrain", "--data", corpus / "corpus", "--config", "tiny", "--out", tmp_path / "r",
+                               "--steps", "1"], "index.json", "bertforge data create")
+    one_line_error(capsys, 2, ["data", "create", "--input", corpus / "corpus", "--vocab", corpus / "vocab",
+                               "--out", tmp_path / "d", "--eval-docs", "1000"], "--eval-docs 1000", "documents")

@@ -1,0 +1,70 @@
+"""The shared inference layer: batches by count and token budget, padding, results back in input order."""
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge.errors import BertforgeError
+from bertforge.inference import pad, per_row, plan_batches, run
+
+
+def rows_of(lengths):
+    return [{"input_ids": [100 + i] + [7] * (n - 1), "token_type_ids": [0] * n} for i, n in enumerate(lengths)]
+
+
+@pytest.mark.parametrize("batch_size, max_tokens", [(4, None), (None, 40), (3, 40), (1, 1)])
+def test_plan_batches_covers_every_row_within_the_limits(batch_size, max_tokens):
+    lengths = np.random.default_rng(0).integers(1, 30, 57).tolist()
+    batches = plan_batches(lengths, batch_size, max_tokens)
+    assert sorted(i for b in batches for i in b) == list(range(57))
+    flat = [lengths[i] for b in batches for i in b]
+    assert flat == sorted(flat)  # shortest first
+    for b in batches:
+        assert batch_size is None or len(b) <= batch_size
+        assert max_tokens is None or len(b) == 1 or len(b) * max(lengths[i] for i in b) <= max_tokens
+
+
+def test_plan_batches_counts_choices_in_the_budget():
+    """Padded tokens are rows x longest x most choices: two 4-choice rows of 10 fill a budget of 80."""
+    assert plan_batches([10, 10, 10, 10], None, 80, widths=[4, 4, 1, 1]) == [[0, 1], [2, 3]]
+    assert plan_batches([10, 10, 10, 10], None, 80, widths=[1, 1, 4, 4]) == [[0, 1], [2, 3]]
+
+
+def test_plan_batches_checks_its_limits():
+    with pytest.raises(BertforgeError, match="batch_size"):
+        plan_batches([1], 0)
+    with pytest.raises(BertforgeError, match="max_tokens"):
+        plan_batches([1], None, 0)
+
+
+def test_pad_sequences_and_choices():
+    batch = pad(rows_of([3, 1]), pad_id=0)
+    assert batch["input_ids"].tolist() == [[100, 7, 7], [101, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    choices = [{"input_ids": [[1, 2], [1, 2, 3]], "token_type_ids": [[0, 0], [0, 0, 1]]},
+               {"input_ids": [[5]] * 3, "token_type_ids": [[0]] * 3}]
+    batch = pad(choices)
+    assert batch["input_ids"].shape == (2, 3, 3)
+    assert batch["choice_mask"].tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert batch["token_type_ids"][0, 1].tolist() == [0, 0, 1]
+
+
+@pytest.mark.parametrize("max_tokens", [None, 12])
+def test_run_returns_results_in_input_order(max_tokens):
+    lengths = [5, 1, 9, 3, 3, 7, 2]
+    rows = rows_of(lengths)
+    seen = []
+
+    def forward(batch):
+        seen.append(tuple(batch["input_ids"].shape))
+        assert not torch.is_grad_enabled()
+        return [int(x) for x in batch["input_ids"][:, 0]]
+
+    assert run(forward, rows, batch_size=2, max_tokens=max_tokens) == [100 + i for i in range(len(rows))]
+    assert all(b <= 2 for b, _ in seen)
+
+
+def test_per_row_cuts_to_lengths():
+    values = torch.arange(12.0).view(2, 3, 2)
+    cut = per_row(values, torch.tensor([1, 3]))
+    assert [c.shape for c in cut] == [(1, 2), (3, 2)] and cut[1].dtype == np.float32
