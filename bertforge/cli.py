@@ -74,7 +74,16 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args=None, namespace=None):
+        self.typed = {a.split("=", 1)[0] for a in (sys.argv[1:] if args is None else args)}
+        return super().parse_known_args(args, namespace)
+
     def error(self, message):
+        for action in self._actions:  # an option with old spellings is named as it was typed
+            if getattr(action, "old_spellings", ()):
+                typed = next((s for s in action.option_strings if s in getattr(self, "typed", ())),
+                             action.option_strings[0])
+                message = message.replace("/".join(action.option_strings), typed)
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

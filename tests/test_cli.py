@@ -94,3 +94,13 @@ def test_old_spellings_work_but_are_not_shown(tmp_path):
     for words, sub in command_parsers():
         if words in (["data", "create"], ["tokenizer", "train"], ["demo"]):
             assert "--max-seq-length" not in sub.format_help() and "--files" not in sub.format_help()
+
+
+def test_errors_name_the_spelling_typed(capsys):
+    base = ["data", "create", "--input", "i", "--vocab", "v", "--out", "o"]
+    assert main(base + ["--max-seq-length", "0"]) == 2
+    assert "argument --max-seq-length: must be" in capsys.readouterr().err
+    assert main(base + ["--max-length=0"]) == 2
+    assert "argument --max-length: must be" in capsys.readouterr().err
+    assert main(["tokenizer", "train", "--out", "o"]) == 2
+    assert "required: --input " in capsys.readouterr().err
