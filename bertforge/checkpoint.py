@@ -73,8 +73,8 @@ def read_weights(folder, trust_pickle: bool = False, shapes: dict | None = None)
             if not trust_pickle:
                 raise BertforgeError(
                     f"{file}: pickle files can run code when loaded, so they are not read by default; convert it "
-                    f"with `bertforge convert {folder} OUT` from a source you trust, or pass trust_pickle=True "
-                    "(--trust-pickle) to read it with torch.load(weights_only=True)")
+                    f"with `bertforge convert {folder} OUT` from a source you trust, or (in Python) pass "
+                    "trust_pickle=True to from_pretrained to read it with torch.load(weights_only=True)")
             try:
                 weights.update(torch.load(file, map_location="cpu", weights_only=True))
             except Exception as e:  # torch raises several types for bad files

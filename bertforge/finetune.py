@@ -8,6 +8,7 @@ RUN/eval_results.json (its history read back from metrics.jsonl, so a resumed ru
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +17,8 @@ import numpy as np
 from .config import BertConfig
 from .evaluate import check_length, evaluate_splits
 from .inference import pad_batch, row_lengths
-from .io import check_output, read_json_lines, write_json
+from . import __version__
+from .io import check_output, read_json_lines, write_json, write_text_atomic
 from .options import add_training_arguments, count, positive, training_options
 from .tasks import TASKS, add_family_arguments, family_options, make_family
 from .tasks.base import TaskFamily, padding
@@ -76,7 +78,7 @@ class FinetuneJob:
 
 def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: int | None = None,
              max_train_examples: int | None = None, max_eval_examples: int | None = None,
-             group_by_length: bool = True, **options) -> dict:
+             group_by_length: bool = True, command: list[str] | None = None, **options) -> dict:
     """Fine-tune `model_dir` on a task; writes RUN/best/, RUN/eval_results.json and returns the best metrics.
 
     `options`: TrainArgs fields (defaults FINETUNE_DEFAULTS) and the task family's own options."""
@@ -104,7 +106,13 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     job = FinetuneJob(family, train_split.encoded, batch_size, train_options["seed"], evaluate, tokenizer,
                       group_by_length)
     steps = max(1, round(epochs * job.steps_per_epoch))
-    args = TrainArgs(out=out, steps=steps, **{**train_options, "eval_every": job.steps_per_epoch})
+    run = {"task": task, "model": str(model_dir), "data": None if data is None else str(data),
+           "family_options": {k: str(v) if isinstance(v, Path) else v for k, v in options.items()
+                              if k not in TrainArgs.__dataclass_fields__},
+           "epochs": epochs, "max_length": family.max_length, "max_train_examples": max_train_examples,
+           "max_eval_examples": max_eval_examples, "group_by_length": group_by_length,
+           "bertforge": __version__, "command": command}
+    args = TrainArgs(out=out, steps=steps, **{**train_options, "eval_every": job.steps_per_epoch, "extra": run})
     fit(model, job, args, ctx)
     if not ctx.main:
         return {}
@@ -115,7 +123,22 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
                "history": history, "train_examples": len(train_split.examples),
                "wall_time_s": round(time.perf_counter() - started, 1)}
     write_json(out / "eval_results.json", results)
+    if (out / "best").is_dir():
+        write_text_atomic(out / "best" / "README.md", model_card(family, run, results))
     return results
+
+
+def model_card(family: TaskFamily, run: dict, results: dict) -> str:
+    """best/README.md: what the model is, what it was trained on, how, and how it scored."""
+    scores = "\n".join(f"| {k} | {v:.4f} |" for k, v in results.items() if isinstance(v, float) and k != "wall_time_s")
+    command = " ".join(run["command"]) if run["command"] else "(from Python: bertforge.finetune.finetune)"
+    return (f"# {run['task']}, fine-tuned with bertforge {run['bertforge']}\n\n"
+            f"- task: `{run['task']}` ({type(family).__name__}, head `{family.model_class.__name__}`)\n"
+            f"- labels: {', '.join(map(str, family.labels))}\n"
+            f"- started from: `{run['model']}`\n- data: `{run['data'] or run['family_options']}`, "
+            f"{results['train_examples']} training examples, max length {run['max_length']}\n"
+            f"- best epoch: {results['epoch_of_best']} of {len(results['history'])}\n"
+            f"- command: `{command}`\n\n| metric (best epoch) | value |\n|---|---|\n{scores}\n")
 
 
 def add_finetune_arguments(p):
@@ -137,7 +160,7 @@ def run_finetune(args) -> int:
     check_output(args.out, "--out", inputs=[p for p in (args.model, args.data) if p])
     results = finetune(args.task, args.model, args.data, args.out, epochs=args.epochs, max_length=args.max_length,
                        max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
-                       group_by_length=not args.no_length_grouping,
+                       group_by_length=not args.no_length_grouping, command=["bertforge", *sys.argv[1:]],
                        **family_options(args), **training_options(args, skip=("steps", "eval_every")))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0

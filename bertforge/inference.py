@@ -53,22 +53,6 @@ def row_lengths(encoded: dict[str, list]) -> np.ndarray:
     return np.array([max(map(len, r)) if r and isinstance(r[0], list) else len(r) for r in ids])
 
 
-def length_sorted_batches(lengths: np.ndarray, batch_size: int | None = None,
-                          max_tokens: int | None = None) -> list[np.ndarray]:
-    """Row indices in batches of similar lengths: at most `batch_size` rows, and at most `max_tokens` padded
-    tokens (rows x the longest), whichever binds first; a row longer than the budget goes alone."""
-    order = np.argsort(lengths, kind="stable")
-    batches, start = [], 0
-    while start < len(order):
-        end = start + 1
-        while end < len(order) and (batch_size is None or end - start < batch_size) and \
-                (max_tokens is None or (end + 1 - start) * lengths[order[end]] <= max_tokens):
-            end += 1
-        batches.append(order[start:end])
-        start = end
-    return batches
-
-
 def doc_spans(n: int, room: int, stride: int) -> list[tuple[int, int]]:
     """Google's doc spans as (start, length): windows of `room` tokens, each `stride` past the last."""
     spans, start = [], 0
@@ -112,7 +96,8 @@ def run_model(model, encoded: dict[str, list], inputs: dict, output_keys: tuple[
         lengths = row_lengths(encoded)
         out = {k: [None] * len(lengths) for k in output_keys}
         bar = tqdm(total=len(lengths), desc=progress, unit="row", disable=progress is None, leave=False)
-        for rows in length_sorted_batches(lengths, batch_size, max_tokens):
+        widths = [len(r) if r and isinstance(r[0], list) else 1 for r in encoded["input_ids"]]
+        for rows in plan_batches(lengths, batch_size, max_tokens, widths):
             bar.update(len(rows))
             batch = {k: v.to(device) for k, v in pad_batch(encoded, rows, inputs).items()}
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):

@@ -160,6 +160,7 @@ class TrainArgs:
     eval_every: int = option(0, "evaluate on held-out data every N steps (0: never)")
     save_every: int = option(0, "write a resumable checkpoint every N steps (0: only at the end)")
     keep: int = option(2, "step checkpoints kept on disk (final/ and best/ are extra)", type=count(1))
+    patience: int = option(0, "stop early after this many evaluations without a better best metric (0: never)")
     resume: bool = option(False, "continue from the run's latest checkpoint")
     overwrite: bool = option(False, "start over in a run folder that holds an earlier run (its checkpoints go)")
     progress: bool = option(True, "no progress bar", flag="--no-progress", inverse=True)

@@ -291,14 +291,16 @@ def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = 
     start = ckpt.restore(model, optimizer, scheduler) if args.resume else 0
     if ctx.main:
         write_text_atomic(args.out / "args.json", json.dumps(asdict(args), indent=2, default=str) + "\n")
-    log = MetricsLog(args.out / "metrics.jsonl", start, ctx.main)
+    metrics_log = MetricsLog(args.out / "metrics.jsonl", start, ctx.main)
     trained = nn.parallel.DistributedDataParallel(model) if ctx.world > 1 else model
     stop = StopRequest()
     bar = tqdm(total=round(args.time_budget) if timed else args.steps,
                initial=round(scheduler.seconds) if timed else start, unit="s" if timed else "step",
                disable=not (args.progress and ctx.main), dynamic_ncols=True)
     last_eval = {}
-    best = max((row[job.best_metric] for row in log.rows if job.best_metric in row), default=-math.inf)
+    scores = [row[job.best_metric] for row in metrics_log.rows if job.best_metric in row]
+    best = max(scores, default=-math.inf)
+    since_best = len(scores) - 1 - scores.index(best) if scores else 0  # evaluations since the best (patience)
     tokens_since, clock = 0, time.perf_counter()
     done = start
     try:
@@ -325,21 +327,30 @@ def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = 
                 last_eval, evaluated = evaluate_on_main(model, job, ctx), True
                 row.update(last_eval)
                 if job.best_metric and last_eval.get(job.best_metric, -math.inf) > best:
-                    best = last_eval[job.best_metric]
+                    best, since_best = last_eval[job.best_metric], 0
                     ckpt.save(model, optimizer, scheduler, done, name="best", full=False)
+                elif job.best_metric and ctx.main:
+                    since_best += 1
             if done % args.log_every == 0 or last or evaluated:
                 elapsed = time.perf_counter() - clock
                 row["tokens_per_s"] = round(tokens_since / elapsed, 1) if elapsed else None
                 tokens_since, clock = 0, time.perf_counter()
-                log.write(row)
+                metrics_log.write(row)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s'] or 0:.0f}")
             bar.update(min(round(scheduler.seconds), bar.total) - bar.n if timed else 1)  # timed: whole seconds
-            stop_now = bool(ctx.all_reduce(torch.tensor([float(stop.requested)])).item())
+            flags = ctx.all_reduce(torch.tensor([float(stop.requested),
+                                                 float(bool(args.patience) and since_best >= args.patience)]))
+            stop_now, patience_out = bool(flags[0]), bool(flags[1])
             if (args.save_every and done % args.save_every == 0) or stop_now:
                 ckpt.save(model, optimizer, scheduler, done)
             if stop_now:
                 raise Interrupted(f"stopped at step {done}: checkpoint saved in {step_folder(args.out, done)}; "
                                   "continue with --resume")
+            if patience_out and not last:
+                if ctx.main:
+                    log.info(f"stopped early at step {done}: {args.patience} evaluations without a better "
+                             f"{job.best_metric} than {best:.4f}")
+                break
         ckpt.save(model, optimizer, scheduler, done)
         ckpt.save(model, optimizer, scheduler, done, name="final", full=False)
     finally:

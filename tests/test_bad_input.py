@@ -309,3 +309,17 @@ def test_messages_name_the_real_problem(corpus, tmp_path, capsys):
                                "--steps", "1"], "index.json", "bertforge data create")
     one_line_error(capsys, 2, ["data", "create", "--input", corpus / "corpus", "--vocab", corpus / "vocab",
                                "--out", tmp_path / "d", "--eval-docs", "1000"], "--eval-docs 1000", "documents")
+
+
+def test_the_pickle_refusal_names_what_exists(tmp_path, capsys, tiny_model):
+    import torch
+
+    folder = tmp_path / "pickled"
+    shutil.copytree(tiny_model, folder)
+    weights = folder / "model.safetensors"
+    from safetensors.torch import load_file
+
+    torch.save(load_file(weights), folder / "pytorch_model.bin")
+    weights.unlink()
+    err = one_line_error(capsys, 2, ["info", folder], "pytorch_model.bin", "bertforge convert")
+    assert "--trust-pickle" not in err

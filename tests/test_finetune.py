@@ -143,3 +143,16 @@ def test_pad_batch_pads_tokens_and_token_labels():
     assert batch["input_ids"].tolist() == [[101, 5, 102], [101, 102, 0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert batch["labels"].tolist() == [[-100, 3, -100], [-100, -100, -100]]
+
+
+def test_patience_stops_early_and_the_model_card_says_what_was_trained(tiny_model, tmp_path):
+    data = require_shared("data", "glue", "SST-2")
+    result = run("sst2", tiny_model, data, tmp_path / "run", epochs=6, lr=0.0, patience=1)
+    # lr 0: the first evaluation stays the best, so one more without improvement ends the run
+    assert len(result["history"]) == 2 and result["epoch_of_best"] == 1
+    assert (tmp_path / "run" / "final").is_dir()
+    card = (tmp_path / "run" / "best" / "README.md").read_text()
+    assert "# sst2, fine-tuned with bertforge" in card and "labels: 0, 1" in card
+    assert f"| accuracy | {result['accuracy']:.4f} |" in card and "32 training examples" in card
+    saved = json.loads((tmp_path / "run" / "args.json").read_text())
+    assert saved["patience"] == 1 and saved["extra"]["task"] == "sst2" and saved["extra"]["data"] == str(data)
