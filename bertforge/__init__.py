@@ -1,5 +1,9 @@
-"""bertforge: BERT from raw text to a served model."""
+"""bertforge: BERT from raw text to a served model.
 
+The classes below are imported on first use (`bertforge.BertModel`), so that `import bertforge` and the
+command line's `--help` do not load torch."""
+
+import importlib
 import os
 
 # OpenMP threads that spin while waiting make every parallel region stall whenever another process holds a
@@ -7,32 +11,32 @@ import os
 # Takes effect only if torch is not imported yet; an explicit setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from .config import BertConfig  # noqa: E402
-from .errors import BertforgeError
-from .model import (
-    BertForMaskedLM,
-    BertForMultipleChoice,
-    BertForPreTraining,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertModel,
-)
-from .pipelines import pipeline
-from .tokenizer import BertTokenizer
-
 __version__ = "0.1.0"
 
-__all__ = [
-    "BertConfig",
-    "BertForMaskedLM",
-    "BertForMultipleChoice",
-    "BertForPreTraining",
-    "BertForQuestionAnswering",
-    "BertForSequenceClassification",
-    "BertForTokenClassification",
-    "BertModel",
-    "BertTokenizer",
-    "BertforgeError",
-    "pipeline",
-]
+# exported name -> the module that defines it
+_EXPORTS = {
+    "BertConfig": "config",
+    "BertForMaskedLM": "model",
+    "BertForMultipleChoice": "model",
+    "BertForPreTraining": "model",
+    "BertForQuestionAnswering": "model",
+    "BertForSequenceClassification": "model",
+    "BertForTokenClassification": "model",
+    "BertModel": "model",
+    "BertTokenizer": "tokenizer",
+    "BertforgeError": "errors",
+    "pipeline": "pipelines",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'bertforge' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

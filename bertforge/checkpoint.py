@@ -5,10 +5,8 @@ tokenizer files. Pickled `pytorch_model.bin` files can run code when loaded, so 
 caller trusts them explicitly, and even then read with `torch.load(weights_only=True)`.
 """
 
-import argparse
 import json
 import logging
-import shutil
 from pathlib import Path
 
 from contextlib import contextmanager
@@ -297,34 +295,3 @@ def placement(device, device_map):
     if device_map == "auto" or isinstance(device_map, dict):
         raise BertforgeError(f"device_map={device_map!r}: bertforge keeps a model on one device; pass device=")
     return torch.device(device_map)
-
-
-def add_convert_arguments(parser):
-    parser.add_argument("src", help="checkpoint folder holding pytorch_model.bin (from a source you trust), or "
-                        "Google's TensorFlow checkpoint (bert_config.json, *.ckpt.*, vocab.txt)")
-    parser.add_argument("out", help="folder to write (config, model.safetensors and the tokenizer files)")
-    parser.add_argument("--do-lower-case", action=argparse.BooleanOptionalAction, default=None,
-                        help="for a Google checkpoint: its casing, when neither its name nor its vocabulary says")
-    parser.add_argument("--hidden-act", choices=("gelu", "gelu_new"), default=None,
-                        help="for a Google checkpoint: its `gelu` as the exact erf form (gelu, as the first release "
-                        "of Google's modeling.py) or the tanh approximation (gelu_new, its current code; default)")
-
-
-def run_convert(args) -> int:
-    """Read the pickle with torch.load(weights_only=True) once, on the user's say-so, and write safetensors;
-    or rewrite a Google checkpoint in the Hugging Face layout."""
-    src, out = Path(args.src), Path(args.out)
-    if google_checkpoint.find(src) is not None:
-        print(google_checkpoint.convert(src, out, getattr(args, "do_lower_case", None),
-                                        getattr(args, "hidden_act", None)))
-        return 0
-    weights, file = read_weights(src, trust_pickle=True)
-    out.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if (src / name).is_file():
-            shutil.copyfile(src / name, out / name)
-    tensors = {k: v.contiguous() for k, v in weights.items() if k not in TIED_ALIASES}
-    with atomic_path(out / SAFETENSORS) as tmp:
-        save_file(tensors, tmp, metadata={"format": "pt"})
-    print(f"{file} -> {out / SAFETENSORS} ({len(tensors)} tensors)")
-    return 0

@@ -5,9 +5,11 @@ import importlib
 import logging
 import sys
 
+from . import __version__
 from .errors import BertforgeError, os_error_message
 
-# command -> (module, help); the module defines add_<name>_arguments(parser) and run_<name>(args).
+# command -> (module, help); the module defines add_<name>_arguments(parser) and run_<name>(args). Building a
+# command's parser imports its module but not torch (the work's imports are inside functions): --help is instant.
 COMMANDS = {
     "demo": ("demo", "the whole pipeline on a built-in corpus: vocabulary, data, pre-training, fill-mask"),
     "tokenizer": ("tokenizer", "train a WordPiece vocabulary, or encode text"),
@@ -21,8 +23,8 @@ COMMANDS = {
     "squad-split": ("tasks.squad", "split a SQuAD file by article into train and dev files"),
     "features": ("features", "hidden states of chosen layers, per token, word or sentence"),
     "info": ("info", "describe a checkpoint folder: sizes, parameters, heads, vocabulary"),
-    "convert": ("checkpoint", "rewrite a trusted pytorch_model.bin folder, or Google's TF checkpoint, as safetensors"),
-    "export": ("export", "write a checkpoint as ONNX (fp32, and int8 with --int8), checked against PyTorch"),
+    "convert": ("convert", "rewrite a trusted pytorch_model.bin folder, or Google's TF checkpoint, as safetensors"),
+    "export": ("convert", "write a checkpoint as ONNX (fp32, and int8 with --int8), checked against PyTorch"),
     "serve": ("serve", "an HTTP JSON API for a checkpoint: classify, embed, fill-mask, ner, qa (FastAPI)"),
 }
 # Modules whose command function is named after the module rather than the command.
@@ -36,15 +38,58 @@ def command_functions(command: str):
     return getattr(module, f"add_{name}_arguments"), getattr(module, f"run_{name}")
 
 
+def shown_default(value) -> str:
+    """A default as a user would type it: 3 not 3.0, lists as space-separated words."""
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(shown_default, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless it has none (None, an off switch) or the help already
+    says what the default is (e.g. "default: cuda when present"). Old spellings kept for compatibility
+    (`options.old_spellings`) are accepted but not shown."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or default is None or isinstance(default, bool) or default == argparse.SUPPRESS
+                or "default" in text):
+            return text
+        return f"{text} (default: {shown_default(default).replace('%', '%%')})".lstrip()
+
+    def _format_action_invocation(self, action):
+        hidden = getattr(action, "old_spellings", ())
+        if not hidden:
+            return super()._format_action_invocation(action)
+        shown = argparse.Action([s for s in action.option_strings if s not in hidden], action.dest,
+                                nargs=action.nargs, metavar=action.metavar)
+        return super()._format_action_invocation(shown)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, with its errors on one line (the usage is one --help away)."""
+    """argparse, with its errors on one line (the usage is one --help away) and every default in --help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.typed = {a.split("=", 1)[0] for a in (sys.argv[1:] if args is None else args)}
+        return super().parse_known_args(args, namespace)
 
     def error(self, message):
+        for action in self._actions:  # an option with old spellings is named as it was typed
+            if getattr(action, "old_spellings", ()):
+                typed = next((s for s in action.option_strings if s in getattr(self, "typed", ())),
+                             action.option_strings[0])
+                message = message.replace("/".join(action.option_strings), typed)
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser(command: str | None) -> argparse.ArgumentParser:
     parser = Parser(prog="bertforge", description="BERT from raw text to a served model.")
+    parser.add_argument("--version", action="version", version=f"bertforge {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

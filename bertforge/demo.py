@@ -14,13 +14,9 @@ import sysconfig
 import time
 from pathlib import Path
 
-import torch
-
 from .data.create import create_pretraining_data
-from .model import BertForPreTraining
 from .io import check_output
-from .options import count
-from .pretrain import pretrain
+from .options import count, old_spellings
 from .options import duration
 from .recipe import RECIPES, resolve
 from .tokenizer import BertTokenizer, train_vocab
@@ -89,12 +85,14 @@ def write_corpus(folder) -> tuple[int, int]:
     return docs, chars
 
 
-@torch.no_grad()
 def fill_mask(model, tokenizer: BertTokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
     """For each [MASK] in `text`, the `top_k` most likely tokens and their probabilities."""
+    import torch
+
     enc = tokenizer(text, return_tensors="pt")
     model.eval()
-    logits = model(**enc).prediction_logits[0]
+    with torch.no_grad():
+        logits = model(**enc).prediction_logits[0]
     where_masked = (enc["input_ids"][0] == tokenizer.mask_token_id).nonzero().flatten()
     result = []
     for pos in where_masked:
@@ -108,6 +106,9 @@ def step(title: str, command: str):
 
 
 def run_demo(args) -> int:
+    from .model import BertForPreTraining  # here, not at the top: the command's --help does not load torch
+    from .pretrain import pretrain
+
     out = check_output(args.out, "--out")
     started = time.perf_counter()
     corpus, vocab, data, run = out / "corpus", out / "vocab", out / "data", out / "run"
@@ -119,7 +120,7 @@ def run_demo(args) -> int:
         return 0
 
     step("WordPiece vocabulary",
-         f"bertforge tokenizer train --files {corpus} --vocab-size {args.vocab_size} --out {vocab}")
+         f"bertforge tokenizer train --input {corpus} --vocab-size {args.vocab_size} --out {vocab}")
     tokenizer = train_vocab([corpus], vocab_size=args.vocab_size, out_dir=vocab)
     print(f"   {tokenizer.vocab_size} pieces; 'tokenization' -> {tokenizer.tokenize('tokenization')}")
 
@@ -128,7 +129,7 @@ def run_demo(args) -> int:
     kind = "sentence pairs" if nsp else "single segments filled with whole sentences (no NSP)"
     step(f"pre-training data: {kind}, masked afresh at training time",
          f"bertforge data create --input {corpus} --vocab {vocab} --out {data} --no-mask"
-         f"{'' if nsp else ' --no-nsp'} --max-seq-length {args.max_seq_length} --dupe-factor 1 "
+         f"{'' if nsp else ' --no-nsp'} --max-length {args.max_seq_length} --dupe-factor 1 "
          f"--eval-docs {args.eval_docs} --seed {args.seed}")
     create_pretraining_data([corpus], vocab, data, max_seq_length=args.max_seq_length, dupe_factor=1, mask=False,
                             nsp=nsp, eval_docs=args.eval_docs, seed=args.seed)
@@ -166,13 +167,14 @@ def run_demo(args) -> int:
 
 
 def add_demo_arguments(p):
-    p.add_argument("--out", default="runs/demo", help="working folder (default runs/demo)")
+    p.add_argument("--out", default="runs/demo", help="working folder")
     p.add_argument("--corpus-only", action="store_true", help="only write the corpus, one file per document")
-    p.add_argument("--config", default="tiny", help="model size (default: tiny)")
-    p.add_argument("--vocab-size", type=count(100), default=8000, help="(default: 8000)")
-    p.add_argument("--max-seq-length", type=count(5, 512), default=64, help="(default: 64)")
-    p.add_argument("--eval-docs", type=count(1), default=20, help="documents held out (default: 20)")
-    p.add_argument("--recipe", choices=tuple(RECIPES), default="budget", help="pre-training recipe (default: budget)")
+    p.add_argument("--config", default="tiny", help="model size")
+    p.add_argument("--vocab-size", type=count(100), default=8000, help="WordPiece vocabulary entries")
+    old_spellings(p.add_argument("--max-length", "--max-seq-length", dest="max_seq_length", metavar="N",
+                                 type=count(5, 512), default=64, help="tokens per training row"), "--max-seq-length")
+    p.add_argument("--eval-docs", type=count(1), default=20, help="documents held out")
+    p.add_argument("--recipe", choices=tuple(RECIPES), default="budget", help="pre-training recipe")
     p.add_argument("--time-budget", type=duration, default=200.0, metavar="DURATION",
                    help="pre-training time, evaluation and checkpoints excluded (default: 200s)")
-    p.add_argument("--seed", type=count(0), default=0)
+    p.add_argument("--seed", type=count(0), default=0, help="random seed (data, pre-training)")

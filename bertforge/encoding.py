@@ -3,8 +3,6 @@ each token came from (its word, its text of the pair, its characters), as transf
 
 import logging
 
-import torch
-
 log = logging.getLogger("bertforge")
 
 
@@ -25,6 +23,8 @@ class Encoding(dict):
     def to(self, device) -> "Encoding":
         """The tensors moved to `device` (in place, as transformers does); returns self. Anything but a device
         (a dtype, say) leaves them as they are, with a warning, as transformers does."""
+        import torch
+
         if not isinstance(device, (str, torch.device, int)):
             log.warning(f"Encoding.to({device!r}): not a device, so the tensors stay as they are (ids must stay "
                         "integers)")

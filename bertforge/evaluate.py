@@ -64,9 +64,10 @@ def add_model_run_arguments(p, data_help: str, examples_help: str):
     p.add_argument("--data", help=data_help)
     p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 or 384)")
     p.add_argument("--max-eval-examples", type=count(1), help=examples_help)
-    p.add_argument("--batch-size", type=count(1), default=64, help="rows per forward pass (default 64)")
+    p.add_argument("--batch-size", type=count(1), default=64, help="rows per forward pass")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     p.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default cpu)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     add_family_arguments(p)
 
 
@@ -81,6 +82,6 @@ def run_evaluate(args) -> int:
     splits = [family.read(s, tokenizer, args.max_eval_examples) for s in ([args.split] if args.split
                                                                           else family.eval_splits)]
     metrics = evaluate_splits(family, model, splits, args.batch_size, tokenizer.pad_token_id, args.bf16,
-                              progress=True)
+                              progress=args.progress)
     print(json.dumps(metrics, indent=2))
     return 0

@@ -168,21 +168,3 @@ def check(model, out: Path, tokenizer, architecture: str, int8: bool) -> dict:
         runtime = OnnxRuntime(out / ONNX_FILES[quantised], torch.device("cpu"))
         report[ONNX_FILES[quantised]] = max_difference(runtime(batch), reference, batch["attention_mask"])
     return report
-
-
-def add_export_arguments(p):
-    sub = p.add_subparsers(dest="format", required=True)
-    onnx = sub.add_parser("onnx", help="ONNX with dynamic batch and sequence axes, checked by ONNX Runtime")
-    onnx.add_argument("model", help="a checkpoint folder")
-    onnx.add_argument("out", help="folder to write: model.onnx, onnx.json, config and tokenizer files")
-    onnx.add_argument("--int8", action="store_true", help="also model_int8.onnx, dynamically quantised")
-    onnx.add_argument("--opset", type=int, default=17)
-
-
-def run_export(args) -> int:
-    report = export_onnx(args.model, args.out, args.int8, args.opset)
-    for name, difference in report.items():
-        print(f"{Path(args.out) / name}: max |ONNX Runtime - PyTorch| = {difference:.2e}")
-    if report[ONNX_FILES[False]] > 1e-4:
-        raise BertforgeError(f"the fp32 export differs from PyTorch by {report[ONNX_FILES[False]]:.2e} (over 1e-4)")
-    return 0

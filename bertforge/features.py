@@ -18,6 +18,8 @@ Google's SQuAD code scores it); [CLS] comes from the first window, the final [SE
 Windows run in length-sorted batches (inference.run_model), so that batches carry little padding.
 """
 
+from __future__ import annotations
+
 import bisect
 import json
 import logging
@@ -26,17 +28,19 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from .io import atomic_path, check_output, read_text, rounded
 from .options import count, torch_device
 from .errors import BertforgeError
 from .inference import doc_spans, max_context_window, run_model
-from .model import BertModel
 from .tasks.base import SEQUENCE_INPUTS, padding
 from .tokenizer import BertTokenizer, truncated_lengths
+
+if TYPE_CHECKING:  # torch and the model are imported where they are used: --help does not load torch
+    import torch
 
 log = logging.getLogger("bertforge")
 
@@ -91,6 +95,10 @@ class FeatureExtractor:
         folder = Path(model_dir)
         if not folder.is_dir():
             raise BertforgeError(f"{folder}: no such model folder")
+        import torch
+
+        from .model import BertModel
+
         self.folder = folder
         self.tokenizer = BertTokenizer.from_pretrained(folder)
         self.model = BertModel.from_pretrained(folder, skip_init=True)
@@ -110,10 +118,11 @@ class FeatureExtractor:
                     f"hidden-state indices run from 0 (embeddings) to {n}, or from -{n + 1} to -1 (last layer)")
         return layers
 
-    @torch.no_grad()
     def extract(self, texts, layers=(-1, -2, -3, -4), combine="concat", level="token", pooling="mean",
-                word_vector="first", max_length=512, stride=None, batch_size=32, bf16=False) -> Features:
-        """Features of `texts` (strings, or (A, B) pairs whose B may be None); see the module docstring."""
+                word_vector="first", max_length=512, stride=None, batch_size=32, bf16=False,
+                progress: str | None = None) -> Features:
+        """Features of `texts` (strings, or (A, B) pairs whose B may be None); see the module docstring.
+        A `progress` label shows a bar (rows/s, ETA) on stderr."""
         for name, value, allowed in (("combine", combine, COMBINES), ("level", level, LEVELS),
                                      ("pooling", pooling, POOLINGS), ("word_vector", word_vector, WORD_VECTORS)):
             if value not in allowed:
@@ -143,7 +152,7 @@ class FeatureExtractor:
                    "attention_mask": [[1] * len(ids) for ids, _ in windows]}
         combined = run_model(self.model, encoded, padding(SEQUENCE_INPUTS, self.tokenizer.pad_token_id),
                              ("features",), per_token=("features",), batch_size=batch_size, bf16=bf16,
-                             forward_options={"output_hidden_states": True},
+                             forward_options={"output_hidden_states": True}, progress=progress,
                              read=lambda out: {"features": _combine(out.hidden_states, layers, combine)})["features"]
         results, empty_words = [], 0
         for item in items:
@@ -209,6 +218,8 @@ class FeatureExtractor:
 
 def _combine(hidden_states, layers, combine: str) -> torch.Tensor:
     """The chosen layers' hidden states [B, L, H], concatenated, summed or averaged."""
+    import torch
+
     chosen = [hidden_states[layer].float() for layer in layers]
     if combine == "concat":
         return torch.cat(chosen, -1)
@@ -266,14 +277,14 @@ def _word_vectors(item: _Item, matrix: np.ndarray, how: str) -> tuple[np.ndarray
 
 def extract_features(model_dir, texts, layers=(-1, -2, -3, -4), combine="concat", level="token", pooling="mean",
                      word_vector="first", max_length=512, stride=None, batch_size=32, bf16=False,
-                     device=None) -> Features:
+                     device=None, progress: str | None = None) -> Features:
     """Load the model in `model_dir` and return the features of `texts`; see the module docstring.
 
     For many calls on one model, build a `FeatureExtractor` once and call its `extract`.
     """
     return FeatureExtractor(model_dir, device).extract(
         texts, layers=layers, combine=combine, level=level, pooling=pooling, word_vector=word_vector,
-        max_length=max_length, stride=stride, batch_size=batch_size, bf16=bf16)
+        max_length=max_length, stride=stride, batch_size=batch_size, bf16=bf16, progress=progress)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -372,18 +383,19 @@ def add_features_arguments(parser):
                         help="output file: .npz or .jsonl (token/word level), .npy, .npz or .jsonl (sentence level)")
     parser.add_argument("--pair", action="store_true", help='lines are text pairs "A ||| B" (Google\'s format)')
     parser.add_argument("--layers", default="-1,-2,-3,-4",
-                        help="hidden states to use, 0 = embeddings, -1 = last layer (default -1,-2,-3,-4)")
+                        help="hidden states to use, 0 = embeddings, -1 = last layer")
     parser.add_argument("--combine", choices=COMBINES, default="concat", help="how the layers are combined")
-    parser.add_argument("--level", choices=LEVELS, default="token")
+    parser.add_argument("--level", choices=LEVELS, default="token", help="a vector per token, per word or per text")
     parser.add_argument("--pooling", choices=POOLINGS, default="mean", help="sentence level: mean of tokens or [CLS]")
     parser.add_argument("--word-vector", choices=WORD_VECTORS, default="first",
                         help="word level: the first piece's vector (as the paper's NER) or the mean of the pieces")
     parser.add_argument("--max-length", type=count(3), default=512, help="window length in tokens")
     parser.add_argument("--stride", type=count(1),
                         help="longer texts: each window starts this many tokens past the last (default: half a window)")
-    parser.add_argument("--batch-size", type=count(1), default=32)
+    parser.add_argument("--batch-size", type=count(1), default=32, help="windows per forward pass")
     parser.add_argument("--bf16", action="store_true", help="run the encoder under bfloat16 autocast")
     parser.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when available)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
 def run_features(args) -> int:
@@ -394,7 +406,8 @@ def run_features(args) -> int:
     texts = read_texts(args.input, pair=args.pair)
     features = extract_features(args.model, texts, layers=layers, combine=args.combine, level=args.level,
                                 pooling=args.pooling, word_vector=args.word_vector, max_length=args.max_length,
-                                stride=args.stride, batch_size=args.batch_size, bf16=args.bf16, device=args.device)
+                                stride=args.stride, batch_size=args.batch_size, bf16=args.bf16, device=args.device,
+                                progress="features" if args.progress else None)
     out = write_features(features, args.out)
     rows = {"token": "tokens", "word": "words"}.get(args.level)
     shape = f"[{len(features)}, {features.dim}]" if rows is None else \

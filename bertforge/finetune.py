@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from .config import BertConfig
 from .evaluate import check_length, evaluate_splits
@@ -24,7 +23,7 @@ from .options import add_training_arguments, count, positive, training_options
 from .tasks import TASKS, add_family_arguments, family_options, make_family
 from .tasks.base import TaskFamily, padding
 from .tokenizer import BertTokenizer
-from .train import TrainArgs, fit, setup_distributed
+from .options import TrainArgs
 
 # The paper's fine-tuning recipe (spec section 7): batch 32, lr 2e-5, 3 epochs, 10% warm-up.
 FINETUNE_DEFAULTS = dict(batch_size=32, lr=2e-5, warmup=0.1, seed=42, weight_decay=0.01, adam_eps=1e-6,
@@ -83,6 +82,10 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     """Fine-tune `model_dir` on a task; writes RUN/best/, RUN/eval_results.json and returns the best metrics.
 
     `options`: TrainArgs fields (defaults FINETUNE_DEFAULTS) and the task family's own options."""
+    import torch  # here, not at the top: the command's --help does not load torch
+
+    from .train import fit, setup_distributed
+
     started = time.perf_counter()
     train_options = {**FINETUNE_DEFAULTS, **{k: v for k, v in options.items() if k in TrainArgs.__dataclass_fields__}}
     ctx = setup_distributed(train_options.get("device"))
@@ -143,7 +146,7 @@ def add_finetune_arguments(p):
     p.add_argument("--model", required=True, help="pre-trained checkpoint folder (Hugging Face layout)")
     p.add_argument("--data", help="the task's data folder (or file); your own data: --train/--dev/--test instead")
     p.add_argument("--out", required=True, help="run folder: best/, eval_results.json, metrics.jsonl")
-    p.add_argument("--epochs", type=positive, default=3.0, help="passes over the training data (default 3)")
+    p.add_argument("--epochs", type=positive, default=3.0, help="passes over the training data")
     p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 or 384)")
     p.add_argument("--max-train-examples", type=count(1), help="use only the first N training examples")
     p.add_argument("--max-eval-examples", type=count(1), help="evaluate on only the first N examples")

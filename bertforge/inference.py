@@ -9,17 +9,24 @@ Pipelines and the server (pipelines.py, batcher.py) hand over rows as dicts inst
 `forward(batch)` function from the padded tensors to one result per row (see the last section).
 """
 
+from __future__ import annotations
+
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from .errors import BertforgeError
 
+if TYPE_CHECKING:
+    import torch
+
 
 def pad_nested(values: list, fill: int) -> torch.Tensor:
     """[rows][len] or [rows][choices][len] lists of ints as one tensor padded on the last axis."""
+    import torch  # here, not at the top: squad's reader and the command line's --help import this module
+
     flat = [v for row in values for v in row] if isinstance(values[0][0], list) else values
     length = max(len(v) for v in flat)
     out = torch.full((len(flat), length), fill, dtype=torch.long)
@@ -30,6 +37,8 @@ def pad_nested(values: list, fill: int) -> torch.Tensor:
 
 def pad_batch(encoded: dict[str, list], rows, keys: dict) -> dict[str, torch.Tensor]:
     """Tensors of the given rows for `keys` (key -> padding fill, or None to stack as is) present in `encoded`."""
+    import torch
+
     batch = {}
     for key, fill in keys.items():
         if key in encoded:
@@ -69,7 +78,6 @@ def max_context_window(n: int, spans) -> np.ndarray:
     return score.argmax(0)  # the first of equal scores wins, as Google's strict '>'
 
 
-@torch.inference_mode()
 def run_model(model, encoded: dict[str, list], inputs: dict, output_keys: tuple[str, ...],
               per_token: tuple[str, ...] = (), batch_size: int | None = 64, max_tokens: int | None = None,
               bf16: bool = False, progress: str | None = None, forward_options: dict | None = None,
@@ -80,25 +88,28 @@ def run_model(model, encoded: dict[str, list], inputs: dict, output_keys: tuple[
     are cut to each row's length. `forward_options` are passed to the model, and `read` (the model's output
     -> tensors by key) derives outputs from it. A `progress` label shows a bar (rows/s, ETA) on stderr.
     """
-    model.eval()
-    device = next(model.parameters()).device
-    lengths = row_lengths(encoded)
-    out = {k: [None] * len(lengths) for k in output_keys}
-    bar = tqdm(total=len(lengths), desc=progress, unit="row", disable=progress is None, leave=False)
-    widths = [len(r) if r and isinstance(r[0], list) else 1 for r in encoded["input_ids"]]
-    for rows in plan_batches(lengths, batch_size, max_tokens, widths):
-        bar.update(len(rows))
-        batch = {k: v.to(device) for k, v in pad_batch(encoded, rows, inputs).items()}
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            result = model(**batch, **(forward_options or {}))
-        if read is not None:
-            result = read(result)
-        for k in output_keys:
-            values = result[k].float().cpu().numpy()
-            for j, r in enumerate(rows):
-                out[k][r] = values[j, :lengths[r]] if k in per_token else values[j]
-    bar.close()
-    return out
+    import torch
+
+    with torch.inference_mode():
+        model.eval()
+        device = next(model.parameters()).device
+        lengths = row_lengths(encoded)
+        out = {k: [None] * len(lengths) for k in output_keys}
+        bar = tqdm(total=len(lengths), desc=progress, unit="row", disable=progress is None, leave=False)
+        widths = [len(r) if r and isinstance(r[0], list) else 1 for r in encoded["input_ids"]]
+        for rows in plan_batches(lengths, batch_size, max_tokens, widths):
+            bar.update(len(rows))
+            batch = {k: v.to(device) for k, v in pad_batch(encoded, rows, inputs).items()}
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                result = model(**batch, **(forward_options or {}))
+            if read is not None:
+                result = read(result)
+            for k in output_keys:
+                values = result[k].float().cpu().numpy()
+                for j, r in enumerate(rows):
+                    out[k][r] = values[j, :lengths[r]] if k in per_token else values[j]
+        bar.close()
+        return out
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -149,6 +160,8 @@ def pad(rows: Sequence[Row], pad_id: int = 0) -> dict[str, torch.Tensor]:
     """input_ids, token_type_ids and attention_mask [B, L] (multiple choice: [B, C, L] and choice_mask [B, C]).
 
     Choices missing from an example with fewer are a single pad token, marked 0 in choice_mask."""
+    import torch
+
     nested = is_nested(rows[0])
     sequences = [seq for row in rows for seq in (row_choices(row, max(map(row_width, rows))) if nested else [row])]
     length = max(len(s["input_ids"]) for s in sequences)
@@ -176,6 +189,8 @@ def row_choices(row: Row, width: int) -> list[Row]:
 
 def run_batch(forward: Callable[[dict], list], rows: Sequence[Row], pad_id: int = 0) -> list:
     """forward's results for these rows, in their order (one padded batch, under inference mode)."""
+    import torch
+
     with torch.inference_mode():
         results = forward(pad(rows, pad_id))
     if len(results) != len(rows):

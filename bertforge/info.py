@@ -8,8 +8,6 @@ from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 
-from . import google_checkpoint
-from .checkpoint import PART_NAMES, normalise_keys, part_name, weight_files
 from .config import BertConfig
 from .errors import BertforgeError
 from .io import read_json
@@ -90,6 +88,9 @@ def check_sizes(config: BertConfig, header: dict, source) -> None:
 
 def describe(folder: Path) -> list[str]:
     """The lines `bertforge info` prints."""
+    from . import google_checkpoint  # here, not at the top: the command's --help does not load torch
+    from .checkpoint import PART_NAMES, normalise_keys, part_name, weight_files
+
     folder = Path(folder)
     if not folder.is_dir():
         raise BertforgeError(f"{folder}: no such checkpoint folder")

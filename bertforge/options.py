@@ -1,5 +1,5 @@
 """Command-line options: validated value types (one place for every command), and the training options,
-declared once as `train.TrainArgs` fields and turned into flags here for `pretrain` and `finetune`.
+declared once as `TrainArgs` fields (the loop's `train.TrainArgs`) and turned into flags for `pretrain`/`finetune`.
 
 A bad value is argparse's one-line usage error naming the flag and the problem, e.g.
 ``argument --batch-size: must be a whole number of at least 1, not 0``.
@@ -9,6 +9,8 @@ import argparse
 import dataclasses
 import math
 import re
+from dataclasses import dataclass, field
+from pathlib import Path
 
 
 def _number(kind, text: str):
@@ -100,6 +102,13 @@ def torch_device(text: str) -> str:
     return text
 
 
+def old_spellings(action, *names: str):
+    """Mark `names`, among an option's strings, as old spellings: still accepted, not shown in --help
+    (cli.HelpFormatter). One name per concept across commands; see docs/ARCHITECTURE.md."""
+    action.old_spellings = names
+    return action
+
+
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION = re.compile(r"(\d+(?:\.\d*)?)([smhd])")
 
@@ -117,14 +126,58 @@ def duration(text: str) -> float:
     return seconds
 
 
+def option(default, help: str | None = None, **flag):
+    """A TrainArgs field; with `help` it is also a command-line flag (see options.add_training_arguments)."""
+    return field(default=default, metadata={"help": help, **flag} if help else {})
+
+
+@dataclass
+class TrainArgs:
+    """The training options: the one definition that `pretrain`, `finetune`, the demo and their flags share.
+    A command's own defaults (the paper's pre-training and fine-tuning recipes differ) are passed beside it."""
+
+    out: Path
+    steps: int = option(1000, "optimizer steps", type=count(1))
+    batch_size: int = option(32, "global batch, all processes and accumulation steps together", type=count(1))
+    lr: float = option(1e-4, "peak learning rate", type=positive)
+    warmup: float = option(0.1, "warm-up: a fraction of the steps or of the time budget (<1), or a number of steps",
+                           type=fraction_or_steps)
+    schedule: str = option("linear", "linear: warm-up from 0, then linear decay to 0; one-cycle: cosine warm-up "
+                           "from lr/25, then cosine decay to 0", choices=("linear", "one-cycle"))
+    time_budget: float = option(0.0, "train for this much time (90s, 45m, 4h): the schedule follows training time "
+                                "and reaches 0 when it is spent; --resume counts the time already spent; "
+                                "evaluation and checkpoints are not counted; --steps still caps the run "
+                                "(0: --steps decide)", type=duration)
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)")
+    adam_eps: float = option(1e-6, "Adam epsilon", type=positive)
+    bias_correction: bool = option(True, "Adam without bias correction, as Google's code", flag="--google-adam",
+                                   inverse=True)
+    max_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)")
+    grad_accum: int = option(1, "split each process's share of a batch into this many passes", type=count(1))
+    bf16: bool = option(False, "bfloat16 autocast (AMX on recent CPUs, tensor cores on GPUs)")
+    seed: int = option(0, "random seed (data order, dropout, new weights)")
+    log_every: int = option(1, "write a metrics.jsonl row every N steps", type=count(1))
+    eval_every: int = option(0, "evaluate on held-out data every N steps (0: never)")
+    save_every: int = option(0, "write a resumable checkpoint every N steps (0: only at the end)")
+    keep: int = option(2, "step checkpoints kept on disk (final/ and best/ are extra)", type=count(1))
+    patience: int = option(0, "stop early after this many evaluations without a better best metric (0: never)")
+    resume: bool = option(False, "continue from the run's latest checkpoint")
+    overwrite: bool = option(False, "start over in a run folder that holds an earlier run (its checkpoints go)")
+    progress: bool = option(True, "no progress bar", flag="--no-progress", inverse=True)
+    device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when present)", type=torch_device)
+    extra: dict = field(default_factory=dict)  # recorded in the run's args.json, not used by the loop
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(self.warmup * self.steps) if self.warmup < 1 else int(self.warmup)
+
+
 TYPES = {int: count(0), float: non_negative}  # the checks of fields that name no type of their own
 
 
 def add_training_arguments(parser, defaults: dict, skip=(), notes: dict | None = None) -> None:
     """Flags for the `TrainArgs` fields (but those in `skip`), with this command's defaults; `notes` end the help
     of some (a default of None there means: decided elsewhere, e.g. by a recipe, as the note says)."""
-    from .train import TrainArgs
-
     group = parser.add_argument_group("training")
     for f in dataclasses.fields(TrainArgs):
         meta = f.metadata
@@ -139,14 +192,12 @@ def add_training_arguments(parser, defaults: dict, skip=(), notes: dict | None =
             group.add_argument(flag, dest=f.name, action="store_true", help=meta["help"])
         else:
             kind = None if "choices" in meta else meta.get("type") or TYPES.get(f.type)
-            shown = f" {note}" if note else f" (default {default})" if default is not None else ""
+            shown = f" {note}" if note else ""  # cli.HelpFormatter shows the default
             group.add_argument(flag, dest=f.name, type=kind, choices=meta.get("choices"), default=default,
                                help=meta["help"] + shown)
 
 
 def training_options(args, skip=()) -> dict:
     """The `TrainArgs` flags a parsed command line holds."""
-    from .train import TrainArgs
-
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainArgs)
             if "help" in f.metadata and f.name not in skip and hasattr(args, f.name)}

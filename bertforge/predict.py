@@ -69,10 +69,12 @@ def read_examples(fields: dict[str, type], texts: list[str], path=None) -> list[
     return records
 
 
-def predict_examples(family, tokenizer, model, records: list[dict], batch_size: int = 64, bf16=False) -> list[dict]:
+def predict_examples(family, tokenizer, model, records: list[dict], batch_size: int = 64, bf16=False,
+                     progress: bool = True) -> list[dict]:
     """The model's prediction for each record (holding the family's text fields), with the record as "input"."""
     split = family.encode("text", [family.example(r, str(i)) for i, r in enumerate(records)], tokenizer)
-    outputs = predict_split(family, model, split, batch_size, tokenizer.pad_token_id, bf16, "predict")
+    outputs = predict_split(family, model, split, batch_size, tokenizer.pad_token_id, bf16,
+                            "predict" if progress else None)
     return [{"input": r, **described} for r, described in zip(records, family.describe(split, outputs))]
 
 
@@ -103,7 +105,7 @@ def run_predict(args) -> int:
     for name in [args.split] if args.split else ["test"]:
         split = family.read(name, tokenizer, args.max_eval_examples)
         outputs = predict_split(family, model, split, args.batch_size, tokenizer.pad_token_id, args.bf16,
-                                f"predict {name}")
+                                f"predict {name}" if args.progress else None)
         print(family.write(split, outputs, out))
     return 0
 
@@ -111,7 +113,7 @@ def run_predict(args) -> int:
 def predict_own(args) -> int:
     records = read_examples(make_family(args.task, options=vars(args)).text_fields, args.text, args.input)
     family, tokenizer, model = load_finetuned(args, reading=False)
-    predictions = predict_examples(family, tokenizer, model, records, args.batch_size, args.bf16)
+    predictions = predict_examples(family, tokenizer, model, records, args.batch_size, args.bf16, args.progress)
     lines = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
     if args.out is None:
         sys.stdout.write(lines)

@@ -7,24 +7,30 @@ afresh every time a row is drawn (dynamic masking), with a generator seeded by (
 batch), so the masks do not depend on the number of processes either.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import logging
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from .io import check_output, write_json
 from .options import add_training_arguments, count, training_options
 from .config import BertConfig
 from .data.shards import check_vocab, load_pretraining_data
 from .errors import BertforgeError
-from .model import BertForPreTraining
 from .plot import BASELINES_FILE
 from .tokenizer import BertTokenizer
 from .recipe import RECIPES, add_recipe_arguments, recipe_notes, resolve
-from .train import TrainArgs, fit, setup_distributed, trim
+from .options import TrainArgs
+
+if TYPE_CHECKING:
+    import torch
+
+# torch, the model and the loop are imported where they are used: the command's --help does not load torch.
 
 # The command's defaults (the paper's recipe at a size that runs on a CPU); any TrainArgs field may be given.
 PRETRAIN_DEFAULTS = dict(steps=1000, batch_size=64, lr=1e-4, warmup=0.05, log_every=10, eval_every=200,
@@ -35,6 +41,8 @@ EVAL_STEP = 2**40  # seeds the held-out masks: the same at every evaluation, unl
 
 def labels_from_positions(input_ids: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """[B, L] labels (-100 where nothing is predicted) from per-row masked positions and labels (-100 padded)."""
+    import torch
+
     full = torch.full_like(input_ids, -100)
     keep = labels != -100
     rows = torch.arange(len(input_ids)).unsqueeze(1).expand_as(positions)
@@ -44,6 +52,8 @@ def labels_from_positions(input_ids: torch.Tensor, positions: torch.Tensor, labe
 
 def next_token_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """[B, L] labels for left-to-right LM: each real position predicts the token after it (-100 at the last)."""
+    import torch
+
     labels = torch.full_like(input_ids, -100)
     labels[:, :-1] = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)
     return labels
@@ -83,6 +93,10 @@ class PretrainJob:
     def rows_of(self, data, indices, first_row: int, step: int) -> dict:
         """Instances with [B, L] labels; unmasked data is masked now, row by row (see module doc); for ltr the
         labels are the next tokens."""
+        import torch
+
+        from .train import trim
+
         if data.static_masked or self.objective == "ltr":
             b = data.batch(indices)
         else:
@@ -111,10 +125,11 @@ class PretrainJob:
         mine = parts[rank]
         return self.rows_of(self.train, global_rows[mine], int(mine[0]) if len(mine) else 0, step)
 
-    @torch.no_grad()
     def evaluate(self, model) -> dict:
         """Held-out masked-LM loss, accuracy and perplexity, NSP accuracy (same rows and masks every time, at the
         data's masking rate whatever --mask-prob trains with)."""
+        import torch
+
         if not self.eval_rows:
             return {}
         device = next(model.parameters()).device
@@ -124,7 +139,8 @@ class PretrainJob:
             b = {k: v.to(device) for k, v in self.rows_of(self.eval, rows, start, EVAL_STEP).items()}
             labels = b.pop("labels")
             nsp = b.pop("next_sentence_label", None)
-            out = model(**b, labels=labels)
+            with torch.no_grad():
+                out = model(**b, labels=labels)
             count = int((labels != -100).sum())
             mlm_loss += float(out.mlm_loss) * count
             mlm_correct += float((out.prediction_logits.argmax(-1) == labels[labels != -100]).sum())
@@ -138,6 +154,8 @@ class PretrainJob:
 
     def baselines(self) -> dict:
         """The trivial predictors on the evaluation rows: the most frequent masked token, the majority NSP label."""
+        import torch
+
         if not self.eval_rows:
             return {}
         labels, nsp = [], []
@@ -184,6 +202,8 @@ def check_objective(data, objective: str | None, mask_prob: float | None) -> str
 
 def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | None, dropout: float | None,
                 data_index: dict | None = None, causal: bool = False):
+    from .model import BertForPreTraining
+
     if init_from:
         if data_index is not None and (Path(init_from) / "vocab.txt").is_file():
             check_vocab(data_index, BertTokenizer.from_pretrained(init_from))
@@ -211,6 +231,10 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
 
     `options`: TrainArgs fields (defaults PRETRAIN_DEFAULTS). `recipe` is only recorded (the caller resolves it
     into the other arguments, see recipe.resolve)."""
+    import torch
+
+    from .train import fit, setup_distributed
+
     options = {**PRETRAIN_DEFAULTS, **options}
     if not (Path(data) / "index.json").is_file():
         raise BertforgeError(f"{data}: not pre-training data (no index.json); make it with `bertforge data create`")
@@ -242,9 +266,9 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
 def add_pretrain_arguments(p):
     p.add_argument("--data", required=True, help="folder written by `bertforge data create`")
     p.add_argument("--out", required=True, help="run folder: metrics.jsonl, step-*/ checkpoints, final/")
-    p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large or a config.json (default mini)")
+    p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large or a config.json")
     p.add_argument("--init-from", help="start from this checkpoint folder instead of random weights")
-    p.add_argument("--eval-rows", type=count(1), default=1024, help="held-out instances per evaluation (default 1024)")
+    p.add_argument("--eval-rows", type=count(1), default=1024, help="held-out instances per evaluation")
     add_recipe_arguments(p)
     # None: the recipe decides (and --steps: 1000, or as many as --time-budget allows)
     add_training_arguments(p, {**PRETRAIN_DEFAULTS, **dict.fromkeys(("steps", "lr", "warmup", "batch_size",

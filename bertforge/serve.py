@@ -20,8 +20,7 @@ from .batcher import Batcher, Overloaded
 from .config import BertConfig
 from .errors import BertforgeError
 from .metrics_text import Registry
-from .pipelines import ALIASES, TooLong, head_task, pipeline
-from .runtime import pick_device
+# pipelines and runtime (torch, the model) are imported where they are used: the command's --help does not load torch
 
 log = logging.getLogger("bertforge")
 
@@ -69,6 +68,8 @@ class Server:
             self.metrics.define(name, kind, text, buckets)
 
     def load(self):
+        from .pipelines import pipeline
+
         try:
             pipe = pipeline(self.task, model=self.model_dir, **self.options)
             self.batcher = Batcher(pipe.forward, pipe.tokenizer.pad_token_id, self.max_batch_tokens,
@@ -111,6 +112,8 @@ class Refused(Exception):
 
 def create_app(server: Server):
     """The FastAPI application around a Server (whose model loads in a thread when the app starts)."""
+    from .pipelines import TooLong
+
     try:
         from contextlib import asynccontextmanager
 
@@ -233,10 +236,10 @@ def add_serve_arguments(p):
     p.add_argument("model", help="a checkpoint folder (fine-tuned, pre-trained, or exported with `export onnx`)")
     p.add_argument("--task", help=f"one of {', '.join(ENDPOINTS)} (default: the checkpoint's head's; an encoder "
                                   f"alone serves sentence-embedding)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
     p.add_argument("--device", help="cpu, cuda, cuda:1 (default: CUDA when present)")
-    p.add_argument("--backend", default="torch", choices=("torch", "onnx"))
+    p.add_argument("--backend", default="torch", choices=("torch", "onnx"), help="what runs the model")
     p.add_argument("--int8", action="store_true", help="int8 linear layers (torch) or the int8 ONNX model")
     p.add_argument("--max-batch-tokens", type=int, default=8192, help="padded tokens per model batch")
     p.add_argument("--max-concurrent", type=int, default=512, help="requests waiting or running; more get a 429")
@@ -247,6 +250,9 @@ def add_serve_arguments(p):
 
 
 def run_serve(args) -> int:
+    from .pipelines import ALIASES, head_task
+    from .runtime import pick_device
+
     for flag, value in (("--max-batch-tokens", args.max_batch_tokens), ("--max-concurrent", args.max_concurrent),
                         ("--max-client-batch", args.max_client_batch)):
         if value < 1:

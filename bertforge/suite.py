@@ -20,14 +20,11 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
-
-from .checkpoint import write_text_atomic
 from .config import BertConfig
 from .errors import BertforgeError
 from .finetune import finetune
+from .io import write_text_atomic
 from .tasks import TASKS, make_family
-from .model import BertForPreTraining
 from .tokenizer import BertTokenizer
 
 PAPER_GRID = {"lr": [2e-5, 3e-5, 5e-5], "batch_size": [16, 32], "epochs": [2, 3, 4]}  # the paper's appendix A.3
@@ -71,6 +68,10 @@ def check_model(model: str, vocab: str | None) -> None:
 def random_model(spec: str, vocab: str, seed: int, folder: Path) -> Path:
     """A randomly initialised model of size CONFIG (seeded), saved with the vocabulary: a folder finetune reads."""
     if not (folder / "config.json").is_file():
+        import torch  # here, not at the top: the command's --help does not load torch
+
+        from .model import BertForPreTraining
+
         tokenizer = BertTokenizer.from_pretrained(vocab)
         config = BertConfig.load(spec.split(":", 1)[1])
         config = BertConfig.from_dict({**config.to_dict(), "vocab_size": tokenizer.vocab_size,
@@ -167,13 +168,13 @@ def add_suite_arguments(p):
                         "for randomly initialised encoders (with --vocab)")
     p.add_argument("--vocab", help="vocab.txt or tokenizer folder, for --model random:CONFIG")
     p.add_argument("--tasks", nargs="+", default=["sst2", "mrpc", "cola", "stsb"],
-                   help="tasks to fine-tune on (default: sst2 mrpc cola stsb)")
-    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3], help="fine-tuning seeds (default: 1 2 3)")
+                   help="tasks to fine-tune on")
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3], help="fine-tuning seeds")
     p.add_argument("--data", required=True, help="the tasks' data folder (for GLUE: the folder holding SST-2/ ...)")
     p.add_argument("--out", required=True, help="suite folder: suite.json, suite.md, runs/")
-    p.add_argument("--epochs", type=float, default=3.0, help="(default: 3)")
-    p.add_argument("--lr", type=float, default=2e-5, help="(default: 2e-5)")
-    p.add_argument("--batch-size", type=int, default=32, help="(default: 32)")
+    p.add_argument("--epochs", type=float, default=3.0, help="passes over each task's training data")
+    p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate")
+    p.add_argument("--batch-size", type=int, default=32, help="global batch")
     p.add_argument("--grid", nargs="?", const="paper", type=parse_grid, metavar="SPEC",
                    help="run a grid instead of --lr/--batch-size/--epochs and report each task's dev-best point: "
                         "the paper's (lr 2e-5,3e-5,5e-5 x batch 16,32 x epochs 2,3,4) or a subset such as "

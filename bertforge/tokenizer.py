@@ -10,13 +10,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .encoding import Encoding
 from .errors import BertforgeError
 from .io import atomic_path, check_output, read_json, read_text, text_files, write_json, write_text_atomic
-from .options import count
+from .options import count, old_spellings
 from .vocab import SPECIAL_NAMES, SPECIAL_TOKENS, looks_uncased, read_vocab, vocab_of_pipeline
 
 MAX_CHARS_PER_WORD = 100  # longer words become [UNK]
@@ -251,6 +250,8 @@ class BertTokenizer:
             if len({len(ids) for ids in data["input_ids"]}) > 1:
                 raise BertforgeError("texts encode to different lengths; pass padding=True to return tensors")
             if return_tensors == "pt":
+                import torch
+
                 data = {key: torch.tensor(value, dtype=torch.long) for key, value in data.items()}
             else:
                 data = {key: np.array(value, dtype=np.int64) for key, value in data.items()}
@@ -423,17 +424,17 @@ def as_list(ids):
 
 
 def train_vocab(files, vocab_size=30522, out_dir=None, lowercase=True, min_frequency=2, limit_alphabet=1000,
-                encoding="utf-8") -> BertTokenizer:
-    """Train a WordPiece vocabulary; special tokens take ids 0-4. Saved with save_pretrained when out_dir is given."""
+                encoding="utf-8", progress: bool = False) -> BertTokenizer:
+    """Train a WordPiece vocabulary (special tokens: ids 0-4), saved in out_dir if given; `progress`: bars, ETA."""
     paths, _ = text_files(files)
     if not paths:
         raise BertforgeError(f"no text files (*.txt, *.raw, *.text) in {' '.join(map(str, files))}")
     backend = build_backend({}, lowercase)
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
-        special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##", show_progress=False,
+        special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##", show_progress=progress,
     )
-    backend.train_from_iterator((read_text(p, encoding) for p in paths), trainer)
+    backend.train_from_iterator((read_text(p, encoding) for p in paths), trainer, length=len(paths))
     vocab = backend.get_vocab()
     if len(vocab) == len(SPECIAL_TOKENS):
         raise BertforgeError(f"{' '.join(map(str, files))}: no text to learn a vocabulary from (only whitespace)")
@@ -449,17 +450,18 @@ def train_vocab(files, vocab_size=30522, out_dir=None, lowercase=True, min_frequ
 def add_tokenizer_arguments(parser):
     sub = parser.add_subparsers(dest="tokenizer_command", required=True)
     train = sub.add_parser("train", help="train a WordPiece vocabulary on text files")
-    train.add_argument("--files", nargs="+", required=True, help="text files or folders (*.txt, no extension)")
-    train.add_argument("--vocab-size", type=count(len(SPECIAL_TOKENS) + 1), default=30522)
+    old_spellings(train.add_argument("--input", "--files", dest="files", nargs="+", required=True, metavar="F",
+                                     help="text files or folders (*.txt, no extension)"), "--files")
+    train.add_argument("--vocab-size", type=count(len(SPECIAL_TOKENS) + 1), default=30522, help="entries at most")
     train.add_argument("--out", required=True, help="folder for vocab.txt, tokenizer.json, tokenizer_config.json")
     train.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case)")
-    train.add_argument("--min-frequency", type=count(1), default=2)
-    train.add_argument("--encoding", default="utf-8", help="encoding of the text files")
+    train.add_argument("--min-frequency", type=count(1), default=2, help="occurrences a piece needs to be learnt")
+    train.add_argument("--encoding", default="utf-8", help="encoding of the text files (cp1252 for Windows text)")
     encode = sub.add_parser("encode", help="show how a text (or text pair) is tokenized")
     encode.add_argument("--vocab", required=True, help="vocab.txt or a checkpoint folder")
     case = encode.add_mutually_exclusive_group()
-    case.add_argument("--cased", dest="do_lower_case", action="store_false", default=None)
-    case.add_argument("--uncased", dest="do_lower_case", action="store_true", default=None)
+    case.add_argument("--cased", dest="do_lower_case", action="store_false", default=None, help="keep case")
+    case.add_argument("--uncased", dest="do_lower_case", action="store_true", default=None, help="lower-case")
     encode.add_argument("--max-length", type=count(2), help="truncate the input to this many tokens")
     encode.add_argument("text")
     encode.add_argument("text_pair", nargs="?")
@@ -473,7 +475,7 @@ def run_tokenizer(args) -> int:
         check_output(args.out, "--out", inputs=args.files)
         t0 = time.time()
         tokenizer = train_vocab(args.files, args.vocab_size, args.out, lowercase=not args.cased,
-                                min_frequency=args.min_frequency, encoding=args.encoding)
+                                min_frequency=args.min_frequency, encoding=args.encoding, progress=True)
         print(f"trained a {tokenizer.vocab_size:,}-token {'cased' if args.cased else 'uncased'} vocabulary "
               f"in {time.time() - t0:.1f} s, saved to {args.out}")
         for text in SAMPLES:

@@ -20,7 +20,7 @@ import shutil
 import signal
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -32,58 +32,12 @@ from tqdm import tqdm
 from .io import atomic_path, read_text, remove_folder, replace_folder, write_text_atomic
 from .errors import BertforgeError
 from .optim import TimeSchedule, make_optimizer, step_schedule
-from .options import count, duration, fraction_or_steps, positive, torch_device
+from .options import TrainArgs
 
 STATE_FILE = "training_state.pt"
 COMPLETE = "COMPLETE"  # written last into a checkpoint folder: a folder without it is not a checkpoint
 
 log = logging.getLogger("bertforge")
-
-
-def option(default, help: str | None = None, **flag):
-    """A TrainArgs field; with `help` it is also a command-line flag (see options.add_training_arguments)."""
-    return field(default=default, metadata={"help": help, **flag} if help else {})
-
-
-@dataclass
-class TrainArgs:
-    """The training options: the one definition that `pretrain`, `finetune`, the demo and their flags share.
-    A command's own defaults (the paper's pre-training and fine-tuning recipes differ) are passed beside it."""
-
-    out: Path
-    steps: int = option(1000, "optimizer steps", type=count(1))
-    batch_size: int = option(32, "global batch, all processes and accumulation steps together", type=count(1))
-    lr: float = option(1e-4, "peak learning rate", type=positive)
-    warmup: float = option(0.1, "warm-up: a fraction of the steps or of the time budget (<1), or a number of steps",
-                           type=fraction_or_steps)
-    schedule: str = option("linear", "linear: warm-up from 0, then linear decay to 0; one-cycle: cosine warm-up "
-                           "from lr/25, then cosine decay to 0", choices=("linear", "one-cycle"))
-    time_budget: float = option(0.0, "train for this much time (90s, 45m, 4h): the schedule follows training time "
-                                "and reaches 0 when it is spent; --resume counts the time already spent; "
-                                "evaluation and checkpoints are not counted; --steps still caps the run "
-                                "(0: --steps decide)", type=duration)
-    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)")
-    adam_eps: float = option(1e-6, "Adam epsilon", type=positive)
-    bias_correction: bool = option(True, "Adam without bias correction, as Google's code", flag="--google-adam",
-                                   inverse=True)
-    max_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)")
-    grad_accum: int = option(1, "split each process's share of a batch into this many passes", type=count(1))
-    bf16: bool = option(False, "bfloat16 autocast (AMX on recent CPUs, tensor cores on GPUs)")
-    seed: int = option(0, "random seed (data order, dropout, new weights)")
-    log_every: int = option(1, "write a metrics.jsonl row every N steps", type=count(1))
-    eval_every: int = option(0, "evaluate on held-out data every N steps (0: never)")
-    save_every: int = option(0, "write a resumable checkpoint every N steps (0: only at the end)")
-    keep: int = option(2, "step checkpoints kept on disk (final/ and best/ are extra)", type=count(1))
-    patience: int = option(0, "stop early after this many evaluations without a better best metric (0: never)")
-    resume: bool = option(False, "continue from the run's latest checkpoint")
-    overwrite: bool = option(False, "start over in a run folder that holds an earlier run (its checkpoints go)")
-    progress: bool = option(True, "no progress bar", flag="--no-progress", inverse=True)
-    device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when present)", type=torch_device)
-    extra: dict = field(default_factory=dict)  # recorded in the run's args.json, not used by the loop
-
-    @property
-    def warmup_steps(self) -> int:
-        return int(self.warmup * self.steps) if self.warmup < 1 else int(self.warmup)
 
 
 class TrainingJob(Protocol):

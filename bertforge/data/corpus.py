@@ -65,12 +65,17 @@ def _sentence_end() -> re.Pattern:
     # Look-behinds must have a fixed width: one per abbreviation length, each including the period.
     not_after = "".join(rf"(?<!\b(?i:{'|'.join(words)})\.)" for words in by_length.values())
     not_after += r"(?<!\b[A-Z]\.)(?<!\.\w\.)"  # "H. G. Wells", "e.g.", "U.S."
-    return re.compile(rf"(?:[!?]|\.{not_after})[.!?]*[\"'”’)\]]*\s+(?=[\"'“‘(\[A-Z]|[^\x00-\x7f])")
+    latin = rf"(?:[!?]|\.{not_after})[.!?]*[\"'”’)\]]*\s+(?=[\"'“‘(\[A-Z]|[^\x00-\x7f])"
+    return re.compile(f"{latin}|{CJK_END}")
 
 
+# Chinese and Japanese: a full stop (。 or the full-width ．), ！ or ？ (and the ASCII ! ?, as they are
+# written there) ends a sentence with or without a space after it, closing quotes or brackets included.
+CJK_STOPS = "。．！？"
+CJK_END = rf"[{CJK_STOPS}][{CJK_STOPS}!?]*[」』）】〕》〉”’\"')]*\s*(?=\S)"
 SENTENCE_END = _sentence_end()
 OPENERS = "\"'“‘(["
-SENTENCE_FINAL = ".!?\"'”’)]"
+SENTENCE_FINAL = ".!?\"'”’)]" + CJK_STOPS + "」』）"
 
 
 def split_sentences(text: str) -> list[str]:
@@ -79,12 +84,14 @@ def split_sentences(text: str) -> list[str]:
     A boundary is ``.``, ``!`` or ``?`` (possibly repeated, possibly followed by closing quotes or brackets),
     then whitespace, then a capital letter or an opening quote/bracket, unless the word before the period
     is a common abbreviation (Mr. Dr. St. ...), a single capital (an initial: "H. G. Wells") or contains a
-    period itself (e.g. i.e. U.S.).
+    period itself (e.g. i.e. U.S.). In Chinese and Japanese text, 。．！？ (then closing quotes or brackets
+    such as 」』）) end a sentence whatever follows: those scripts put no space between sentences.
     """
     sentences, start = [], 0
     for m in SENTENCE_END.finditer(text):
         end = m.end()
-        if text[end] >= "\x80" and not text[end].isupper() and text[end] not in OPENERS:
+        latin = m.group()[0] not in CJK_STOPS
+        if latin and text[end] >= "\x80" and not text[end].isupper() and text[end] not in OPENERS:
             continue
         sentences.append(text[start:end].rstrip())
         start = end
@@ -115,8 +122,11 @@ def decoded_blocks(path: Path, encoding: str = "utf-8", progress=None):
     """The file's text in blocks of about ``BLOCK_BYTES`` that end at a line end, decoded strictly.
 
     ``encoding`` may list fallbacks, tried in order for each line of a block that does not decode:
-    ``utf-8,latin-1`` reads a mix of UTF-8 and ISO-8859-1 files (a Latin-1 line is almost never valid
-    UTF-8). A line no encoding decodes is an error naming the file, line and byte offset.
+    ``utf-8,cp1252`` reads a mix of UTF-8 and Windows-1252 files (a line in another encoding is almost never
+    valid UTF-8); ``cp1252`` rather than ``latin-1`` for text written on Windows: its bytes 0x80-0x9f are
+    curly quotes, dashes and the euro sign, which latin-1 reads as invisible control characters. cp1252 leaves
+    five bytes undefined: ``utf-8,cp1252,latin-1`` decodes any byte. A line no encoding decodes is an error
+    naming the file, line and byte offset.
     """
     encodings = encoding.split(",")
     for name in encodings:
@@ -152,7 +162,7 @@ def _decode_by_line(raw: bytes, encodings, path, offset: int, lines: int) -> str
                     bad = offset + e.start, line[e.start]
         else:
             raise BertforgeError(f"{where(path, number)}: byte {bad[0]} (0x{bad[1]:02x}) is not valid {encodings[0]}; "
-                                 "pass --encoding (e.g. latin-1, or utf-8,latin-1 for a mix)")
+                                 "pass --encoding (e.g. cp1252 for Windows text, utf-8,cp1252 for a mix)")
         offset += len(line)
     return "".join(text)
 

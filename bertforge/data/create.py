@@ -31,7 +31,7 @@ from bertforge.data.masking import continuation_table, mask_batch, word_starts
 from bertforge.data.shards import ShardWriter, vocab_sha256
 from bertforge.errors import BertforgeError
 from bertforge.io import check_output, replace_folder, write_json
-from bertforge.options import count, open_fraction, share
+from bertforge.options import count, old_spellings, open_fraction, share
 from bertforge.tokenizer import BertTokenizer
 
 MAX_SEQ_LENGTH = 1 << 16  # masked positions are stored as uint16 (see shards.py)
@@ -57,7 +57,7 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
     if not isinstance(tokenizer, BertTokenizer):
         tokenizer = BertTokenizer.from_pretrained(tokenizer)
     for flag, value, ok, rule in (
-            ("--max-seq-length", max_seq_length, 5 <= max_seq_length <= MAX_SEQ_LENGTH,
+            ("--max-length", max_seq_length, 5 <= max_seq_length <= MAX_SEQ_LENGTH,
              f"from 5 ([CLS] A [SEP] B [SEP]) to {MAX_SEQ_LENGTH} (positions are stored as uint16)"),
             ("--short-seq-prob", short_seq_prob, 0 <= short_seq_prob <= 1, "between 0 and 1"),
             ("--masked-lm-prob", masked_lm_prob, 0 < masked_lm_prob < 1, "above 0 and below 1"),
@@ -263,27 +263,29 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
                         help="text files or folders (searched recursively for .txt/.raw/.text files)")
     parser.add_argument("--vocab", required=True, help="vocab.txt or a tokenizer/model folder")
     parser.add_argument("--out", required=True, help="output folder (shards, index.json, stats.json, eval/)")
-    parser.add_argument("--max-seq-length", type=count(5, MAX_SEQ_LENGTH), default=128,
-                        help="tokens per instance, [CLS] and [SEP]s included (default 128)")
+    old_spellings(parser.add_argument("--max-length", "--max-seq-length", dest="max_seq_length", metavar="N",
+                                      type=count(5, MAX_SEQ_LENGTH), default=128,
+                                      help="tokens per instance, [CLS] and [SEP]s included"), "--max-seq-length")
     parser.add_argument("--max-predictions", type=count(1), default=20,
-                        help="masked positions per instance at most (default 20)")
+                        help="masked positions per instance at most")
     parser.add_argument("--masked-lm-prob", type=open_fraction, default=0.15,
-                        help="share of the tokens masked (default 0.15)")
+                        help="share of the tokens masked")
     parser.add_argument("--short-seq-prob", type=share, default=0.1,
-                        help="share of instances given a shorter random length (default 0.1)")
+                        help="share of instances given a shorter random length")
     parser.add_argument("--dupe-factor", type=count(1), default=10,
-                        help="passes over the corpus, each with new masks (default 10)")
-    parser.add_argument("--seed", type=count(0), default=12345, help="random seed (default 12345)")
+                        help="passes over the corpus, each with new masks")
+    parser.add_argument("--seed", type=count(0), default=12345, help="random seed")
     parser.add_argument("--whole-word-mask", action="store_true", help="mask all pieces of a word together")
     parser.add_argument("--no-mask", action="store_true",
                         help="write unmasked instances (the trainer masks dynamically)")
     parser.add_argument("--no-nsp", action="store_true",
-                        help="single-segment rows filled to --max-seq-length with consecutive sentences (RoBERTa's "
+                        help="single-segment rows filled to --max-length with consecutive sentences (RoBERTa's "
                              "FULL-SENTENCES; [SEP] between documents) instead of next-sentence pairs")
     parser.add_argument("--eval-docs", type=_eval_docs, default=0, metavar="N",
                         help="hold out N documents (or this fraction, if below 1) for evaluation: one pass, "
                              "written to OUT/eval, never used in training pairs")
-    parser.add_argument("--encoding", default="utf-8", help="text encoding of the input files (e.g. latin-1)")
+    parser.add_argument("--encoding", default="utf-8", help="text encoding of the input files, or fallbacks tried "
+                        "in order per line: cp1252 for Windows text, utf-8,cp1252 for a mix")
     parser.add_argument("--format", choices=("auto", "lines", "raw"), default="auto",
                         help="lines: one sentence per line, blank line between documents (Google's); "
                              "raw: running text, one document per file; auto: decide per file")

@@ -17,8 +17,9 @@ becomes a uniformly random vocabulary id (any id, as Google draws from the whole
 always the original token.
 """
 
+import sys
+
 import numpy as np
-import torch
 
 
 def continuation_table(vocab: dict) -> np.ndarray:
@@ -51,10 +52,11 @@ def mask_batch(input_ids, special_mask, rng, vocab_size: int, mask_token_id: int
     positions in increasing order, padded with position 0 and label -100. Torch inputs give torch
     tensors (int64, on the input's device), numpy inputs numpy arrays; ``masked_ids`` keeps the input dtype.
     """
-    as_torch = isinstance(input_ids, torch.Tensor)
+    torch = sys.modules.get("torch")  # tensors exist only once torch is loaded: numpy inputs do not load it
+    as_torch = torch is not None and isinstance(input_ids, torch.Tensor)
     ids = _numpy(input_ids)
     candidate = ~_numpy(special_mask).astype(bool)
-    if isinstance(rng, torch.Generator):
+    if torch is not None and isinstance(rng, torch.Generator):
         rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=rng)))
     B, L = ids.shape
     row_len = np.full(B, L) if lengths is None else _numpy(lengths)
@@ -105,4 +107,5 @@ def mask_batch(input_ids, special_mask, rng, vocab_size: int, mask_token_id: int
 
 
 def _numpy(x) -> np.ndarray:
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    torch = sys.modules.get("torch")
+    return x.detach().cpu().numpy() if torch is not None and isinstance(x, torch.Tensor) else np.asarray(x)

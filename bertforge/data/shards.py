@@ -28,7 +28,6 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from bertforge.data.instances import ragged_arange, special_positions, to_padded
 from bertforge.data.masking import mask_batch, word_starts
@@ -245,6 +244,8 @@ class PretrainingShards:
                 whole_word_starts=whole_words, lengths=lengths)
         if self.static_masked or rng is not None:
             out.update(mlm_positions=positions, mlm_labels=labels)
+        import torch  # here: `data create` (and its --help) use this module without torch
+
         return {key: torch.from_numpy(value) for key, value in out.items()}
 
     def _continuation_table(self) -> np.ndarray:

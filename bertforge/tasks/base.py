@@ -19,6 +19,19 @@ PAD = "pad"  # padding value meaning the tokenizer's [PAD] id
 SEQUENCE_INPUTS = {"input_ids": PAD, "token_type_ids": 0, "attention_mask": 0}
 
 
+class HeadClass:
+    """A family's `model_class`, named here and imported from `bertforge.model` on first use: the task
+    registry stays free of torch, so that the commands' --help does not load it."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, obj, owner=None) -> type:
+        from .. import model
+
+        return getattr(model, self.name)
+
+
 @dataclass
 class Split:
     """A split's examples and their encoded rows: `encoded[key][row]`, a row per model input (a long example
@@ -34,7 +47,7 @@ class TaskFamily:
     """Base class of the task families. Subclasses set the class attributes and implement the methods."""
 
     names: tuple[str, ...] = ()  # the task names it answers to, e.g. ("sst2", "mrpc", ...)
-    model_class: type  # a bertforge.model head class
+    model_class: type  # a bertforge.model head class: HeadClass("BertFor...")
     output_keys: tuple[str, ...] = ("logits",)  # the model outputs it reads
     per_token_outputs: tuple[str, ...] = ()  # those with a value per token: cut to each row's length
     # Batch keys and their padding: a number pads the key's last axis to the longest row, None stacks as is.

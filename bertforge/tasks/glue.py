@@ -10,8 +10,7 @@ import numpy as np
 
 from ..errors import BertforgeError, where
 from ..io import read_text, rounded, write_text_atomic
-from ..model import BertForSequenceClassification
-from .base import Split, TaskFamily, softmax
+from .base import HeadClass, Split, TaskFamily, softmax
 from .metrics import GLUE_METRICS, glue_metrics
 
 
@@ -166,7 +165,7 @@ class GlueFamily(TaskFamily):
     """The nine GLUE tasks: a sequence classifier (a regressor for STS-B) on the pooled output."""
 
     names = tuple(GLUE_TASKS)
-    model_class = BertForSequenceClassification
+    model_class = HeadClass("BertForSequenceClassification")
 
     def __init__(self, task: str, data: Path | None, max_length: int):
         super().__init__(task, data, max_length)

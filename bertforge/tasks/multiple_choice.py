@@ -9,8 +9,7 @@ import numpy as np
 
 from ..errors import BertforgeError
 from ..io import read_records, rounded, write_text_atomic
-from ..model import BertForMultipleChoice
-from .base import SEQUENCE_INPUTS, Split, TaskFamily, find_file, softmax
+from .base import SEQUENCE_INPUTS, HeadClass, Split, TaskFamily, find_file, softmax
 from .metrics import accuracy
 
 
@@ -115,7 +114,7 @@ class MultipleChoiceFamily(TaskFamily):
     """One score per choice from the pooled output, softmax across the choices; accuracy."""
 
     names = tuple(MULTIPLE_CHOICE_TASKS)
-    model_class = BertForMultipleChoice
+    model_class = HeadClass("BertForMultipleChoice")
     inputs = {**SEQUENCE_INPUTS, "choice_mask": None}
     best_metric = "accuracy"
     patterns = {"train": ("train*.jsonl", "train*.csv", "train*.json"),

@@ -11,8 +11,7 @@ import numpy as np
 
 from ..errors import BertforgeError, where
 from ..io import atomic_path, read_text
-from ..model import BertForTokenClassification
-from .base import Split, TaskFamily
+from .base import HeadClass, Split, TaskFamily
 from .metrics import entities, ner_metrics, split_tag
 
 
@@ -163,7 +162,7 @@ class NerFamily(TaskFamily):
     """CoNLL-2003 NER: a tag per word, predicted on its first piece; entity-level F1."""
 
     names = ("conll2003", "ner")
-    model_class = BertForTokenClassification
+    model_class = HeadClass("BertForTokenClassification")
     per_token_outputs = ("logits",)
     targets = {"labels": -100}
     best_metric = "f1"

@@ -20,8 +20,7 @@ from ..errors import BertforgeError, where
 from ..inference import doc_spans, max_context_window
 from ..options import count, open_fraction
 from ..io import check_output, read_json, rounded, write_json, write_text_atomic
-from ..model import BertForQuestionAnswering
-from .base import Split, TaskFamily, find_file
+from .base import HeadClass, Split, TaskFamily, find_file
 from .metrics import squad_metrics
 
 log = logging.getLogger(__name__)
@@ -296,8 +295,8 @@ def add_squad_split_arguments(parser):
     parser.add_argument("--out", required=True,
                         help="folder for train-vV.json and dev-vV.json, V the file's version (what finetune reads)")
     parser.add_argument("--train-fraction", type=open_fraction, default=0.5,
-                        help="the share of the articles to train on (default 0.5)")
-    parser.add_argument("--seed", type=count(0), default=0, help="seed of the shuffle of the articles (default 0)")
+                        help="the share of the articles to train on")
+    parser.add_argument("--seed", type=count(0), default=0, help="seed of the shuffle of the articles")
 
 
 def run_squad_split(args) -> int:
@@ -325,7 +324,7 @@ class SquadFamily(TaskFamily):
     """Span extraction: start and end scores over each window's tokens; v2.0 may answer nothing."""
 
     names = ("squad", "squad_v1", "squad_v2")
-    model_class = BertForQuestionAnswering
+    model_class = HeadClass("BertForQuestionAnswering")
     output_keys = ("start_logits", "end_logits")
     per_token_outputs = ("start_logits", "end_logits")
     targets = {"start_positions": None, "end_positions": None}
@@ -345,7 +344,7 @@ class SquadFamily(TaskFamily):
     def add_arguments(cls, parser) -> None:
         parser.add_argument("--null-threshold", type=float, default=0.0,
                             help="squad_v2: answer nothing where the null score beats the best span's by more than "
-                                 "this (eval_results' best_f1_thresh is the dev set's best value; default 0)")
+                                 "this (eval_results' best_f1_thresh is the dev set's best value)")
 
     def path(self, split):
         if self.data.is_file():

@@ -14,8 +14,7 @@ import numpy as np
 
 from ..errors import BertforgeError
 from ..io import read_records, rounded, write_text_atomic
-from ..model import BertForSequenceClassification
-from .base import Split, TaskFamily, find_file, softmax
+from .base import HeadClass, Split, TaskFamily, find_file, softmax
 from .glue import GlueExample, encode_glue
 from .metrics import accuracy, macro_f1, pearson, spearman
 
@@ -33,7 +32,7 @@ def label_order(values) -> list[str]:
 
 class TextClassificationFamily(TaskFamily):
     names = ("text-classification", "text-pair-classification", "regression")
-    model_class = BertForSequenceClassification
+    model_class = HeadClass("BertForSequenceClassification")
     reads_data_folder = False
     option_defaults = {"train": None, "dev": None, "test": None, "text_column": "text", "text_pair_column": None,
                        "label_column": "label"}
@@ -56,10 +55,10 @@ class TextClassificationFamily(TaskFamily):
         group.add_argument("--train", help="training file: .csv, .tsv (with a header) or .jsonl")
         group.add_argument("--dev", help="evaluation file, in the same format")
         group.add_argument("--test", help="file to predict (labels not needed)")
-        group.add_argument("--text-column", default="text", help="column of the text (default text)")
+        group.add_argument("--text-column", default="text", help="column of the text")
         group.add_argument("--text-pair-column",
                            help="column of the second text of a pair (default text_pair for text-pair-classification)")
-        group.add_argument("--label-column", default="label", help="column of the label or score (default label)")
+        group.add_argument("--label-column", default="label", help="column of the label or score")
 
     def path(self, split: str) -> Path:
         """The split's file: named by its flag, or found in the --data folder."""

@@ -135,3 +135,44 @@ def test_sentence_encoder_matches_one_by_one():
     expected = [backend.encode(s.replace("[", "[ "), add_special_tokens=False).ids for s in sentences]
     assert counts.tolist() == [len(e) for e in expected] and ids.tolist() == [t for e in expected for t in e]
     assert ids.dtype == np.uint16 and counts[1] == counts[4] == 0 and tokenizer.sep_token_id not in ids
+
+
+def test_chinese_and_japanese_sentences():
+    from bertforge.data.corpus import split_sentences
+
+    assert split_sentences("今天天气很好。我们去公园吧！你来吗？「好的。」他说。") == [
+        "今天天气很好。", "我们去公园吧！", "你来吗？", "「好的。」", "他说。"]
+    assert split_sentences("東京は首都です．人口は多い！ 本当に？（はい。）次。") == [
+        "東京は首都です．", "人口は多い！", "本当に？", "（はい。）", "次。"]
+    assert split_sentences("中文，没有句号") == ["中文，没有句号"]
+
+
+def test_chinese_corpus_with_a_vocabulary_trained_on_it(tmp_path):
+    import json
+
+    from bertforge.cli import main
+    from bertforge.tokenizer import BertTokenizer
+
+    paragraph = "今天是第{}天。天气很好，我们去公园散步吧！你想一起来吗？「当然想。」他笑着说。"
+    (tmp_path / "zh.txt").write_text("\n\n".join(paragraph.format(i) for i in range(10)) + "\n", encoding="utf-8")
+    assert main(["tokenizer", "train", "--input", str(tmp_path / "zh.txt"), "--vocab-size", "200",
+                 "--min-frequency", "1", "--out", str(tmp_path / "vocab")]) == 0
+    tokenizer = BertTokenizer.from_pretrained(tmp_path / "vocab")
+    tokens = tokenizer.tokenize("天气很好，你想一起来吗？")
+    assert tokens == list("天气很好，你想一起来吗？")  # one token per character, full-width punctuation its own
+    assert tokenizer.unk_token not in tokens
+    assert main(["data", "create", "--input", str(tmp_path / "zh.txt"), "--vocab", str(tmp_path / "vocab"),
+                 "--out", str(tmp_path / "data"), "--max-length", "32", "--dupe-factor", "1"]) == 0
+    stats = json.loads((tmp_path / "data" / "stats.json").read_text())
+    assert stats["corpus"]["sentences"] == 10 * 5
+
+
+def test_cp1252_fallback_reads_windows_quotes(tmp_path):
+    from bertforge.data.corpus import decoded_blocks
+
+    path = tmp_path / "speech.txt"
+    utf8, windows = "\u201cWe the people\u201d \u2014 caf\u00e9\n", "It\u2019s \u20ac5.\n"
+    path.write_bytes(utf8.encode("utf-8") + windows.encode("cp1252"))
+    assert "".join(decoded_blocks(path, "utf-8,cp1252")) == utf8 + windows
+    latin = "".join(decoded_blocks(path, "utf-8,latin-1"))
+    assert "\u2019" not in latin.splitlines()[1]  # latin-1 reads 0x92 as a control character, not a quote

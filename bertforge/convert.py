@@ -1,0 +1,66 @@
+"""A checkpoint in another format: `bertforge convert` (a trusted pickled checkpoint, or Google's TensorFlow
+checkpoint, rewritten as a safetensors folder) and `bertforge export onnx`. The work is `checkpoint.py`'s,
+`google_checkpoint.py`'s and `export.py`'s, imported when the command runs: --help does not load torch."""
+
+import argparse
+import shutil
+from pathlib import Path
+
+from .errors import BertforgeError
+from .io import atomic_path
+
+
+def add_convert_arguments(parser):
+    parser.add_argument("src", help="checkpoint folder holding pytorch_model.bin (from a source you trust), or "
+                        "Google's TensorFlow checkpoint (bert_config.json, *.ckpt.*, vocab.txt)")
+    parser.add_argument("out", help="folder to write (config, model.safetensors and the tokenizer files)")
+    parser.add_argument("--do-lower-case", action=argparse.BooleanOptionalAction, default=None,
+                        help="for a Google checkpoint: its casing, when neither its name nor its vocabulary says")
+    parser.add_argument("--hidden-act", choices=("gelu", "gelu_new"), default=None,
+                        help="for a Google checkpoint: its `gelu` as the exact erf form (gelu, as the first release "
+                        "of Google's modeling.py) or the tanh approximation (gelu_new, its current code; default)")
+
+
+def run_convert(args) -> int:
+    """Read the pickle with torch.load(weights_only=True) once, on the user's say-so, and write safetensors;
+    or rewrite a Google checkpoint in the Hugging Face layout."""
+    from safetensors.torch import save_file
+
+    from . import google_checkpoint
+    from .checkpoint import SAFETENSORS, TIED_ALIASES, read_weights
+
+    src, out = Path(args.src), Path(args.out)
+    if google_checkpoint.find(src) is not None:
+        print(google_checkpoint.convert(src, out, getattr(args, "do_lower_case", None),
+                                        getattr(args, "hidden_act", None)))
+        return 0
+    weights, file = read_weights(src, trust_pickle=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (src / name).is_file():
+            shutil.copyfile(src / name, out / name)
+    tensors = {k: v.contiguous() for k, v in weights.items() if k not in TIED_ALIASES}
+    with atomic_path(out / SAFETENSORS) as tmp:
+        save_file(tensors, tmp, metadata={"format": "pt"})
+    print(f"{file} -> {out / SAFETENSORS} ({len(tensors)} tensors)")
+    return 0
+
+
+def add_export_arguments(p):
+    sub = p.add_subparsers(dest="format", required=True)
+    onnx = sub.add_parser("onnx", help="ONNX with dynamic batch and sequence axes, checked by ONNX Runtime")
+    onnx.add_argument("model", help="a checkpoint folder")
+    onnx.add_argument("out", help="folder to write: model.onnx, onnx.json, config and tokenizer files")
+    onnx.add_argument("--int8", action="store_true", help="also model_int8.onnx, dynamically quantised")
+    onnx.add_argument("--opset", type=int, default=17, help="ONNX operator set version")
+
+
+def run_export(args) -> int:
+    from .export import ONNX_FILES, export_onnx
+
+    report = export_onnx(args.model, args.out, args.int8, args.opset)
+    for name, difference in report.items():
+        print(f"{Path(args.out) / name}: max |ONNX Runtime - PyTorch| = {difference:.2e}")
+    if report[ONNX_FILES[False]] > 1e-4:
+        raise BertforgeError(f"the fp32 export differs from PyTorch by {report[ONNX_FILES[False]]:.2e} (over 1e-4)")
+    return 0
