@@ -22,6 +22,15 @@ def require_shared(*parts) -> Path:
     return path
 
 
+def one_line_error(excinfo, *names) -> str:
+    """The message of a BertforgeError: one line that names each of `names` (file names)."""
+    message = str(excinfo.value)
+    assert "\n" not in message, message
+    for name in names:
+        assert str(name) in message, message
+    return message
+
+
 @pytest.fixture
 def minilm_dir() -> Path:
     return require_shared("models", "all-MiniLM-L6-v2")

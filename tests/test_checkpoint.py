@@ -11,6 +11,7 @@ import bertforge.model as bf
 from bertforge.checkpoint import PICKLE, SAFETENSORS, SAFETENSORS_INDEX
 from bertforge.config import BertConfig
 from bertforge.errors import BertforgeError
+from tests.conftest import one_line_error
 
 TINY = dict(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256)
 
@@ -35,15 +36,6 @@ def assert_same_encoder(a, b):
 
 def bertforge_warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "bertforge"]
-
-
-def one_line_error(excinfo, *names) -> str:
-    """The message of a BertforgeError: one line that names each of `names` (file names)."""
-    message = str(excinfo.value)
-    assert "\n" not in message, message
-    for name in names:
-        assert str(name) in message, message
-    return message
 
 
 # ---------------------------------------------------------------------------------------------------------

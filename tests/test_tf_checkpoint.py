@@ -10,7 +10,7 @@ import pytest
 from bertforge.crc32c import crc32c, mask, unmask
 from bertforge.errors import BertforgeError
 from bertforge.tf_checkpoint import TFCheckpoint, find_prefix, read_table, varint
-from tests.conftest import require_shared
+from tests.conftest import one_line_error, require_shared
 from tests.tf_bundle import write_checkpoint
 
 DATA = "bert_model.ckpt.data-00000-of-00001"
@@ -20,14 +20,6 @@ INDEX = "bert_model.ckpt.index"
 @pytest.fixture(scope="module")
 def fixture_dir():
     return require_shared("models", "google-tf-tiny")
-
-
-def one_line_error(excinfo, *names) -> str:
-    message = str(excinfo.value)
-    assert "\n" not in message, message
-    for name in names:
-        assert str(name) in message, message
-    return message
 
 
 def test_entries_are_what_tensorflow_wrote(fixture_dir):
