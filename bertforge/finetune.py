@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import BertConfig
-from .evaluate import check_length, evaluate_splits
+from .evaluate import check_length, evaluate_splits, predict_split
 from .inference import pad_batch, row_lengths
 from . import __version__
 from .io import check_output, read_json_lines, write_json, write_text_atomic
@@ -79,7 +79,8 @@ class FinetuneJob:
 def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: int | None = None,
              max_train_examples: int | None = None, max_eval_examples: int | None = None,
              group_by_length: bool = True, command: list[str] | None = None, **options) -> dict:
-    """Fine-tune `model_dir` on a task; writes RUN/best/, RUN/eval_results.json and returns the best metrics.
+    """Fine-tune `model_dir` on a task; writes RUN/best/, RUN/eval_results.json (and, where the family predicts a
+    test split, its predictions by the best model) and returns the best metrics.
 
     `options`: TrainArgs fields (defaults FINETUNE_DEFAULTS) and the task family's own options."""
     import torch  # here, not at the top: the command's --help does not load torch
@@ -95,8 +96,10 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     train_split = family.read("train", tokenizer, max_train_examples)
     eval_splits = [family.read(s, tokenizer, max_eval_examples) for s in family.eval_splits]
+    test_split = family.read("test", tokenizer) if family.predicts_test() else None  # its bad rows fail now
     torch.manual_seed(train_options["seed"])
     model = family.model_class.from_pretrained(model_dir, **family.head_config())
+    model.config.extra.update(family.config_entries())
     batch_size, bf16 = train_options["batch_size"], train_options.get("bf16", False)
     progress = train_options.get("progress", True)
 
@@ -122,6 +125,10 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     results = {"task": task, **best, "epoch_of_best": history.index(best) + 1 if history else None,
                "history": history, "train_examples": len(train_split.examples),
                "wall_time_s": round(time.perf_counter() - started, 1)}
+    if test_split is not None and (out / "best").is_dir():
+        best_model = family.model_class.from_pretrained(out / "best", device=ctx.device)
+        outputs = predict_split(family, best_model, test_split, batch_size * 2, tokenizer.pad_token_id, bf16)
+        results["test_predictions"] = str(family.write(test_split, outputs, out))
     write_json(out / "eval_results.json", results)
     if (out / "best").is_dir():
         write_text_atomic(out / "best" / "README.md", model_card(family, run, results))

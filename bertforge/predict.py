@@ -92,13 +92,13 @@ def run_predict(args) -> int:
     if args.out is not None:
         check_output(args.out, "--out", inputs=[p for p in (args.model, args.data, args.input) if p])
     own = bool(args.text or args.input)
-    if own == (args.data is not None or args.test is not None):
-        raise BertforgeError("give either --data (a task's split; --test FILE for your own data's) or --text/--input "
-                             "(your own examples)")
+    if own == any(source is not None for source in (args.data, args.test, args.dataset)):
+        raise BertforgeError("give either --data (a task's split; --test FILE or --dataset for your own data's) or "
+                             "--text/--input (your own examples)")
     if own:
         return predict_own(args)
     if args.out is None:
-        raise BertforgeError("--data needs --out, the folder for the submission file")
+        raise BertforgeError("--data, --test and --dataset need --out, the folder for the submission file")
     family, tokenizer, model = load_finetuned(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,3 +1,4 @@
+import json
 import os
 from pathlib import Path
 
@@ -29,6 +30,22 @@ def one_line_error(excinfo, *names) -> str:
     for name in names:
         assert str(name) in message, message
     return message
+
+
+def write_jsonl(path, rows) -> Path:
+    """A JSON-lines file of the rows (objects)."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def fine_tune(task: str, model, out, *flags) -> Path:
+    """`bertforge finetune TASK` of a tiny model on small data: a high learning rate, no progress bars; the run
+    folder."""
+    from bertforge.cli import main
+
+    assert main(["finetune", task, "--model", str(model), "--out", str(out), "--lr", "1e-3", "--no-progress",
+                 *map(str, flags)]) == 0
+    return Path(out)
 
 
 @pytest.fixture

@@ -6,13 +6,16 @@ from pathlib import Path
 from ..errors import BertforgeError
 from .base import TaskFamily
 from .glue import GlueFamily
-from .multiple_choice import MultipleChoiceFamily
+from .multiple_choice import MultipleChoiceFamily, OwnMultipleChoiceFamily
 from .ner import NerFamily
+from .question_answering import QuestionAnsweringFamily
 from .squad import SquadFamily
 from .text_classification import TextClassificationFamily
+from .token_classification import TokenClassificationFamily
 
 FAMILIES: tuple[type[TaskFamily], ...] = (GlueFamily, NerFamily, MultipleChoiceFamily, SquadFamily,
-                                          TextClassificationFamily)
+                                          TextClassificationFamily, TokenClassificationFamily,
+                                          QuestionAnsweringFamily, OwnMultipleChoiceFamily)
 TASKS: dict[str, type[TaskFamily]] = {name: family for family in FAMILIES for name in family.names}
 
 
@@ -31,8 +34,12 @@ def make_family(task: str, data=None, max_length: int | None = None, options: di
 
 
 def add_family_arguments(parser) -> None:
-    """Every family's own options, for the commands that take a task name."""
+    """Every family's own options, for the commands that take a task name. Families that share a declaration (the
+    flags of your own data, own_data.OwnData's; a parent family's) get its flags once: argparse takes a flag once."""
+    declarations = {}
     for family in FAMILIES:
+        declarations.setdefault(family.add_arguments.__func__, family)
+    for family in declarations.values():
         family.add_arguments(parser)
 
 

@@ -86,6 +86,15 @@ class TaskFamily:
         """Config fields of the head to build for fine-tuning."""
         return {"id2label": dict(enumerate(self.labels))}
 
+    def predicts_test(self) -> bool:
+        """Whether fine-tuning ends by predicting the test split with the best model (your own data's, if given)."""
+        return False
+
+    def config_entries(self) -> dict:
+        """What the fine-tuned model's config.json keeps for the family beside the BertConfig fields (in
+        `config.extra`), for `use_model_labels` to read back."""
+        return {}
+
     def use_model_labels(self, config) -> None:
         """Take a fine-tuned model's label names: always without data, else when there are as many."""
         if self.data is None or config.num_labels == len(self.labels):

@@ -1,5 +1,5 @@
 """Multiple choice (SWAG, CommonsenseQA, OpenBookQA, ARC, COPA): readers, [num_choices] featurisation, and the
-task family."""
+task family; and `multiple-choice`, the family of your own data's questions and choices on the same encoding."""
 
 import json
 from dataclasses import dataclass
@@ -11,6 +11,7 @@ from ..errors import BertforgeError
 from ..io import read_records, rounded, write_text_atomic
 from .base import SEQUENCE_INPUTS, HeadClass, Split, TaskFamily, find_file, softmax
 from .metrics import accuracy
+from .own_data import SOURCES, OwnData
 
 
 @dataclass
@@ -151,3 +152,64 @@ class MultipleChoiceFamily(TaskFamily):
     def describe(self, split: Split, outputs) -> list[dict]:
         probabilities = [softmax(logits[:len(e.endings)]) for e, logits in zip(split.examples, outputs["logits"])]
         return [{"prediction": int(p.argmax()), "probabilities": rounded(p)} for p in probabilities]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Your own data
+
+
+def choice_index(value, choices: list[str], location: str) -> int:
+    """The right choice's index: a label that is one of the choices' texts names it, else it is its index from 0."""
+    if isinstance(value, str) and value in choices:
+        return choices.index(value)
+    if not isinstance(value, bool) and str(value).strip() in [str(k) for k in range(len(choices))]:
+        return int(value)
+    raise BertforgeError(f"{location}: label {value!r} is not among the choices ({' | '.join(choices)}) nor an index "
+                         f"0..{len(choices) - 1}")
+
+
+class OwnMultipleChoiceFamily(OwnData, MultipleChoiceFamily):
+    """Your own data's questions, each with its choices (--choices-columns: a column per choice, or one holding a
+    list) and the right one (--label-column: its text or index). Laid out as CommonsenseQA, `[CLS] question [SEP]
+    choice [SEP]`, or with --context-column as SWAG, `[CLS] context [SEP] question choice [SEP]`."""
+
+    names = ("multiple-choice",)
+    option_defaults = {**SOURCES, "question_column": "question", "context_column": None,
+                       "choices_columns": ["choices"], "label_column": "label"}
+
+    def __init__(self, task: str, data: Path | None, max_length: int, question_column="question",
+                 context_column=None, choices_columns=("choices",), label_column="label", **sources):
+        super().__init__(task, data, max_length)
+        self.use_sources(**sources)
+        self.columns = (question_column, context_column, list(choices_columns), label_column)
+        self.text_fields = {**({"context": str} if context_column else {}), "question": str, "choices": list}
+
+    def choices_of(self, record: dict, location: str) -> list[str]:
+        columns = self.columns[2]
+        values = record[columns[0]] if len(columns) == 1 else [record[c] for c in columns]
+        if (not isinstance(values, list) or len(values) < 2
+                or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in values)):
+            raise BertforgeError(f"{location}: the choices ({', '.join(map(repr, columns))}) must be at least 2 texts: "
+                                 f"a column each (--choices-columns A B ...), or one column holding a list")
+        return [str(v) for v in values]
+
+    def read(self, split: str, tokenizer, limit=None) -> Split:
+        question, context, choices, label = self.columns
+        labelled = split != "test"
+        examples = []
+        located = self.records(split, {"--question-column": question, "--context-column": context,
+                                       "--choices-columns": choices, "--label-column": label if labelled else None})
+        for i, (location, record) in enumerate(located[:limit]):
+            for column in (question, context):
+                if column is not None and not isinstance(record[column], str):
+                    raise BertforgeError(f"{location}: {column!r} must be a text")
+            endings = self.choices_of(record, location)
+            answer = choice_index(record[label], endings, location) if labelled else None
+            first, second = (record[context], record[question]) if context else (record[question], "")
+            examples.append(MultipleChoiceExample(f"{split}-{i}", first, second, endings, answer))
+        return self.encode(split, examples, tokenizer)
+
+    def example(self, record: dict, guid: str) -> MultipleChoiceExample:
+        if "context" in self.text_fields:
+            return MultipleChoiceExample(guid, record["context"], record["question"], record["choices"], None)
+        return super().example(record, guid)

@@ -343,8 +343,9 @@ class SquadFamily(TaskFamily):
     @classmethod
     def add_arguments(cls, parser) -> None:
         parser.add_argument("--null-threshold", type=float, default=0.0,
-                            help="squad_v2: answer nothing where the null score beats the best span's by more than "
-                                 "this (eval_results' best_f1_thresh is the dev set's best value)")
+                            help="squad_v2 (and question-answering trained with unanswerable questions): answer "
+                                 "nothing where the null score beats the best span's by more than this "
+                                 "(eval_results' best_f1_thresh is the dev set's best value)")
 
     def path(self, split):
         if self.data.is_file():

@@ -1,10 +1,13 @@
+import csv
 import json
 
 import pytest
 
+from bertforge.cli import main
 from bertforge.errors import BertforgeError
+from bertforge.tasks import make_family
 from bertforge.tasks.multiple_choice import MultipleChoiceExample, encode_multiple_choice, read_multiple_choice
-from tests.conftest import require_shared
+from tests.conftest import fine_tune, one_line_error, require_shared, write_jsonl
 
 
 # (task, folder, file stems, counts, choices per question): the README's table.
@@ -126,3 +129,82 @@ def test_encode_real_arc_truncates(tokenizer):
     features = encode_multiple_choice(read_multiple_choice("arc", path), tokenizer, max_length=32)
     assert {len(c) for c in features["input_ids"]} == {5} and {sum(m) for m in features["choice_mask"]} == {3, 4, 5}
     assert max(len(ids) for choices in features["input_ids"] for ids in choices) == 32
+
+
+# Your own data: the multiple-choice family
+
+QUIZ = [("What colour is the sky?", ["blue", "green", "salty", "loud"], "blue"),
+        ("What do cows drink?", ["petrol", "water", "light", "songs"], "water"),
+        ("Which animal barks?", ["a fish", "a snail", "a dog", "a moth"], "a dog"),
+        ("What is frozen water?", ["steam", "sand", "smoke", "ice"], "ice")]
+
+
+def quiz_csv(path, rows=QUIZ):
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([["question", "A", "B", "C", "D", "answer"]] + [[q, *c, a] for q, c, a in rows])
+    return path
+
+
+def test_own_choices_fine_tune_predict_and_load_in_transformers(tiny_model, tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    import bertforge
+
+    data = quiz_csv(tmp_path / "quiz.csv", QUIZ * 4)
+    out = fine_tune("multiple-choice", tiny_model, tmp_path / "run", "--train", data, "--dev", data,
+                    "--choices-columns", "A", "B", "C", "D", "--label-column", "answer", "--epochs", 2,
+                    "--batch-size", 4)
+    assert "accuracy" in json.loads((out / "eval_results.json").read_text())
+    capsys.readouterr()
+    texts = ["\t".join([q, *c]) for q, c, _ in QUIZ]
+    assert main(["predict", "multiple-choice", "--model", str(out / "best"),
+                 *[flag for t in texts for flag in ("--text", t)], "--no-progress"]) == 0
+    ours = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [p["input"] for p in ours] == [{"question": q, "choices": c} for q, c, _ in QUIZ]
+    model = transformers.BertForMultipleChoice.from_pretrained(out / "best").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out / "best")
+    for (question, choices, _), prediction in zip(QUIZ, ours):
+        enc = tokenizer([question] * len(choices), choices, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            p = model(**{k: v[None] for k, v in enc.items()}).logits[0].softmax(-1).numpy()
+        assert prediction["prediction"] == int(p.argmax())
+        assert prediction["probabilities"] == pytest.approx(p.tolist(), abs=1e-5)
+    found = bertforge.pipeline(model=out / "best")([{"question": q, "choices": c} for q, c, _ in QUIZ])
+    assert [f["choice"] for f in found] == [p["prediction"] for p in ours]
+
+
+def test_own_choices_in_a_list_column_with_a_context(tokenizer, tmp_path):
+    """Choices in one column holding a list, the label an index (or a text: the one equal to a choice wins),
+    and a context before the question, laid out as SWAG."""
+    rows = [{"scene": "She opens the fridge.", "stem": "She", "options": ["takes milk.", "flies away."], "gold": 0},
+            {"scene": "He reads.", "stem": "He", "options": ["1", "0"], "gold": "0"}]
+    family = make_family("multiple-choice", options={
+        "train": write_jsonl(tmp_path / "train.jsonl", rows), "context_column": "scene", "question_column": "stem",
+        "choices_columns": ["options"], "label_column": "gold"})
+    split = family.read("train", tokenizer)
+    assert split.examples == [MultipleChoiceExample("train-0", "She opens the fridge.", "She",
+                                                    ["takes milk.", "flies away."], 0),
+                              MultipleChoiceExample("train-1", "He reads.", "He", ["1", "0"], 1)]
+    first = tokenizer.decode(split.encoded["input_ids"][0][0], skip_special_tokens=False)
+    assert first == "[CLS] she opens the fridge. [SEP] she takes milk. [SEP]"
+    assert family.text_fields == {"context": str, "question": str, "choices": list}  # predict --text's fields
+    typed = family.example({"context": "He reads.", "question": "He", "choices": ["sleeps.", "runs."]}, "0")
+    assert typed == MultipleChoiceExample("0", "He reads.", "He", ["sleeps.", "runs."], None)
+
+
+@pytest.mark.parametrize("row, options, message", [
+    (["Sky?", "blue", "green", "red", "grey", "purple"], {},
+     "quiz.csv:2: label 'purple' is not among the choices (blue | green | red | grey) nor an index 0..3"),
+    (["Sky?", "blue", "green", "red", "grey", "blue"], {"choices_columns": ["A", "B", "E"]},
+     "quiz.csv:2: no column 'E' (see --choices-columns; the columns are question, A, B, C, D, answer)"),
+    (["Sky?", "blue", "green", "red", "grey", "blue"], {"choices_columns": ["A"]},
+     "quiz.csv:2: the choices ('A') must be at least 2 texts"),
+])
+def test_own_choices_bad_rows_are_one_line(tokenizer, tmp_path, row, options, message):
+    path = quiz_csv(tmp_path / "quiz.csv", [(row[0], row[1:5], row[5])])
+    family = make_family("multiple-choice", options={"train": path, "choices_columns": ["A", "B", "C", "D"],
+                                                     "label_column": "answer", **options})
+    with pytest.raises(BertforgeError) as e:
+        family.read("train", tokenizer)
+    one_line_error(e, message)

@@ -10,7 +10,6 @@ from bertforge.errors import BertforgeError
 from bertforge.model import BertForSequenceClassification
 from bertforge.tasks import make_family
 from bertforge.tasks.glue import read_glue
-from bertforge.tasks.text_classification import label_order
 from tests.conftest import require_shared
 
 NAMES = {0: "negative", 1: "positive"}
@@ -72,11 +71,6 @@ def test_pairs_from_tsv_and_scores_from_json_lines(tokenizer, tmp_path):
     assert pairs.labels == ["no", "yes"] and [e.label for e in split.examples] == [1, 0]
 
 
-def test_label_order():
-    assert label_order(["b", "a", "b"]) == ["a", "b"]
-    assert label_order(["10", "9", "-1"]) == ["-1", "9", "10"]  # numbers sort as numbers
-
-
 @pytest.mark.parametrize("content, options, message", [
     ("text,label\nfine,pos\n", {"label_column": "sentiment"}, r"train\.csv:2: no column 'sentiment'"),
     ("text,label\nfine,pos\nextra,neg,x\n", {}, r"train\.csv:3: expected 2 columns"),
@@ -94,7 +88,7 @@ def test_a_dev_label_unseen_in_training_is_named(tokenizer, tmp_path):
     (tmp_path / "dev.csv").write_text("text,label\nmeh,neutral\n")
     family = make_family("text-classification", options={"train": tmp_path / "train.csv", "dev": tmp_path / "dev.csv"})
     family.read("train", tokenizer)
-    unseen = r"dev\.csv:2: label 'neutral' is not among the training file's \(neg, pos\)"
+    unseen = r"dev\.csv:2: label 'neutral' is not among the training split's \(neg, pos\)"
     with pytest.raises(BertforgeError, match=unseen):
         family.read("dev", tokenizer)
 

@@ -1,0 +1,171 @@
+"""Your own data, for the families that fine-tune on it (text classification, token classification, question
+answering, multiple choice): where a split comes from, its records with their locations, the label set, and the
+command-line flags of them all, declared once.
+
+A split is a file (--train, --dev, --test: CSV or TSV with a header row, JSON lines, or one JSON array in a
+.json file), a file in a --data folder (train.*, dev.*, test.*), or a split of a Hugging Face `datasets` data set
+(--dataset NAME[:CONFIG]: a folder written by `save_to_disk`, a folder of data files, or a name that
+`datasets.load_dataset` knows; its train, validation (or dev) and test splits). A record comes with its location,
+`file:line` or `NAME[split][row]`, for one-line errors. In a data set, class ids (`ClassLabel` columns and lists of
+them) are read as their names.
+"""
+
+from pathlib import Path
+
+from ..errors import BertforgeError
+from ..io import read_records
+from .base import find_file
+
+SOURCES = {"train": None, "dev": None, "test": None, "dataset": None}  # the options naming the splits
+SUFFIXES = ("csv", "tsv", "jsonl", "json")
+DATASET_SPLITS = {"train": ("train",), "dev": ("validation", "dev", "valid"), "test": ("test",)}
+
+
+def label_order(values) -> list[str]:
+    """The distinct labels, sorted as numbers when they all are, else as text."""
+    distinct = sorted(set(values))
+    try:
+        return sorted(distinct, key=float)
+    except ValueError:
+        return distinct
+
+
+def label_index(value, labels: list[str], location: str, what: str = "label") -> int:
+    if str(value) not in labels:
+        raise BertforgeError(f"{location}: {what} {value!r} is not among the training split's ({', '.join(labels)})")
+    return labels.index(str(value))
+
+
+def load_dataset_splits(spec: str) -> dict:
+    """The splits (name -> `datasets.Dataset`) of --dataset NAME[:CONFIG]."""
+    try:
+        import datasets
+    except ImportError:
+        raise BertforgeError("--dataset needs the `datasets` package: pip install 'bertforge[datasets]'") from None
+    name, config = (spec, None) if Path(spec).exists() or ":" not in spec else spec.rsplit(":", 1)
+    saved = Path(name) / "dataset_dict.json", Path(name) / "state.json"  # what save_to_disk writes
+    try:
+        if any(p.is_file() for p in saved):
+            if config:
+                raise BertforgeError(f"--dataset {spec}: a folder written by save_to_disk has no configurations")
+            loaded = datasets.load_from_disk(name)
+        else:
+            loaded = datasets.load_dataset(name, config)
+    except (OSError, ValueError) as e:  # not found, offline, no such configuration, unreadable files
+        raise BertforgeError(f"--dataset {spec}: {str(e).strip().splitlines()[0]}") from None
+    return dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
+
+
+def class_names(feature):
+    """A function turning a column's class ids into their names (None for -1, unlabelled), or None when the
+    column holds no `ClassLabel`."""
+    import datasets
+
+    if isinstance(feature, datasets.ClassLabel):
+        return lambda value: None if value is None or value < 0 else feature.int2str(value)
+    inner = getattr(feature, "feature", None)  # a List (Sequence) column
+    if isinstance(inner, datasets.ClassLabel):
+        return lambda values: [inner.int2str(v) for v in values]
+    return None
+
+
+def dataset_records(spec: str, splits: dict, split: str) -> list[tuple[str, dict]]:
+    names = [n for n in DATASET_SPLITS[split] if n in splits]
+    if not names:
+        raise BertforgeError(f"--dataset {spec}: no {' or '.join(DATASET_SPLITS[split])} split (it has "
+                             f"{', '.join(splits)})")
+    data = splits[names[0]]
+    named = {}
+    for column, feature in data.features.items():
+        if (to_names := class_names(feature)) is not None:
+            named[column] = to_names
+    return [(f"{spec}[{names[0]}][{i}]", {**row, **{c: f(row[c]) for c, f in named.items()}})
+            for i, row in enumerate(data)]
+
+
+class OwnData:
+    """What a family of your own data adds to its TaskFamily (a mixin, first among the bases): its splits come
+    from the SOURCES options (`use_sources`), evaluation is on dev, the flags are `add_arguments`'."""
+
+    reads_data_folder = False
+    eval_splits = ("dev",)
+
+    def use_sources(self, train=None, dev=None, test=None, dataset=None) -> None:
+        self.files, self.dataset, self._dataset_splits = {"train": train, "dev": dev, "test": test}, dataset, None
+        if dataset is not None and (self.data is not None or any(self.files.values())):
+            raise BertforgeError("--dataset: give a data set or files (--train, --dev, --test, --data), not both")
+
+    def path(self, split: str) -> Path:
+        """The split's file: named by its flag, or found in the --data folder."""
+        if self.files.get(split):
+            return Path(self.files[split])
+        if self.data is not None and self.data.is_dir():
+            return find_file(self.data, tuple(f"{split}.{s}" for s in SUFFIXES), split)
+        raise BertforgeError(f"{self.task} needs --{split} FILE (or --data, a folder holding {split}.csv/.tsv/.jsonl, "
+                             f"or --dataset NAME)")
+
+    def predicts_test(self) -> bool:
+        if self.dataset is not None:
+            return any(name in self.dataset_splits() for name in DATASET_SPLITS["test"])
+        in_folder = self.data is not None and any((self.data / f"test.{s}").is_file() for s in SUFFIXES)
+        return bool(self.files["test"]) or in_folder
+
+    def dataset_splits(self) -> dict:
+        if self._dataset_splits is None:
+            self._dataset_splits = load_dataset_splits(self.dataset)
+        return self._dataset_splits
+
+    def records(self, split: str, columns: dict) -> list[tuple[str, dict]]:
+        """The split's (location, record) pairs; every record holds the `columns` (flag -> a column name, a list
+        of names, or None for none)."""
+        if self.dataset is None:
+            located, source = list(read_records(self.path(split))), self.path(split)
+        else:
+            located = dataset_records(self.dataset, self.dataset_splits(), split)
+            source = f"--dataset {self.dataset}, split {split}"
+        if not located:
+            raise BertforgeError(f"{source}: no examples")
+        for location, record in located:
+            for flag, names in columns.items():
+                for name in [names] if isinstance(names, str) else names or ():
+                    if name not in record:
+                        raise BertforgeError(f"{location}: no column {name!r} (see {flag}; the columns are "
+                                             f"{', '.join(map(str, record))})")
+        return located
+
+    def use_model_labels(self, config) -> None:
+        """The fine-tuned head's labels, in its output order (the training split's when it was fine-tuned)."""
+        self.labels = [config.id2label[i] for i in range(config.num_labels)]
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        group = parser.add_argument_group(
+            "your own data (text-classification, text-pair-classification, regression, token-classification, "
+            "question-answering, multiple-choice)")
+        group.add_argument("--train", help="training file: .csv, .tsv (with a header), .jsonl or .json")
+        group.add_argument("--dev", help="evaluation file, in one of the same formats")
+        group.add_argument("--test", help="file to predict (labels not needed)")
+        group.add_argument("--dataset", metavar="NAME[:CONFIG]",
+                           help="a Hugging Face `datasets` data set instead of files (its train, validation and test "
+                                "splits): a folder written by save_to_disk, a folder of data files, or a name "
+                                "load_dataset knows; needs the datasets extra")
+        group.add_argument("--text-column", default="text", help="column of the text")
+        group.add_argument("--text-pair-column",
+                           help="column of the second text of a pair (default text_pair for text-pair-classification)")
+        group.add_argument("--label-column", default="label",
+                           help="column of the label or score; multiple-choice: the right choice, as its text or its "
+                                "index from 0")
+        group.add_argument("--tokens-column", default="tokens",
+                           help="token-classification: column of the words (a list, or a text split at spaces)")
+        group.add_argument("--tags-column", default="tags",
+                           help="token-classification: column of the words' tags (a list, or a text split at spaces)")
+        group.add_argument("--question-column", default="question",
+                           help="question-answering, multiple-choice: column of the question (or stem)")
+        group.add_argument("--context-column",
+                           help="question-answering: column of the passage (default context); multiple-choice: of a "
+                                "first segment before the question, if any")
+        group.add_argument("--answers-column", default="answers",
+                           help='question-answering: column of the answers, {"text": [...], "answer_start": [...]} '
+                                "(JSON in a CSV or TSV cell; empty lists: unanswerable)")
+        group.add_argument("--choices-columns", nargs="+", default=["choices"], metavar="COLUMN",
+                           help="multiple-choice: a column per choice, or one column holding a list of them")
