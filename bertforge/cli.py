@@ -7,6 +7,7 @@ import sys
 
 from . import __version__
 from .errors import BertforgeError, os_error_message
+from .options import apply_args_file
 
 # command -> (module, help); the module defines add_<name>_arguments(parser) and run_<name>(args). Building a
 # command's parser imports its module but not torch (the work's imports are inside functions): --help is instant.
@@ -68,14 +69,20 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with its errors on one line (the usage is one --help away) and every default in --help."""
+    """argparse, with its errors on one line (the usage is one --help away), every default in --help, and the
+    arguments of an --args-file as the defaults of the command line (options.apply_args_file)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
-        self.typed = {a.split("=", 1)[0] for a in (sys.argv[1:] if args is None else args)}
+        args = sys.argv[1:] if args is None else list(args)
+        self.typed = {a.split("=", 1)[0] for a in args}
+        try:
+            apply_args_file(self, args)
+        except BertforgeError as e:
+            self.error(str(e))
         return super().parse_known_args(args, namespace)
 
     def error(self, message):

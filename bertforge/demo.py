@@ -16,8 +16,7 @@ from pathlib import Path
 
 from .data.create import create_pretraining_data
 from .io import check_output
-from .options import count, old_spellings
-from .options import duration
+from .options import count, duration, old_spellings, torch_device
 from .recipe import RECIPES, resolve
 from .tokenizer import BertTokenizer, train_vocab
 
@@ -89,7 +88,7 @@ def fill_mask(model, tokenizer: BertTokenizer, text: str, top_k: int = 5) -> lis
     """For each [MASK] in `text`, the `top_k` most likely tokens and their probabilities."""
     import torch
 
-    enc = tokenizer(text, return_tensors="pt")
+    enc = tokenizer(text, return_tensors="pt").to(model.device)
     model.eval()
     with torch.no_grad():
         logits = model(**enc).prediction_logits[0]
@@ -106,7 +105,9 @@ def step(title: str, command: str):
 
 
 def run_demo(args) -> int:
-    from .model import BertForPreTraining  # here, not at the top: the command's --help does not load torch
+    import torch  # here, not at the top: the command's --help does not load torch
+
+    from .model import BertForPreTraining
     from .pretrain import pretrain
 
     out = check_output(args.out, "--out")
@@ -134,14 +135,15 @@ def run_demo(args) -> int:
     create_pretraining_data([corpus], vocab, data, max_seq_length=args.max_seq_length, dupe_factor=1, mask=False,
                             nsp=nsp, eval_docs=args.eval_docs, seed=args.seed)
 
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     step(f"pre-training a {args.config} BERT with the {args.recipe} recipe for {args.time_budget:g} s",
          f"bertforge pretrain --data {data} --config {args.config} --out {run} --recipe {args.recipe} "
-         f"--time-budget {args.time_budget:g}s --seed {args.seed}")
+         f"--time-budget {args.time_budget:g}s --seed {args.seed} --device {device}")
     result = pretrain(str(data), str(run), config=args.config, steps=10**12, time_budget=args.time_budget,
                       batch_size=recipe["batch_size"], lr=recipe["lr"], seed=args.seed, dropout=recipe["dropout"],
                       objective=recipe["objective"], mask_prob=recipe["mask_prob"], recipe=args.recipe,
                       schedule=recipe["schedule"], warmup=recipe["warmup"], eval_every=10**12,
-                      save_every=10**12, log_every=10, overwrite=True)
+                      save_every=10**12, log_every=10, overwrite=True, device=device)
 
     step("held-out documents (15% of their tokens masked)", f"bertforge plot {run}")
     print(f"   masked-LM accuracy {result['eval_mlm_accuracy']:.1%}  (most frequent token: "
@@ -152,7 +154,7 @@ def run_demo(args) -> int:
 
     step("fill-mask (top 5; a hit when the masked word is among them)",
          f"python -c \"import bertforge; bertforge.BertForPreTraining.from_pretrained('{run / 'final'}')\"")
-    model = BertForPreTraining.from_pretrained(run / "final")
+    model = BertForPreTraining.from_pretrained(run / "final").to(device)
     tokenizer = BertTokenizer.from_pretrained(run / "final")
     hits = 0
     for sentence, answers in FILL_MASK_SENTENCES:
@@ -178,3 +180,5 @@ def add_demo_arguments(p):
     p.add_argument("--time-budget", type=duration, default=200.0, metavar="DURATION",
                    help="pre-training time, evaluation and checkpoints excluded (default: 200s)")
     p.add_argument("--seed", type=count(0), default=0, help="random seed (data, pre-training)")
+    p.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N for pre-training and fill-mask "
+                                                      "(default: cuda when present)")

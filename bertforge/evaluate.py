@@ -1,9 +1,11 @@
 """Scoring a model on a task's data: the evaluation fine-tuning runs every epoch, and the `evaluate` command."""
 
 import json
+from pathlib import Path
 
 from .errors import BertforgeError
 from .inference import run_model
+from .io import check_output, write_json
 from .options import count, torch_device
 from .tasks import TASKS, add_family_arguments, make_family
 from .tasks.base import Split, TaskFamily, padding
@@ -18,12 +20,15 @@ def predict_split(family: TaskFamily, model, split: Split, batch_size: int, pad_
 
 
 def evaluate_splits(family: TaskFamily, model, splits: list[Split], batch_size: int, pad_id: int, bf16=False,
-                    progress=False) -> dict:
+                    progress=False, out: Path | None = None) -> dict:
+    """The metrics of every split; with `out`, each split's predictions are written there (the family's file)."""
     metrics = {}
     for split in splits:
         outputs = predict_split(family, model, split, batch_size, pad_id, bf16,
                                 f"evaluate {split.name}" if progress else None)
         metrics.update(family.score(split, outputs))
+        if out is not None:
+            family.write(split, outputs, out)
     return metrics
 
 
@@ -75,13 +80,22 @@ def add_evaluate_arguments(p):
     add_model_run_arguments(p, "the task's data folder (or file); your own data: --dev FILE instead",
                             "score only the first N examples")
     p.add_argument("--split", help="split to score (default: the task's dev splits)")
+    p.add_argument("--out", help="folder for eval_results.json and each scored split's predictions (the task's "
+                                 "prediction file, as predict writes it); default: the metrics on stdout only")
 
 
 def run_evaluate(args) -> int:
+    inputs = [p for p in (args.model, args.data) if p]
+    out = None if args.out is None else check_output(args.out, "--out", inputs=inputs)
     family, tokenizer, model = load_finetuned(args)
     splits = [family.read(s, tokenizer, args.max_eval_examples) for s in ([args.split] if args.split
                                                                           else family.eval_splits)]
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
     metrics = evaluate_splits(family, model, splits, args.batch_size, tokenizer.pad_token_id, args.bf16,
-                              progress=args.progress)
+                              progress=args.progress, out=out)
+    if out is not None:
+        write_json(out / "eval_results.json", {"task": args.task, "model": str(args.model),
+                                               "splits": [s.name for s in splits], **metrics})
     print(json.dumps(metrics, indent=2))
     return 0

@@ -19,15 +19,17 @@ from .evaluate import check_length, evaluate_splits
 from .inference import pad_batch, row_lengths
 from . import __version__
 from .io import check_output, read_json_lines, write_json, write_text_atomic
-from .options import add_training_arguments, count, positive, training_options
+from .options import add_training_arguments, count, positive, recorded_arguments, training_options
 from .tasks import TASKS, add_family_arguments, family_options, make_family
 from .tasks.base import TaskFamily, padding
 from .tokenizer import BertTokenizer
 from .options import TrainArgs
 
 # The paper's fine-tuning recipe (spec section 7): batch 32, lr 2e-5, 3 epochs, 10% warm-up.
+# Step checkpoints (with the optimizer state, three times the model's size) serve --resume only: one at a time,
+# removed when the run completes unless --keep-checkpoints.
 FINETUNE_DEFAULTS = dict(batch_size=32, lr=2e-5, warmup=0.1, seed=42, weight_decay=0.01, adam_eps=1e-6,
-                         log_every=10, save_every=0)
+                         log_every=10, save_every=0, keep=1, keep_checkpoints=False)
 LOG_KEYS = {"step", "loss", "lr", "tokens_per_s"}  # the training figures of a metrics.jsonl row
 
 
@@ -78,10 +80,12 @@ class FinetuneJob:
 
 def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: int | None = None,
              max_train_examples: int | None = None, max_eval_examples: int | None = None,
-             group_by_length: bool = True, command: list[str] | None = None, **options) -> dict:
+             group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
+             **options) -> dict:
     """Fine-tune `model_dir` on a task; writes RUN/best/, RUN/eval_results.json and returns the best metrics.
 
-    `options`: TrainArgs fields (defaults FINETUNE_DEFAULTS) and the task family's own options."""
+    `options`: TrainArgs fields (defaults FINETUNE_DEFAULTS) and the task family's own options; `command` and
+    `arguments` (the parsed command line, which --args-file reruns) are recorded in args.json."""
     import torch  # here, not at the top: the command's --help does not load torch
 
     from .train import fit, setup_distributed
@@ -110,8 +114,8 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
            "family_options": {k: str(v) if isinstance(v, Path) else v for k, v in options.items()
                               if k not in TrainArgs.__dataclass_fields__},
            "epochs": epochs, "max_length": family.max_length, "max_train_examples": max_train_examples,
-           "max_eval_examples": max_eval_examples, "group_by_length": group_by_length,
-           "bertforge": __version__, "command": command}
+           "max_eval_examples": max_eval_examples, "group_by_length": group_by_length, "command": command,
+           "arguments": arguments}
     args = TrainArgs(out=out, steps=steps, **{**train_options, "eval_every": job.steps_per_epoch, "extra": run})
     fit(model, job, args, ctx)
     if not ctx.main:
@@ -132,7 +136,7 @@ def model_card(family: TaskFamily, run: dict, results: dict) -> str:
     """best/README.md: what the model is, what it was trained on, how, and how it scored."""
     scores = "\n".join(f"| {k} | {v:.4f} |" for k, v in results.items() if isinstance(v, float) and k != "wall_time_s")
     command = " ".join(run["command"]) if run["command"] else "(from Python: bertforge.finetune.finetune)"
-    return (f"# {run['task']}, fine-tuned with bertforge {run['bertforge']}\n\n"
+    return (f"# {run['task']}, fine-tuned with bertforge {__version__}\n\n"
             f"- task: `{run['task']}` ({type(family).__name__}, head `{family.model_class.__name__}`)\n"
             f"- labels: {', '.join(map(str, family.labels))}\n"
             f"- started from: `{run['model']}`\n- data: `{run['data'] or run['family_options']}`, "
@@ -161,6 +165,7 @@ def run_finetune(args) -> int:
     results = finetune(args.task, args.model, args.data, args.out, epochs=args.epochs, max_length=args.max_length,
                        max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
                        group_by_length=not args.no_length_grouping, command=["bertforge", *sys.argv[1:]],
+                       arguments=recorded_arguments(args),
                        **family_options(args), **training_options(args, skip=("steps", "eval_every")))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0

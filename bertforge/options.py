@@ -1,5 +1,6 @@
 """Command-line options: validated value types (one place for every command), and the training options,
-declared once as `TrainArgs` fields (the loop's `train.TrainArgs`) and turned into flags for `pretrain`/`finetune`.
+declared once as `TrainArgs` fields (the loop's `train.TrainArgs`) and turned into flags for `pretrain`/`finetune`,
+with `--args-file`, which reruns a run from the command line its args.json records.
 
 A bad value is argparse's one-line usage error naming the flag and the problem, e.g.
 ``argument --batch-size: must be a whole number of at least 1, not 0``.
@@ -7,10 +8,15 @@ A bad value is argparse's one-line usage error naming the flag and the problem, 
 
 import argparse
 import dataclasses
+import importlib.util
+import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .errors import BertforgeError
+from .io import read_json
 
 
 def _number(kind, text: str):
@@ -102,6 +108,18 @@ def torch_device(text: str) -> str:
     return text
 
 
+TENSORBOARD_MISSING = "needs the tensorboard package: pip install -e '.[tensorboard]'"
+
+
+def reporter(text: str) -> str:
+    """Where the training figures go besides metrics.jsonl: none, or tensorboard (whose package is an extra)."""
+    if text not in ("none", "tensorboard"):
+        raise argparse.ArgumentTypeError(f"expected none or tensorboard, not {text!r}")
+    if text == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
+        raise argparse.ArgumentTypeError(f"tensorboard {TENSORBOARD_MISSING}")
+    return text
+
+
 def old_spellings(action, *names: str):
     """Mark `names`, among an option's strings, as old spellings: still accepted, not shown in --help
     (cli.HelpFormatter). One name per concept across commands; see docs/ARCHITECTURE.md."""
@@ -164,12 +182,18 @@ class TrainArgs:
     seed: int = option(0, "random seed (data order, dropout, new weights)")
     log_every: int = option(1, "write a metrics.jsonl row every N steps", type=count(1))
     eval_every: int = option(0, "evaluate on held-out data every N steps (0: never)")
-    save_every: int = option(0, "write a resumable checkpoint every N steps (0: only at the end)")
+    save_every: int = option(0, "write a resumable checkpoint every N steps (0: only when Ctrl-C or SIGTERM stops "
+                             "the run, and at its end)")
     keep: int = option(2, "step checkpoints kept on disk (final/ and best/ are extra)", type=count(1))
+    # pretrain keeps them (it has no flag); finetune removes them unless --keep-checkpoints
+    keep_checkpoints: bool = option(True, "keep the step checkpoints (model and optimizer state, for --resume) when "
+                                    "the run completes; without it only best/ and final/ stay")
     patience: int = option(0, "stop early after this many evaluations without a better best metric (0: never)")
     resume: bool = option(False, "continue from the run's latest checkpoint")
     overwrite: bool = option(False, "start over in a run folder that holds an earlier run (its checkpoints go)")
     progress: bool = option(True, "no progress bar", flag="--no-progress", inverse=True)
+    report_to: str = option("none", "also log the metrics.jsonl figures as TensorBoard event files in the run "
+                            "folder: none or tensorboard (an extra: pip install -e '.[tensorboard]')", type=reporter)
     device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when present)", type=torch_device)
     extra: dict = field(default_factory=dict)  # recorded in the run's args.json, not used by the loop
 
@@ -201,9 +225,87 @@ def add_training_arguments(parser, defaults: dict, skip=(), notes: dict | None =
             shown = f" {note}" if note else ""  # cli.HelpFormatter shows the default
             group.add_argument(flag, dest=f.name, type=kind, choices=meta.get("choices"), default=default,
                                help=meta["help"] + shown)
+    group.add_argument("--args-file", type=Path, metavar="RUN/args.json",
+                       help="rerun the run this file records: its arguments, but those given here (--resume and "
+                            "--overwrite are never taken from it)")
 
 
 def training_options(args, skip=()) -> dict:
     """The `TrainArgs` flags a parsed command line holds."""
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainArgs)
             if "help" in f.metadata and f.name not in skip and hasattr(args, f.name)}
+
+
+NOT_RERUN = ("resume", "overwrite")  # how a run folder is treated, not what the run is
+
+
+def recorded_arguments(args) -> dict:
+    """A parsed command line as a run's args.json records it (`extra.arguments`), for --args-file."""
+    return {k: v for k, v in vars(args).items() if k != "args_file"}
+
+
+def apply_args_file(parser, argv: list[str]) -> None:
+    """With --args-file among `argv`, the arguments that file records become `parser`'s defaults (so that those
+    given on the command line win); a bad file is a one-line error naming it and the bad key or value."""
+    if "--args-file" not in parser._option_string_actions:
+        return
+    first = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    first.add_argument("--args-file")
+    try:
+        path = first.parse_known_args(argv)[0].args_file
+    except argparse.ArgumentError:
+        return  # the parser itself reports it
+    if path is None:
+        return
+    extra = read_json(path).get("extra")
+    recorded = extra.get("arguments") if isinstance(extra, dict) else None
+    if not isinstance(recorded, dict):
+        raise BertforgeError(f"{path}: not the args.json of a run started from the command line "
+                             "(it has no extra.arguments)")
+    if f"bertforge {recorded.get('command')}" != parser.prog:
+        raise BertforgeError(f"{path}: the arguments of bertforge {recorded.get('command')}, not of {parser.prog}")
+    actions = {a.dest: a for a in parser._actions if a.dest != "help"}
+    for key, value in recorded.items():
+        if key == "command" or key in NOT_RERUN:
+            continue
+        if key not in actions:
+            raise BertforgeError(f"{path}: {key!r} is not an argument of {parser.prog}")
+        action = actions[key]
+        try:
+            action.default = recorded_value(action, value)
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
+            raise BertforgeError(f"{path}: {key} {json.dumps(value)}: {e}") from None
+        action.required = False
+        if not action.option_strings and action.nargs is None:  # a positional argument the file gives
+            action.nargs = "?"
+
+
+def recorded_value(action, value):
+    """A value from an args file, checked as the command line's would be by `action` (its type, its choices);
+    the action's default is taken as it is, as argparse does (e.g. --time-budget's 0: no budget)."""
+    if value is None and (action.required or not action.option_strings):
+        raise ValueError("must be given")
+    if value == action.default and type(value) is type(action.default):
+        return value
+    if action.nargs == 0:  # an on/off flag
+        if not isinstance(value, bool):
+            raise TypeError("expected true or false")
+        return value
+    if value is None:
+        return None
+    if action.nargs in ("+", "*"):
+        if not isinstance(value, list):
+            raise TypeError("expected a list")
+        return [recorded_item(action, item) for item in value]
+    return recorded_item(action, value)
+
+
+def recorded_item(action, value):
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise TypeError("expected a text or a number")
+    if action.type is None and not isinstance(value, str):
+        raise TypeError("expected a text")
+    parsed = action.type(str(value)) if action.type else value
+    if action.choices is not None and parsed not in action.choices:
+        raise ValueError(f"expected one of {', '.join(map(str, action.choices))}")
+    return parsed

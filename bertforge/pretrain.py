@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .io import check_output, write_json
-from .options import add_training_arguments, count, training_options
+from .options import add_training_arguments, count, recorded_arguments, training_options
 from .config import BertConfig
 from .data.shards import check_vocab, load_pretraining_data
 from .errors import BertforgeError
@@ -250,7 +250,7 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
         job.saved_dropout = BertConfig.load(config).hidden_dropout_prob
     recorded = {"recipe": recipe, "objective": job.objective, "mask_prob": mask_prob or job.train.index.get(
         "masked_lm_prob"), "dropout": model.config.hidden_dropout_prob, "config": config, "init_from": init_from,
-        "data": str(data)}
+        "data": str(data), "max_length": job.train.max_seq_length, "eval_rows": eval_rows}
     args = TrainArgs(out=Path(out), **{**options, "extra": {**options.get("extra", {}), **recorded}})
     baselines = {}
     if ctx.main:  # beside metrics.jsonl, for `bertforge plot`
@@ -273,6 +273,7 @@ def add_pretrain_arguments(p):
     # None: the recipe decides (and --steps: 1000, or as many as --time-budget allows)
     add_training_arguments(p, {**PRETRAIN_DEFAULTS, **dict.fromkeys(("steps", "lr", "warmup", "batch_size",
                                                                       "schedule"))},
+                           skip=("keep_checkpoints",),  # pre-training keeps its last --keep step checkpoints
                            notes={**recipe_notes(), "steps": "(default 1000, or as many as --time-budget allows)"})
 
 
@@ -283,6 +284,7 @@ def run_pretrain(args) -> int:
         raise BertforgeError(f"--warmup {r['warmup']:g}: with --time-budget the warm-up is a fraction (< 1) of it")
     options = {**training_options(args), **{k: r[k] for k in ("lr", "warmup", "batch_size", "schedule")}}
     options["steps"] = args.steps or (10**12 if args.time_budget else 1000)
+    options["extra"] = {"arguments": recorded_arguments(args)}
     result = pretrain(args.data, args.out, config=args.config, init_from=args.init_from, dropout=r["dropout"],
                       eval_rows=args.eval_rows, objective=r["objective"], mask_prob=r["mask_prob"],
                       recipe=args.recipe, **options)

@@ -24,6 +24,7 @@ from .config import BertConfig
 from .errors import BertforgeError
 from .finetune import finetune
 from .io import write_text_atomic
+from .options import torch_device
 from .tasks import TASKS, make_family
 from .tokenizer import BertTokenizer
 
@@ -118,7 +119,7 @@ def markdown(model: str, summary: dict, wall_s: float) -> str:
 
 def suite(model: str, tasks: list[str], seeds: list[int], out, data, points: list[dict], vocab: str | None = None,
           max_train_examples: int | None = None, max_eval_examples: int | None = None, keep_models: bool = False,
-          progress: bool = True) -> dict:
+          progress: bool = True, device: str | None = None) -> dict:
     """Run (or pick up) every task x point x seed and write OUT/suite.json and OUT/suite.md; return the summary."""
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
@@ -137,10 +138,10 @@ def suite(model: str, tasks: list[str], seeds: list[int], out, data, points: lis
             began = time.perf_counter()
             finetune(task, model_dir, data, folder, epochs=point["epochs"], lr=point["lr"],
                      batch_size=point["batch_size"], max_train_examples=max_train_examples,
-                     max_eval_examples=max_eval_examples, seed=seed, progress=False)
+                     max_eval_examples=max_eval_examples, seed=seed, progress=False, device=device)
             spent, fresh = spent + time.perf_counter() - began, fresh + 1
-            if not keep_models:
-                for sub in [*folder.glob("step-*"), folder / "final", folder / "best"]:
+            if not keep_models:  # finetune removed the step checkpoints
+                for sub in [folder / "final", folder / "best"]:
                     shutil.rmtree(sub, ignore_errors=True)
         result = json.loads(done.read_text(encoding="utf-8"))
         metrics = {k: v for k, v in result.items() if isinstance(v, float) and k != "wall_time_s"}
@@ -182,6 +183,7 @@ def add_suite_arguments(p):
     p.add_argument("--max-train-examples", type=int, help="use only the first N training examples of each task")
     p.add_argument("--max-eval-examples", type=int, help="evaluate on only the first N examples")
     p.add_argument("--keep-models", action="store_true", help="keep each run's best/ model (default: metrics only)")
+    p.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when present)")
 
 
 def run_suite(args) -> int:
@@ -191,6 +193,6 @@ def run_suite(args) -> int:
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     summary = suite(args.model, args.tasks, args.seeds, args.out, args.data, points, vocab=args.vocab,
                     max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
-                    keep_models=args.keep_models)
+                    keep_models=args.keep_models, device=args.device)
     print((Path(args.out) / "suite.md").read_text(encoding="utf-8"), end="")
     return 0 if summary["tasks"] else 2

@@ -4,7 +4,8 @@ A job (pre-training, or fine-tuning on a task) supplies a `TrainingJob`: the bat
 deterministic function of the step, so that a resumed run sees exactly the data an uninterrupted one would),
 how many units each loss term averages over, an evaluation, and how to save the model. The loop does the
 rest: AdamW with warm-up and linear decay, gradient accumulation, clipping, bf16 autocast, DDP, a JSONL log,
-progress with rate and ETA, atomic checkpoints, exact resume, and a clean stop on SIGINT/SIGTERM.
+progress with rate and ETA, TensorBoard event files if asked, atomic checkpoints, exact resume, and a clean stop
+on SIGINT/SIGTERM.
 
 Losses are combined so that the result does not depend on how a global batch is split across processes and
 accumulation steps: each term (e.g. masked-LM, averaged over masked tokens) is weighted by its units in the
@@ -29,10 +30,11 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
+from . import __version__
 from .io import atomic_path, read_text, remove_folder, replace_folder, write_text_atomic
 from .errors import BertforgeError
 from .optim import TimeSchedule, make_optimizer, step_schedule
-from .options import TrainArgs
+from .options import TENSORBOARD_MISSING, TrainArgs
 
 STATE_FILE = "training_state.pt"
 COMPLETE = "COMPLETE"  # written last into a checkpoint folder: a folder without it is not a checkpoint
@@ -98,22 +100,26 @@ def latest_checkpoint(out: Path) -> Path | None:
     return done[-1] if done else None
 
 
-RUN_FILES = ("metrics.jsonl", "eval_results.json")  # with step-*/, final/ and best/: what a run leaves
+EVENT_FILES = "events.out.tfevents.*"  # TensorBoard's, with --report-to tensorboard
+RUN_FILES = ("metrics.jsonl", "eval_results.json", EVENT_FILES)  # with step-*/, final/ and best/: what a run leaves
 
 
 def earlier_run(out: Path) -> list[str]:
     """What an earlier run left in `out`."""
     left = [p.name for p in (*out.glob("step-*"), out / "final", out / "best") if p.is_dir()]
-    return sorted(left) + [name for name in RUN_FILES if (out / name).is_file()]
+    return sorted(left) + sorted(p.name for pattern in RUN_FILES for p in out.glob(pattern) if p.is_file())
 
 
 def check_run_folder(args: "TrainArgs"):
     """--resume needs a checkpoint to resume; a new run does not start over an earlier one unless told to."""
     if args.resume:
-        if latest_checkpoint(args.out) is None:
-            raise BertforgeError(f"{args.out}: nothing to resume (no complete checkpoint with its training state); "
-                                 "start without --resume")
-        return
+        if latest_checkpoint(args.out) is not None:
+            return
+        if (args.out / "final").is_dir() and not args.keep_checkpoints:
+            raise BertforgeError(f"{args.out}: nothing to resume: the run is complete (final/) and its step "
+                                 "checkpoints were removed at its end (--keep-checkpoints keeps them)")
+        raise BertforgeError(f"{args.out}: nothing to resume (no complete checkpoint with its training state); "
+                             "start without --resume")
     left = earlier_run(args.out) if args.out.is_dir() else []
     if left and not args.overwrite:
         raise BertforgeError(f"{args.out}: holds an earlier run ({', '.join(left[:4])}); continue it with --resume, "
@@ -191,10 +197,11 @@ class Checkpointer:
 
 class MetricsLog:
     """RUN/metrics.jsonl, one object per logged step; on resume, rows past the checkpoint are dropped (and a
-    last line torn by a kill), and `rows` holds those kept."""
+    last line torn by a kill), and `rows` holds those kept. With `tensorboard`, each row's figures are also
+    TensorBoard scalars (tagged by their metrics.jsonl keys) in event files beside it."""
 
-    def __init__(self, path: Path, start_step: int, enabled: bool):
-        self.path, self.enabled, self.rows = path, enabled, []
+    def __init__(self, path: Path, start_step: int, enabled: bool, tensorboard: bool = False):
+        self.path, self.enabled, self.rows, self.board = path, enabled, [], None
         if not enabled:
             return
         if start_step and path.exists():
@@ -209,11 +216,33 @@ class MetricsLog:
                 if row.get("step", 0) <= start_step:
                     self.rows.append(row)
         write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in self.rows))
+        if tensorboard:
+            self.board = tensorboard_writer(path.parent, start_step)
 
     def write(self, row: dict):
-        if self.enabled:
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+        if not self.enabled:
+            return
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        if self.board is not None:
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.board.add_scalar(key, value, row["step"])
+            self.board.flush()
+
+    def close(self):
+        if self.board is not None:
+            self.board.close()
+
+
+def tensorboard_writer(folder: Path, start_step: int):
+    """A TensorBoard writer into the run folder; resumed at a checkpoint, it has TensorBoard drop the events an
+    earlier writer logged past it, as metrics.jsonl drops its rows."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise BertforgeError(f"--report-to tensorboard {TENSORBOARD_MISSING}") from None
+    return SummaryWriter(str(folder), purge_step=start_step + 1 if start_step else None)
 
 
 class StopRequest:
@@ -289,9 +318,10 @@ def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = 
         step_schedule(optimizer, args.schedule, args.warmup_steps, args.steps)
     ckpt = Checkpointer(args, job, ctx)
     start = ckpt.restore(model, optimizer, scheduler) if args.resume else 0
-    if ctx.main:
-        write_text_atomic(args.out / "args.json", json.dumps(asdict(args), indent=2, default=str) + "\n")
-    metrics_log = MetricsLog(args.out / "metrics.jsonl", start, ctx.main)
+    if ctx.main:  # the device the loop used (the field may say None: the default)
+        record = {**asdict(args), "device": str(ctx.device), "bertforge": __version__}
+        write_text_atomic(args.out / "args.json", json.dumps(record, indent=2, default=str) + "\n")
+    metrics_log = MetricsLog(args.out / "metrics.jsonl", start, ctx.main, args.report_to == "tensorboard")
     trained = nn.parallel.DistributedDataParallel(model) if ctx.world > 1 else model
     stop = StopRequest()
     bar = tqdm(total=round(args.time_budget) if timed else args.steps,
@@ -351,11 +381,16 @@ def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = 
                     log.info(f"stopped early at step {done}: {args.patience} evaluations without a better "
                              f"{job.best_metric} than {best:.4f}")
                 break
-        ckpt.save(model, optimizer, scheduler, done)
+        if args.keep_checkpoints:
+            ckpt.save(model, optimizer, scheduler, done)
         ckpt.save(model, optimizer, scheduler, done, name="final", full=False)
+        if ctx.main and not args.keep_checkpoints:  # after final/: a kill before this still resumes
+            for folder in args.out.glob("step-*"):
+                remove_folder(folder)
     finally:
         bar.close()
         stop.restore()
+        metrics_log.close()
     return last_eval
 
 

@@ -75,6 +75,8 @@ def snapshot(folder):
     (["features", "--model", "m", "--input", "i", "--out", "o.npz", "--stride", "0"], "--stride"),
     (["squad-split", "f.json", "--out", "o", "--train-fraction", "1"], "--train-fraction"),
     (["evaluate", "sst2", "--model", "m", "--data", "d", "--device", "cuda"], "--device"),
+    (["suite", "--model", "m", "--data", "d", "--out", "o", "--device", "cuda:99"], "--device"),
+    (["demo", "--out", "o", "--device", "cuda:99"], "--device"),
 ])
 def test_numeric_options(capsys, argv, flag):
     one_line_error(capsys, 2, argv, f"argument {flag}")

@@ -156,3 +156,76 @@ def test_patience_stops_early_and_the_model_card_says_what_was_trained(tiny_mode
     assert f"| accuracy | {result['accuracy']:.4f} |" in card and "32 training examples" in card
     saved = json.loads((tmp_path / "run" / "args.json").read_text())
     assert saved["patience"] == 1 and saved["extra"]["task"] == "sst2" and saved["extra"]["data"] == str(data)
+
+
+def sizes(folder) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_finished_run_keeps_best_and_final_without_optimizer_state(tiny_model, tmp_path, capsys):
+    data = require_shared("data", "glue", "SST-2")
+    run("sst2", tiny_model, data, tmp_path / "run", save_every=1)
+    files = sizes(tmp_path / "run")
+    assert {name.split("/")[0] for name in files} == {"args.json", "metrics.jsonl", "eval_results.json", "best",
+                                                      "final"}
+    assert not [name for name in files if name.endswith("training_state.pt")]
+    weights = files["final/model.safetensors"]
+    assert files["best/model.safetensors"] == weights
+    assert sum(files.values()) < 2.2 * weights  # the two models, and small files
+    assert main(["finetune", "sst2", "--model", str(tiny_model), "--data", str(data), "--out", str(tmp_path / "run"),
+                 "--max-train-examples", "32", "--epochs", "1", "--batch-size", "8", "--resume"]) == 2
+    assert "the run is complete (final/)" in capsys.readouterr().err
+
+    # --keep-checkpoints: the last --keep step checkpoints stay, with the optimizer state that --resume needs
+    run("sst2", tiny_model, data, tmp_path / "kept", save_every=1, keep=2, keep_checkpoints=True)
+    files = sizes(tmp_path / "kept")
+    assert sorted({name.split("/")[0] for name in files if name.startswith("step-")}) == ["step-0000003",
+                                                                                          "step-0000004"]
+    assert files["step-0000004/training_state.pt"] > 1.9 * weights  # Adam's two moments per weight
+
+
+def test_a_rerun_from_args_file_gives_the_same_args_and_metrics(tiny_model, tmp_path, capsys):
+    data = require_shared("data", "glue", "SST-2")
+    first, again, other = tmp_path / "first", tmp_path / "again", tmp_path / "other"
+    assert main(["finetune", "sst2", "--model", str(tiny_model), "--data", str(data), "--out", str(first),
+                 "--max-train-examples", "32", "--max-eval-examples", "16", "--batch-size", "8", "--epochs", "2",
+                 "--lr", "1e-3", "--grad-accum", "2", "--log-every", "1", "--no-progress"]) == 0
+    assert main(["finetune", "--args-file", str(first / "args.json"), "--out", str(again)]) == 0
+    assert main(["finetune", "--args-file", str(first / "args.json"), "--out", str(other), "--seed", "2"]) == 0
+    capsys.readouterr()
+
+    def recorded(folder):
+        args = json.loads((folder / "args.json").read_text())
+        args["extra"].pop("command")
+        return args
+
+    def figures(folder):
+        return [{k: v for k, v in json.loads(line).items() if k != "tokens_per_s"}
+                for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+    expected = recorded(first)
+    assert expected["device"] == "cpu" and expected["bertforge"] and expected["extra"]["max_length"] == 128
+    assert expected["grad_accum"] == 2 and expected["extra"]["arguments"]["task"] == "sst2"
+    expected["out"] = expected["extra"]["arguments"]["out"] = str(again)
+    assert recorded(again) == expected
+    assert figures(again) == figures(first)
+    expected["out"] = expected["extra"]["arguments"]["out"] = str(other)
+    expected["seed"] = expected["extra"]["arguments"]["seed"] = 2
+    assert recorded(other) == expected
+    assert figures(other) != figures(first)
+
+
+def test_evaluate_writes_results_and_predictions_to_out(tiny_model, tmp_path, capsys):
+    data = require_shared("data", "glue", "SST-2")
+    run("sst2", tiny_model, data, tmp_path / "run")
+    capsys.readouterr()
+    out = tmp_path / "scores"
+    assert main(["evaluate", "sst2", "--model", str(tmp_path / "run" / "best"), "--data", str(data),
+                 "--max-eval-examples", "24", "--out", str(out), "--no-progress"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    saved = json.loads((out / "eval_results.json").read_text())
+    assert saved == {"task": "sst2", "model": str(tmp_path / "run" / "best"), "splits": ["dev"], **printed}
+    rows = [line.split("\t") for line in (out / "SST-2_dev.tsv").read_text().splitlines()[1:]]
+    gold = [e.label for e in read_glue("sst2", data.parent, "dev")[:24]]
+    assert len(rows) == 24
+    assert sum(int(p) == g for (_, p), g in zip(rows, gold)) / 24 == pytest.approx(printed["accuracy"])

@@ -229,6 +229,9 @@ def test_batching_keeps_input_order(make_model):
     expected = bertforge.pipeline(model=folder, batch_size=1)(inputs, top_k=None)
     assert_same(bertforge.pipeline(model=folder, max_batch_tokens=64)(inputs, top_k=None), expected)
     assert_same(bertforge.pipeline(model=folder)(inputs, top_k=None), expected)
+    assert_same(bertforge.pipeline(model=folder)(inputs, top_k=None, batch_size=4), expected)  # as transformers'
+    with pytest.raises(BertforgeError, match="batch_size must be a positive whole number, not 0"):
+        bertforge.pipeline(model=folder)(inputs, batch_size=0)
 
 
 @pytest.mark.parametrize("task, inputs, message", [

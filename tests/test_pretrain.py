@@ -146,3 +146,19 @@ def test_missing_data_folder_is_one_line(tmp_path, capsys):
     assert main(["pretrain", *cli(tmp_path / "nowhere", tmp_path / "run", steps=2)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "nowhere" in err
+
+
+def test_args_file_reruns_with_the_recipe_left_to_decide(data_dir, tmp_path, capsys):
+    first, again = tmp_path / "first", tmp_path / "again"
+    assert main(["pretrain", *cli(data_dir, first, "--recipe", "budget", "--keep", "1", steps=4)]) == 0
+    assert main(["pretrain", "--args-file", str(first / "args.json"), "--out", str(again)]) == 0
+    capsys.readouterr()
+    args = [json.loads((run / "args.json").read_text()) for run in (first, again)]
+    arguments = [a["extra"].pop("arguments") for a in args]
+    assert arguments[0]["recipe"] == "budget" and arguments[0]["mask_prob"] is None  # as given: the recipe's
+    assert args[0]["extra"]["mask_prob"] == 0.3 and args[0]["extra"]["max_length"] == 64
+    assert {**arguments[0], "out": str(again)} == arguments[1]
+    assert {**args[0], "out": str(again)} == args[1]
+    strip = [{k: v for k, v in json.loads(line).items() if k != "tokens_per_s"}
+             for run in (first, again) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert strip[:4] == strip[4:]

@@ -56,8 +56,10 @@ def test_runs_report_and_resume(glue, tmp_path, monkeypatch, capsys):
 
 def test_grid_reports_the_dev_best_point(glue, tmp_path):
     out = tmp_path / "grid"
-    assert main(argv(out, "--tasks", "sst2", "--seeds", "1", "--grid", "lr=1e-3,1e-5 batch_size=8 epochs=1")) == 0
+    assert main(argv(out, "--tasks", "sst2", "--seeds", "1", "--grid", "lr=1e-3,1e-5 batch_size=8 epochs=1",
+                     "--device", "cpu")) == 0
     report = json.loads((out / "suite.json").read_text())
+    assert {json.loads(p.read_text())["device"] for p in (out / "runs").rglob("args.json")} == {"cpu"}
     assert sorted(suite_module.point_name(p) for p in report["points"]) == ["lr0.001-bs8-ep1", "lr1e-05-bs8-ep1"]
     best = max(report["runs"], key=lambda r: r["metrics"]["accuracy"])
     assert report["summary"]["tasks"]["sst2"]["point"] == suite_module.point_name(best["point"])

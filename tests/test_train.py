@@ -1,14 +1,19 @@
 """The training loop against a plain reference loop: transformers' model, torch's AdamW, transformers' schedule."""
 
 import json
+import sys
 
+import pytest
 import torch
 import transformers
 
 import bertforge.model as bf
 from bertforge.config import BertConfig
+from bertforge.errors import BertforgeError
+from bertforge.io import remove_folder
 from bertforge.optim import GoogleAdamW
 from bertforge.train import TrainArgs, fit
+from tests.conftest import one_line_error
 from tests.test_model import MINI, VOCAB
 
 STEPS, WARMUP, LR = 10, 3, 1e-3
@@ -95,3 +100,50 @@ def test_google_adam_has_no_bias_correction():
     m, v = 0.1 * g, 0.001 * g * g
     expected = torch.tensor([1.0, -2.0, 3.0]) - 0.1 * (m / (v.sqrt() + 1e-6) + 0.01 * torch.tensor([1.0, -2.0, 3.0]))
     assert torch.allclose(p.detach(), expected, atol=1e-6)
+
+
+class EvaluatedBatches(FixedBatches):
+    """FixedBatches with an evaluation figure that moves as the weights do."""
+
+    def evaluate(self, model):
+        return {"eval_weight_norm": float(sum(p.detach().norm() for p in model.parameters()))}
+
+
+def scalars(folder) -> dict[str, list[tuple[int, float]]]:
+    """What TensorBoard reads from a run folder's event files: (step, value) per tag."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_tensorboard_events_hold_the_metrics_log_also_after_resume(tmp_path):
+    pytest.importorskip("tensorboard")
+    config = BertConfig(**{**MINI, "id2label": {0: "a", 1: "b", 2: "c"}})
+    torch.manual_seed(0)
+    model = bf.BertForSequenceClassification(config)
+    run = tmp_path / "run"
+    options = dict(out=run, steps=6, batch_size=8, lr=LR, warmup=WARMUP, progress=False, eval_every=2, save_every=3,
+                   keep=2, report_to="tensorboard")
+    fit(model, EvaluatedBatches(batches(6)), TrainArgs(**options))
+    # a run killed after step 6, before its last checkpoint: resumed from step 3, steps 4-6 are logged again
+    remove_folder(run / "step-0000006")
+    fit(model, EvaluatedBatches(batches(6)), TrainArgs(**options, resume=True))
+    assert len(list(run.glob("events.out.tfevents.*"))) == 2
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    expected = {}
+    for row in rows:
+        for key, value in row.items():
+            if key != "step":
+                expected.setdefault(key, []).append((row["step"], pytest.approx(value, rel=1e-6)))
+    assert set(expected) == {"loss", "lr", "tokens_per_s", "eval_weight_norm"}
+    assert scalars(run) == expected  # each step once: TensorBoard drops what the first writer logged past step 3
+
+
+def test_tensorboard_missing_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if the package were not installed
+    args = TrainArgs(out=tmp_path / "run", steps=1, batch_size=8, progress=False, report_to="tensorboard")
+    with pytest.raises(BertforgeError) as excinfo:
+        fit(bf.BertForSequenceClassification(BertConfig(**MINI)), FixedBatches(batches(1)), args)
+    one_line_error(excinfo, "--report-to tensorboard", "pip install -e '.[tensorboard]'")
