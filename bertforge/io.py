@@ -5,6 +5,7 @@ is handled one way everywhere: errors name the file (and line), and a written fi
 with the ordinary mode the user's umask gives (not the 0600 of a temporary file).
 """
 
+import codecs
 import csv
 import io
 import json
@@ -20,6 +21,7 @@ import numpy as np
 from .errors import FULL, BertforgeError, where
 
 TEXT_SUFFIXES = (".txt", ".raw", ".text")  # what is read when recursing into a folder of text
+BLOCK_BYTES = 1 << 22  # text files are read in blocks of this size (ending at a line end)
 
 
 def _umask() -> int:
@@ -36,17 +38,74 @@ def read_text(path, encoding="utf-8") -> str:
     path = Path(path)
     try:
         return path.read_bytes().decode(encoding)
-    except FileNotFoundError:
-        raise BertforgeError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise BertforgeError(f"{path}: is a folder, not a file") from None
     except OSError as e:
-        raise BertforgeError(f"{path}: cannot read ({e.strerror})") from None
+        raise unreadable(path, e) from None
     except UnicodeDecodeError as e:
         raise BertforgeError(
             f"{path}: not valid {encoding} at byte {e.start} ({e.object[e.start:e.start + 1]!r}); "
             f"pass the file's encoding (e.g. encoding='latin-1')"
         ) from None
+
+
+def unreadable(path, e: OSError) -> BertforgeError:
+    if isinstance(e, FileNotFoundError):
+        return BertforgeError(f"{path}: file not found")
+    if isinstance(e, IsADirectoryError):
+        return BertforgeError(f"{path}: is a folder, not a file")
+    return BertforgeError(f"{path}: cannot read ({e.strerror})")
+
+
+def decoded_blocks(path: Path, encoding: str = "utf-8", progress=None):
+    """The file's text in blocks of about ``BLOCK_BYTES`` that end at a line end, decoded strictly.
+
+    ``encoding`` may list fallbacks, tried in order for each line of a block that does not decode:
+    ``utf-8,cp1252`` reads a mix of UTF-8 and Windows-1252 files (a line in another encoding is almost never
+    valid UTF-8); ``cp1252`` rather than ``latin-1`` for text written on Windows: its bytes 0x80-0x9f are
+    curly quotes, dashes and the euro sign, which latin-1 reads as invisible control characters. cp1252 leaves
+    five bytes undefined: ``utf-8,cp1252,latin-1`` decodes any byte. A line no encoding decodes is an error
+    naming the file, line and byte offset.
+    """
+    encodings = encoding.split(",")
+    for name in encodings:
+        try:
+            codecs.lookup(name)
+        except LookupError:
+            raise BertforgeError(f"--encoding {encoding}: unknown encoding {name!r}") from None
+    offset = lines = 0
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise unreadable(path, e) from None
+    with f:
+        while raw := f.read(BLOCK_BYTES):
+            raw += f.readline()
+            try:
+                text = raw.decode(encodings[0])
+            except UnicodeDecodeError:
+                text = _decode_by_line(raw, encodings, path, offset, lines)
+            yield text[1:] if offset == 0 and text.startswith("\ufeff") else text
+            offset += len(raw)
+            lines += raw.count(b"\n")
+            if progress is not None:
+                progress.update(len(raw))
+
+
+def _decode_by_line(raw: bytes, encodings, path, offset: int, lines: int) -> str:
+    """Decode a block line by line, each line with the first encoding that decodes it."""
+    text = []
+    for number, line in enumerate(io.BytesIO(raw), lines + 1):
+        for name in encodings:
+            try:
+                text.append(line.decode(name))
+                break
+            except UnicodeDecodeError as e:
+                if name == encodings[0]:
+                    bad = offset + e.start, line[e.start]
+        else:
+            raise BertforgeError(f"{where(path, number)}: byte {bad[0]} (0x{bad[1]:02x}) is not valid {encodings[0]}; "
+                                 "pass --encoding (e.g. cp1252 for Windows text, utf-8,cp1252 for a mix)")
+        offset += len(line)
+    return "".join(text)
 
 
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")

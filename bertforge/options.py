@@ -127,6 +127,12 @@ def old_spellings(action, *names: str):
     return action
 
 
+def add_encoding_argument(parser) -> None:
+    """--encoding of the commands that read text files (`io.decoded_blocks` tries the fallbacks)."""
+    parser.add_argument("--encoding", default="utf-8", help="text encoding of the input files, or fallbacks tried "
+                        "in order per line: cp1252 for Windows text, utf-8,cp1252 for a mix")
+
+
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION = re.compile(r"(\d+(?:\.\d*)?)([smhd])")
 

@@ -1,4 +1,5 @@
-"""BERT's WordPiece tokenizer (spec sections 2-3) on the `tokenizers` library, and vocabulary training.
+"""BERT's WordPiece tokenizer (spec sections 2-3) on the `tokenizers` library, and vocabulary training (reading
+the files and counting their words with the tokenizer's own normalizer and pre-tokenizer; wordpiece.py learns).
 
 The `tokenizers` pipeline does the per-character work (BertNormalizer, BertPreTokenizer, WordPiece); this module
 owns the BERT-specific parts: the vocabulary file, cased/uncased checkpoints, the [CLS] A [SEP] B [SEP] layout,
@@ -10,13 +11,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tqdm import tqdm
 
 from .encoding import Encoding
 from .errors import BertforgeError
-from .io import atomic_path, check_output, read_json, read_text, text_files, write_json, write_text_atomic
-from .options import count, old_spellings
+from .io import atomic_path, check_output, decoded_blocks, read_json, text_files, write_json, write_text_atomic
+from .options import add_encoding_argument, count, old_spellings
 from .vocab import SPECIAL_NAMES, SPECIAL_TOKENS, looks_uncased, read_vocab, vocab_of_pipeline
+from .wordpiece import count_words, learn_vocab
 
 MAX_CHARS_PER_WORD = 100  # longer words become [UNK]
 DEFAULT_MAX_LENGTH = 512  # the position embeddings of every released BERT
@@ -425,23 +428,27 @@ def as_list(ids):
 
 def train_vocab(files, vocab_size=30522, out_dir=None, lowercase=True, min_frequency=2, limit_alphabet=1000,
                 encoding="utf-8", progress: bool = False) -> BertTokenizer:
-    """Train a WordPiece vocabulary (special tokens: ids 0-4), saved in out_dir if given; `progress`: bars, ETA."""
+    """Train a WordPiece vocabulary (wordpiece.py: the same one on every run; special tokens: ids 0-4), saved in
+    out_dir if given. `encoding` may list fallbacks (`utf-8,cp1252`); `progress`: bars with rates and ETAs."""
     paths, _ = text_files(files)
     if not paths:
         raise BertforgeError(f"no text files (*.txt, *.raw, *.text) in {' '.join(map(str, files))}")
+
+    def texts():
+        with tqdm(total=sum(p.stat().st_size for p in paths), unit="B", unit_scale=True, desc="read",
+                  disable=not progress) as bar:
+            for path in paths:
+                yield from decoded_blocks(path, encoding, bar)
+
     backend = build_backend({}, lowercase)
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
-        special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##", show_progress=progress,
-    )
-    backend.train_from_iterator((read_text(p, encoding) for p in paths), trainer, length=len(paths))
-    vocab = backend.get_vocab()
-    if len(vocab) == len(SPECIAL_TOKENS):
+    word_counts = count_words(texts(), backend.normalizer, backend.pre_tokenizer, progress)
+    if not word_counts:
         raise BertforgeError(f"{' '.join(map(str, files))}: no text to learn a vocabulary from (only whitespace)")
-    if len(vocab) > vocab_size:
+    tokens = learn_vocab(word_counts, vocab_size, SPECIAL_TOKENS, min_frequency, limit_alphabet, progress)
+    if len(tokens) > vocab_size:
         raise BertforgeError(f"--vocab-size {vocab_size} is below what the corpus needs: its alphabet and the "
-                             f"{len(SPECIAL_TOKENS)} special tokens take {len(vocab)} entries")
-    tokenizer = BertTokenizer(vocab, do_lower_case=lowercase)
+                             f"{len(SPECIAL_TOKENS)} special tokens take {len(tokens)} entries")
+    tokenizer = BertTokenizer({t: i for i, t in enumerate(tokens)}, do_lower_case=lowercase)
     if out_dir is not None:
         tokenizer.save_pretrained(out_dir)
     return tokenizer
@@ -456,7 +463,8 @@ def add_tokenizer_arguments(parser):
     train.add_argument("--out", required=True, help="folder for vocab.txt, tokenizer.json, tokenizer_config.json")
     train.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case)")
     train.add_argument("--min-frequency", type=count(1), default=2, help="occurrences a piece needs to be learnt")
-    train.add_argument("--encoding", default="utf-8", help="encoding of the text files (cp1252 for Windows text)")
+    add_encoding_argument(train)
+    train.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     encode = sub.add_parser("encode", help="show how a text (or text pair) is tokenized")
     encode.add_argument("--vocab", required=True, help="vocab.txt or a checkpoint folder")
     case = encode.add_mutually_exclusive_group()
@@ -475,7 +483,7 @@ def run_tokenizer(args) -> int:
         check_output(args.out, "--out", inputs=args.files)
         t0 = time.time()
         tokenizer = train_vocab(args.files, args.vocab_size, args.out, lowercase=not args.cased,
-                                min_frequency=args.min_frequency, encoding=args.encoding, progress=True)
+                                min_frequency=args.min_frequency, encoding=args.encoding, progress=args.progress)
         print(f"trained a {tokenizer.vocab_size:,}-token {'cased' if args.cased else 'uncased'} vocabulary "
               f"in {time.time() - t0:.1f} s, saved to {args.out}")
         for text in SAMPLES:

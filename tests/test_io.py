@@ -5,7 +5,9 @@ import stat
 import pytest
 
 from bertforge.errors import BertforgeError
-from bertforge.io import atomic_path, read_json, read_json_lines, read_text, text_files, write_text_atomic
+from bertforge.io import (
+    atomic_path, decoded_blocks, read_json, read_json_lines, read_text, text_files, write_text_atomic,
+)
 
 
 def test_text_files(tmp_path):
@@ -81,3 +83,21 @@ def test_read_text_errors(tmp_path):
     with pytest.raises(BertforgeError, match=r"latin\.txt: not valid utf-8 at byte 3"):
         read_text(tmp_path / "latin.txt")
     assert read_text(tmp_path / "latin.txt", "latin-1") == "café"
+
+
+def test_cp1252_fallback_reads_windows_quotes(tmp_path):
+    path = tmp_path / "speech.txt"
+    utf8, windows = "\u201cWe the people\u201d \u2014 caf\u00e9\n", "It\u2019s \u20ac5.\n"
+    path.write_bytes(utf8.encode("utf-8") + windows.encode("cp1252"))
+    assert "".join(decoded_blocks(path, "utf-8,cp1252")) == utf8 + windows
+    latin = "".join(decoded_blocks(path, "utf-8,latin-1"))
+    assert "\u2019" not in latin.splitlines()[1]  # latin-1 reads 0x92 as a control character, not a quote
+
+
+def test_decoded_blocks_errors_name_the_file(tmp_path):
+    for path, problem in ((tmp_path / "none.txt", "file not found"), (tmp_path, "is a folder")):
+        with pytest.raises(BertforgeError, match=f"{path}: {problem}"):
+            list(decoded_blocks(path))
+    with pytest.raises(BertforgeError, match="--encoding utf-8,nope: unknown encoding 'nope'"):
+        list(decoded_blocks(tmp_path / "none.txt", "utf-8,nope"))
+

@@ -325,8 +325,8 @@ def test_train_vocab(trained):
 
 def test_train_vocab_reports_undecodable_file_by_name_and_offset():
     ball = require_shared("data", "corpus", "gutenberg", "chesterton-ball.txt")  # ISO-8859-1 ("Brunetière")
-    one_line_error(lambda: train_vocab([ball], vocab_size=100), str(ball), "not valid utf-8 at byte 227337",
-                   "encoding=")
+    one_line_error(lambda: train_vocab([ball], vocab_size=100), f"{ball}:4631: byte 227337 (0xe8) is not valid utf-8",
+                   "--encoding")
     one_line_error(lambda: train_vocab([ball.parent / "nope"]), "nope", "no such file")
 
 
@@ -389,3 +389,22 @@ def test_cli_train(tmp_path, capsys):
     assert f"-> {' '.join(tokenizer.tokenize(SAMPLES[0]))}" in printed
     assert tokenizer.do_lower_case is False and {"The", "king", "queen", "brown", "fox"} <= set(tokenizer.vocab)
     assert not {"{", "Z", "y"} & set(tokenizer.vocab)  # characters of the files that are not read
+
+
+def test_cli_train_encoding_fallbacks_and_progress(tmp_path, capsys):
+    corpus = tmp_path / "speech.txt"
+    lines = [("\u201cWe the people\u201d said caf\u00e9.\n", "utf-8"),
+             ("It\u2019s \u20ac5, said the people.\n", "cp1252")]
+    corpus.write_bytes(b"".join(line.encode(encoding) for line, encoding in lines * 20))
+    argv = ["train", "--input", str(corpus), "--vocab-size", "80", "--out", str(tmp_path / "vocab")]
+    with pytest.raises(BertforgeError, match=r"speech\.txt:2: byte \d+ \(0x92\) is not valid utf-8; pass --encoding"):
+        run_tokenizer(parse(*argv))
+    capsys.readouterr()
+    assert run_tokenizer(parse(*argv, "--encoding", "utf-8,cp1252")) == 0
+    bars = capsys.readouterr().err
+    assert all(stage in bars for stage in ("read", "words", "merges")) and "it/s" not in bars  # with their units
+    vocab = BertTokenizer.from_pretrained(tmp_path / "vocab").vocab
+    assert {"\u201c", "\u2019", "\u20ac", "people"} <= set(vocab)
+    assert run_tokenizer(parse(*argv, "--encoding", "utf-8,cp1252", "--no-progress")) == 0
+    assert capsys.readouterr().err == ""
+

@@ -19,9 +19,7 @@ sentence of any document without holding Python lists of lists. As in Google's c
 tokenizes to nothing is dropped, and so is a document left without sentences.
 """
 
-import codecs
 import collections
-import io
 import itertools
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -32,13 +30,12 @@ import numpy as np
 from tokenizers import AddedToken, Tokenizer
 from tqdm import tqdm
 
-from ..errors import BertforgeError, where
-from ..io import text_files
+from ..errors import BertforgeError
+from ..io import decoded_blocks, text_files
 
 ENCODE_BATCH_CHARS = 1 << 20  # text per encode_batch call: enough to keep the tokenizer's threads busy
 GROUP_SENTENCES = 64  # sentences per tokenizer input (SentenceEncoder)
 SEPARATOR = "\x00"
-BLOCK_BYTES = 1 << 22  # files are read in blocks of this size (ending at a line end)
 GUTENBERG_HEADER_LINES = 400  # the START marker is looked for this far
 FORMAT_SAMPLE_LINES = 200  # detect_format looks at the lines of at least FORMAT_MIN_CHARS characters among these:
 FORMAT_MIN_CHARS = 40  # (shorter ones are headings, contents, verse: no clue)
@@ -116,55 +113,6 @@ def detect_format(lines: list[str]) -> str:
                    for cur, nxt in pairs)
     one_per_line = ends >= LINES_FINAL_SHARE * len(pairs) and raw_like < RAW_LINE_SHARE * len(pairs)
     return "lines" if pairs and one_per_line and nonblank >= 2 * blocks else "raw"
-
-
-def decoded_blocks(path: Path, encoding: str = "utf-8", progress=None):
-    """The file's text in blocks of about ``BLOCK_BYTES`` that end at a line end, decoded strictly.
-
-    ``encoding`` may list fallbacks, tried in order for each line of a block that does not decode:
-    ``utf-8,cp1252`` reads a mix of UTF-8 and Windows-1252 files (a line in another encoding is almost never
-    valid UTF-8); ``cp1252`` rather than ``latin-1`` for text written on Windows: its bytes 0x80-0x9f are
-    curly quotes, dashes and the euro sign, which latin-1 reads as invisible control characters. cp1252 leaves
-    five bytes undefined: ``utf-8,cp1252,latin-1`` decodes any byte. A line no encoding decodes is an error
-    naming the file, line and byte offset.
-    """
-    encodings = encoding.split(",")
-    for name in encodings:
-        try:
-            codecs.lookup(name)
-        except LookupError:
-            raise BertforgeError(f"--encoding {encoding}: unknown encoding {name!r}") from None
-    offset = lines = 0
-    with open(path, "rb") as f:
-        while raw := f.read(BLOCK_BYTES):
-            raw += f.readline()
-            try:
-                text = raw.decode(encodings[0])
-            except UnicodeDecodeError:
-                text = _decode_by_line(raw, encodings, path, offset, lines)
-            yield text[1:] if offset == 0 and text.startswith("\ufeff") else text
-            offset += len(raw)
-            lines += raw.count(b"\n")
-            if progress is not None:
-                progress.update(len(raw))
-
-
-def _decode_by_line(raw: bytes, encodings, path, offset: int, lines: int) -> str:
-    """Decode a block line by line, each line with the first encoding that decodes it."""
-    text = []
-    for number, line in enumerate(io.BytesIO(raw), lines + 1):
-        for name in encodings:
-            try:
-                text.append(line.decode(name))
-                break
-            except UnicodeDecodeError as e:
-                if name == encodings[0]:
-                    bad = offset + e.start, line[e.start]
-        else:
-            raise BertforgeError(f"{where(path, number)}: byte {bad[0]} (0x{bad[1]:02x}) is not valid {encodings[0]}; "
-                                 "pass --encoding (e.g. cp1252 for Windows text, utf-8,cp1252 for a mix)")
-        offset += len(line)
-    return "".join(text)
 
 
 def strip_gutenberg(blocks):

@@ -31,7 +31,7 @@ from bertforge.data.masking import continuation_table, mask_batch, word_starts
 from bertforge.data.shards import ShardWriter, vocab_sha256
 from bertforge.errors import BertforgeError
 from bertforge.io import check_output, replace_folder, write_json
-from bertforge.options import count, old_spellings, open_fraction, share
+from bertforge.options import add_encoding_argument, count, old_spellings, open_fraction, share
 from bertforge.tokenizer import BertTokenizer
 
 MAX_SEQ_LENGTH = 1 << 16  # masked positions are stored as uint16 (see shards.py)
@@ -284,8 +284,7 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-docs", type=_eval_docs, default=0, metavar="N",
                         help="hold out N documents (or this fraction, if below 1) for evaluation: one pass, "
                              "written to OUT/eval, never used in training pairs")
-    parser.add_argument("--encoding", default="utf-8", help="text encoding of the input files, or fallbacks tried "
-                        "in order per line: cp1252 for Windows text, utf-8,cp1252 for a mix")
+    add_encoding_argument(parser)
     parser.add_argument("--format", choices=("auto", "lines", "raw"), default="auto",
                         help="lines: one sentence per line, blank line between documents (Google's); "
                              "raw: running text, one document per file; auto: decide per file")

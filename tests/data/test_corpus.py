@@ -117,7 +117,7 @@ def test_real_latin1_file():
 
 
 def test_blocks_do_not_split_paragraphs(tmp_path, monkeypatch):
-    monkeypatch.setattr("bertforge.data.corpus.BLOCK_BYTES", 16)
+    monkeypatch.setattr("bertforge.io.BLOCK_BYTES", 16)
     path = tmp_path / "raw.txt"
     path.write_text("This paragraph is wrapped\nover three lines and\nends here. Next one.\n\nSecond paragraph.\n")
     assert sentences(path, fmt="raw") == ["This paragraph is wrapped over three lines and ends here.", "Next one.",
@@ -165,14 +165,3 @@ def test_chinese_corpus_with_a_vocabulary_trained_on_it(tmp_path):
                  "--out", str(tmp_path / "data"), "--max-length", "32", "--dupe-factor", "1"]) == 0
     stats = json.loads((tmp_path / "data" / "stats.json").read_text())
     assert stats["corpus"]["sentences"] == 10 * 5
-
-
-def test_cp1252_fallback_reads_windows_quotes(tmp_path):
-    from bertforge.data.corpus import decoded_blocks
-
-    path = tmp_path / "speech.txt"
-    utf8, windows = "\u201cWe the people\u201d \u2014 caf\u00e9\n", "It\u2019s \u20ac5.\n"
-    path.write_bytes(utf8.encode("utf-8") + windows.encode("cp1252"))
-    assert "".join(decoded_blocks(path, "utf-8,cp1252")) == utf8 + windows
-    latin = "".join(decoded_blocks(path, "utf-8,latin-1"))
-    assert "\u2019" not in latin.splitlines()[1]  # latin-1 reads 0x92 as a control character, not a quote
