@@ -77,7 +77,7 @@ def add_model_run_arguments(p, data_help: str, examples_help: str):
 
 
 def add_evaluate_arguments(p):
-    add_model_run_arguments(p, "the task's data folder (or file); your own data: --dev FILE instead",
+    add_model_run_arguments(p, "the task's data folder (or file); your own data: --dev FILE or --dataset instead",
                             "score only the first N examples")
     p.add_argument("--split", help="split to score (default: the task's dev splits)")
     p.add_argument("--out", help="folder for eval_results.json and each scored split's predictions (the task's "

@@ -288,6 +288,7 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("auto", "lines", "raw"), default="auto",
                         help="lines: one sentence per line, blank line between documents (Google's); "
                              "raw: running text, one document per file; auto: decide per file")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
 
 
 def run_data_create(args) -> None:
@@ -296,5 +297,5 @@ def run_data_create(args) -> None:
         args.input, BertTokenizer.from_pretrained(args.vocab), args.out, max_seq_length=args.max_seq_length,
         max_predictions=args.max_predictions, masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,
         dupe_factor=args.dupe_factor, seed=args.seed, whole_word_mask=args.whole_word_mask, mask=not args.no_mask,
-        eval_docs=args.eval_docs, encoding=args.encoding, fmt=args.format, nsp=not args.no_nsp, progress=True)
+        eval_docs=args.eval_docs, encoding=args.encoding, fmt=args.format, nsp=not args.no_nsp, progress=args.progress)
     print(format_report(stats))

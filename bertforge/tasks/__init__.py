@@ -29,6 +29,15 @@ def make_family(task: str, data=None, max_length: int | None = None, options: di
     family = TASKS[task]
     if reading and data is None and family.reads_data_folder:
         raise BertforgeError(f"{task} reads its splits from a folder: give --data")
+    defaults = {}  # every other family's option -> its defaults: a value among them was not given
+    for other in FAMILIES:
+        for k, default in other.option_defaults.items():
+            defaults.setdefault(k, []).append(default)
+    foreign = sorted(k for k in options if k in defaults and k not in family.option_defaults
+                     and options[k] not in defaults[k])
+    if foreign:
+        flags = ", ".join("--" + k.replace("_", "-") for k in foreign)
+        raise BertforgeError(f"{task} does not take {flags}: those are other tasks' options")
     own = {k: options.get(k, default) for k, default in family.option_defaults.items()}
     return family(task, None if data is None else Path(data), max_length or family.default_max_length, **own)
 

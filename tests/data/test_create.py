@@ -189,10 +189,11 @@ def test_cli_functions(corpus, tmp_path, capsys):
     vocab = require_shared("models", "all-MiniLM-L6-v2")
     args = parser.parse_args(["--input", str(corpus / "story1.txt"), str(corpus / "google.txt"), "--vocab", str(vocab),
                               "--out", str(tmp_path / "out"), "--dupe-factor", "2", "--max-seq-length", "64",
-                              "--eval-docs", "0.25", "--no-mask"])
+                              "--eval-docs", "0.25", "--no-mask", "--no-progress"])
     assert args.dupe_factor == 2 and args.eval_docs == 0.25 and args.no_mask
     assert run_data_create(args) is None
-    report = capsys.readouterr().out
+    report, bars = capsys.readouterr()
+    assert bars == ""  # --no-progress
     assert "4 documents" in report and "1 documents held out" in report and "random next" in report
     assert load_pretraining_data(tmp_path / "out", "eval").index["split"] == "eval"
     with pytest.raises(SystemExit):

@@ -132,3 +132,11 @@ def test_files_from_a_data_folder(tokenizer, tmp_path):
     with pytest.raises(BertforgeError) as e:
         family.read("test", tokenizer)
     one_line_error(e, "no test file (looked for test.csv, test.tsv, test.jsonl, test.json)")
+
+
+def test_another_familys_options_are_refused(tmp_path):
+    """`finetune sst2 --train x.csv` would silently read SST-2 instead: an option of another task is an error."""
+    with pytest.raises(BertforgeError, match=r"sst2 does not take --tags-column, --train: those are other tasks'"):
+        make_family("sst2", tmp_path, options={"train": "x.csv", "tags_column": "ner", "text_column": "text"})
+    # every family's defaults (all parsed flags, nothing given) are no choice of the user's
+    assert make_family("sst2", tmp_path, options={"train": None, "text_column": "text"}).task == "sst2"
