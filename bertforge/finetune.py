@@ -155,7 +155,8 @@ def model_card(family: TaskFamily, run: dict, results: dict) -> str:
 def add_finetune_arguments(p):
     p.add_argument("task", help=f"one of {', '.join(TASKS)}")
     p.add_argument("--model", required=True, help="pre-trained checkpoint folder (Hugging Face layout)")
-    p.add_argument("--data", help="the task's data folder (or file); your own data: --train/--dev/--test or --dataset instead")
+    p.add_argument("--data", help="the task's data folder (or file); "
+                                  "your own data: --train/--dev/--test or --dataset instead")
     p.add_argument("--out", required=True, help="run folder: best/, eval_results.json, metrics.jsonl")
     p.add_argument("--epochs", type=positive, default=3.0, help="passes over the training data")
     p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 or 384)")
