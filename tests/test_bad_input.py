@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from itertools import islice
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -302,6 +303,34 @@ def test_the_wrong_model_for_the_job(tmp_path, capsys, tiny_model):
     (untrained / "config.json").write_text(json.dumps(config))
     one_line_error(capsys, 2, ["predict", "sst2", "--model", untrained, "--text", "fine"],
                    "no trained classifier", "fine-tune it first")
+
+
+# 8. The same input gives the same output: vocabulary, data and pre-training, in any process
+
+def test_vocabulary_data_and_pretraining_repeat_byte_for_byte(corpus, tmp_path):
+    """Two processes with other hash seeds: the same vocab.txt and tokenizer.json (also from the files in another
+    order: a vocabulary is learnt from counts), the same shards, the same losses (the library trainer gave three
+    vocabularies in three runs). The data's documents follow the order of --input, as in Google's code."""
+    files = sorted(str(p) for p in (corpus / "corpus").glob("*.txt"))
+    runs = []
+    for seed, order in (("1", files), ("2", files[::-1])):
+        out = tmp_path / f"run-{seed}"
+        env = {**ENV, "PYTHONHASHSEED": seed}
+        for argv in (["tokenizer", "train", "--input", *order, "--vocab-size", "1200", "--out", out / "vocab",
+                      "--no-progress"],
+                     ["data", "create", "--input", *files, "--vocab", out / "vocab", "--out", out / "data",
+                      "--max-seq-length", "64", "--dupe-factor", "2", "--eval-docs", "2", "--seed", "3",
+                      "--no-progress"],
+                     ["pretrain", "--data", out / "data", "--config", "tiny", "--out", out / "pt", "--steps", "3",
+                      "--batch-size", "4", "--log-every", "1", "--eval-every", "3", "--no-progress"]):
+            subprocess.run([sys.executable, "-m", "bertforge", *map(str, argv)], env=env, check=True,
+                           capture_output=True)
+        losses = [json.loads(line).get("loss") for line in (out / "pt" / "metrics.jsonl").read_text().splitlines()]
+        runs.append((snapshot(out / "vocab"), snapshot(out / "data"), losses))
+    (vocab_1, data_1, losses_1), (vocab_2, data_2, losses_2) = runs
+    assert vocab_1 == vocab_2 and len(vocab_1[Path("vocab.txt")].splitlines()) == 1200
+    assert data_1.keys() == data_2.keys() and data_1 == data_2
+    assert losses_1 == losses_2 and len([x for x in losses_1 if x is not None]) == 3
 
 
 # 9. Messages that name the real problem
