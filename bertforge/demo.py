@@ -14,6 +14,7 @@ import sysconfig
 import time
 from pathlib import Path
 
+from .config import BertConfig
 from .data.create import create_pretraining_data
 from .io import check_output
 from .options import count, duration, old_spellings, torch_device
@@ -125,7 +126,7 @@ def run_demo(args) -> int:
     tokenizer = train_vocab([corpus], vocab_size=args.vocab_size, out_dir=vocab)
     print(f"   {tokenizer.vocab_size} pieces; 'tokenization' -> {tokenizer.tokenize('tokenization')}")
 
-    recipe = resolve(args.recipe, {})
+    recipe = resolve(args.recipe, {}, BertConfig.load(args.config).hidden_size)
     nsp = recipe["objective"] in (None, "mlm+nsp")
     kind = "sentence pairs" if nsp else "single segments filled with whole sentences (no NSP)"
     step(f"pre-training data: {kind}, masked afresh at training time",

@@ -15,6 +15,7 @@ import pytest
 
 from bertforge.cli import main
 from bertforge.data.create import create_pretraining_data
+from bertforge.pretrain import collapse_warning
 from bertforge.demo import module_documents
 from bertforge.tokenizer import train_vocab
 
@@ -162,3 +163,11 @@ def test_args_file_reruns_with_the_recipe_left_to_decide(data_dir, tmp_path, cap
     strip = [{k: v for k, v in json.loads(line).items() if k != "tokens_per_s"}
              for run in (first, again) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert strip[:4] == strip[4:]
+
+
+def test_a_run_that_learnt_only_token_frequencies_is_warned_about():
+    baseline = {"mlm_most_frequent_token_accuracy": 0.0751}
+    said = collapse_warning({"eval_mlm_accuracy": 0.0751, **baseline}, 2e-3)
+    assert "always guessing the most frequent token (7.51%)" in said and "lower --lr than 0.002" in said
+    assert collapse_warning({"eval_mlm_accuracy": 0.101, **baseline}, 5e-4) is None
+    assert collapse_warning({"eval_mlm_accuracy": 0.0751}, 2e-3) is None  # no held-out data: nothing to say

@@ -16,6 +16,7 @@ from bertforge.data.create import create_pretraining_data
 from bertforge.optim import schedule_factor
 from bertforge.pretrain import PretrainJob
 from bertforge.options import duration as parse_duration
+from bertforge.recipe import resolve
 from bertforge.tokenizer import BertTokenizer
 from tests.test_pretrain import ENV, data_dir  # noqa: F401 (a fixture)
 
@@ -162,3 +163,11 @@ def test_killed_timed_run_resumes_to_the_same_total_budget(root, tmp_path):
     resumed = [x for x in r if x["step"] > state["step"]]
     assert resumed[0]["train_seconds"] > spent  # counts on from the checkpoint's training time
     assert 8.0 <= r[-1]["train_seconds"] < 8.0 + 2 and r[-1]["lr"] == 0.0
+
+
+def test_the_budget_rate_follows_the_model_width():
+    """2e-3 for BERT-Tiny's width; BERT-Mini collapses to token frequencies there and gets 5e-4."""
+    assert resolve("budget", {}, 128)["lr"] == 2e-3
+    assert resolve("budget", {}, 256)["lr"] == resolve("budget", {}, 768)["lr"] == 5e-4
+    assert resolve("budget", {"lr": 1e-3}, 256)["lr"] == 1e-3  # an explicit flag wins
+    assert resolve("paper", {}, 256)["lr"] == 1e-4
