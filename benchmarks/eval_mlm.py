@@ -19,10 +19,10 @@ from bertforge.pretrain import PretrainJob
 from bertforge.tokenizer import BertTokenizer
 
 
-def evaluate(model_dir: str, data_dir: str, batch_size: int) -> dict:
+def evaluate(model_dir: str, data_dir: str, batch_size: int, rows: int) -> dict:
     model = BertForPreTraining.from_pretrained(model_dir).eval()
     objective = "ltr" if model.config.is_decoder else "mlm"
-    job = PretrainJob(data_dir, BertTokenizer.from_pretrained(data_dir), batch_size, seed=0, eval_rows=10**9,
+    job = PretrainJob(data_dir, BertTokenizer.from_pretrained(data_dir), batch_size, seed=0, eval_rows=rows,
                       objective=objective)
     return {"model": model_dir, "data": data_dir, "objective": objective, "rows": job.eval_rows,
             **job.evaluate(model), **job.baselines()}
@@ -32,13 +32,14 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", required=True, help="checkpoint folders (BertForPreTraining)")
     p.add_argument("--data", nargs="+", required=True, help="data folders with an eval/ split")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=32, help="at most the data's training rows (PretrainJob)")
+    p.add_argument("--rows", type=int, default=2048, help="the first N held-out rows (all if fewer)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     for model_dir in args.models:
         for data_dir in args.data:
-            print(json.dumps(evaluate(model_dir, data_dir, args.batch_size)), flush=True)
+            print(json.dumps(evaluate(model_dir, data_dir, args.batch_size, args.rows)), flush=True)
 
 
 if __name__ == "__main__":
