@@ -134,6 +134,7 @@ async def bench(args, sentences, expected):
     import httpx
 
     names = ["transformers", "bertforge", "bertforge-int8"] + (["onnx", "onnx-int8"] if args.onnx else [])
+    names = [n for n in names if not args.only or n in args.only]
     results = {}
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
@@ -156,6 +157,8 @@ async def bench(args, sentences, expected):
                 process.terminate()
                 process.wait(timeout=60)
     top = CLIENTS[-1]
+    if {"transformers", "bertforge", "bertforge-int8"} - set(names):
+        return
     print(f"ratio={results['bertforge', top] / results['transformers', top]:.2f} "
           f"(bertforge fp32 / transformers, {top} clients); "
           f"int8_ratio={results['bertforge-int8', top] / results['bertforge', top]:.2f}")
@@ -173,8 +176,8 @@ def rss_mb(pid: int) -> float:
 
 async def soak(args, sentences, expected):
     """--soak N: N requests from 16 clients, 1% malformed, oversized or empty, and now and then a client that
-    hangs up mid-request; every good answer checked, every bad one a 4xx with a message, resident memory
-    after warm-up and at the end."""
+    hangs up mid-request; every good answer checked, every bad one a 4xx with a message, the server's resident
+    memory after each tenth of the requests (the first tenth is the warm-up) and at the end."""
     import httpx
 
     port = free_port()
@@ -191,8 +194,8 @@ async def soak(args, sentences, expected):
                 while sent < args.soak:
                     k = sent
                     sent += 1
-                    if k == args.soak // 10:
-                        memory["after warm-up"] = rss_mb(process.pid)
+                    if k and k % (args.soak // 10) == 0:  # after each tenth; the first is the warm-up
+                        memory[f"at {k}"] = rss_mb(process.pid)
                     if k % 100 == 50:
                         body = BAD[(k // 100) % len(BAD)]
                         kw = {"content": body, "headers": {"content-type": "application/json"}} \
@@ -233,6 +236,8 @@ def main():
     p.add_argument("--seconds", type=float, default=60, help="time limit per run")
     p.add_argument("--threads", type=int, default=common.THREADS)
     p.add_argument("--quick", action="store_true", help="100 requests, 20 s per run")
+    p.add_argument("--only", nargs="+", help="these servers only (transformers, bertforge, bertforge-int8, onnx, "
+                                             "onnx-int8)")
     p.add_argument("--soak", type=int, help="instead: a reliability run of this many requests (see soak)")
     p.add_argument("--plain-server", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)

@@ -87,6 +87,9 @@ class OnnxRuntime:
         except ImportError:
             raise BertforgeError("--backend onnx needs onnxruntime: pip install -e '.[onnx]'") from None
         options = onnxruntime.SessionOptions()
+        # Idle threads sleep instead of spinning (as torch's under OMP_WAIT_POLICY=PASSIVE): a server shares its
+        # cores with its own event loop and, on small machines, with its clients.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if threads:
             options.intra_op_num_threads = threads
         providers = ["CUDAExecutionProvider"] if device.type == "cuda" else ["CPUExecutionProvider"]
