@@ -123,20 +123,13 @@ def test_flipped_byte_fails_the_checksum(fixture_dir, tmp_path):
     assert "checksum" in one_line_error(excinfo, folder / DATA, entry.name)
 
 
-def test_missing_index(fixture_dir, tmp_path):
+@pytest.mark.parametrize("missing", [INDEX, DATA], ids=["index", "shard"])
+def test_missing_file(fixture_dir, tmp_path, missing):
     folder = damaged_copy(fixture_dir, tmp_path)
-    (folder / INDEX).unlink()
+    (folder / missing).unlink()
     with pytest.raises(BertforgeError) as excinfo:
         read_all(folder)
-    assert "not found" in one_line_error(excinfo, folder / INDEX)
-
-
-def test_missing_shard(fixture_dir, tmp_path):
-    folder = damaged_copy(fixture_dir, tmp_path)
-    (folder / DATA).unlink()
-    with pytest.raises(BertforgeError) as excinfo:
-        read_all(folder)
-    assert "not found" in one_line_error(excinfo, folder / DATA)
+    assert "not found" in one_line_error(excinfo, folder / missing)
 
 
 @pytest.mark.parametrize("content", [b"", b"model_checkpoint_path: x\n" * 10, bytes(200)])
