@@ -87,6 +87,13 @@ def start(name: str, args, port: int) -> subprocess.Popen:
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def http_request(method: str, path: str, payload=None) -> bytes:
+    """The bytes of an HTTP/1.1 request with a JSON body (`payload` as is when it is bytes already)."""
+    body = payload if isinstance(payload, bytes) else b"" if payload is None else json.dumps(payload).encode()
+    return (f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n").encode() + body
+
+
 class Connection:
     """One client's HTTP/1.1 connection, kept alive between requests (reopened when the server closes it, as
     the HTTP/1.0 plain server does after each answer): JSON POSTs and GETs, nothing else."""
@@ -95,13 +102,10 @@ class Connection:
         self.port, self.reader, self.writer = port, None, None
 
     async def request(self, method: str, path: str, payload=None) -> tuple[int, bytes]:
-        body = b"" if payload is None else json.dumps(payload).encode()
-        message = (f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-                   f"content-length: {len(body)}\r\n\r\n").encode() + body
         reused = self.writer is not None
         if not reused:
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        self.writer.write(message)
+        self.writer.write(http_request(method, path, payload))
         try:
             status_line = await self.reader.readline()
             if not status_line and reused:  # the server closed the idle connection: once more on a new one
@@ -119,6 +123,13 @@ class Connection:
         if version == b"HTTP/1.0" or headers.get("connection", "").lower() == "close":
             self.close()
         return int(status), answer
+
+    async def hang_up(self, path: str, payload):
+        """Send a request and close the connection before the answer comes."""
+        _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        writer.write(http_request("POST", path, payload))
+        await writer.drain()
+        writer.close()
 
     def close(self):
         if self.writer is not None:
@@ -225,52 +236,45 @@ async def soak(args, sentences, expected):
     """--soak N: N requests from 16 clients, 1% malformed, oversized or empty, and now and then a client that
     hangs up mid-request; every good answer checked, every bad one a 4xx with a message, the server's resident
     memory after each tenth of the requests (the first tenth is the warm-up) and at the end."""
-    import httpx
-
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
     process = start("bertforge", args, port)
     tally = {"good_right": 0, "good_wrong": 0, "bad_4xx": 0, "bad_other": 0, "5xx": 0, "hung_up": 0}
     sent, memory = 0, {}
-    async with httpx.AsyncClient(timeout=120) as client:
-        try:
-            await wait_up(port, process)
+    try:
+        await wait_up(port, process)
 
-            async def one_client():
-                nonlocal sent
-                while sent < args.soak:
-                    k = sent
-                    sent += 1
-                    if k and k % (args.soak // 10) == 0:  # after each tenth; the first is the warm-up
-                        memory[f"at {k}"] = rss_mb(process.pid)
-                    if k % 100 == 50:
-                        body = BAD[(k // 100) % len(BAD)]
-                        kw = {"content": body, "headers": {"content-type": "application/json"}} \
-                            if isinstance(body, bytes) else {"json": body}
-                        response = await client.post(url + "/v1/classify", **kw)
-                        tally["5xx"] += response.status_code >= 500
-                        ok = 400 <= response.status_code < 500 and response.json().get("error")
-                        tally["bad_4xx" if ok else "bad_other"] += 1
-                        continue
-                    i = k % len(sentences)
-                    if k % 500 == 7:  # hang up before the answer
-                        try:
-                            await client.post(url + "/v1/classify", json={"inputs": sentences[i]}, timeout=0.0005)
-                        except httpx.TimeoutException:
-                            tally["hung_up"] += 1
-                        continue
-                    response = await client.post(url + "/v1/classify", json={"inputs": sentences[i]})
-                    tally["5xx"] += response.status_code >= 500
-                    right = response.status_code == 200 and response.json()[0]["label"] == expected[i]
-                    tally["good_right" if right else "good_wrong"] += 1
+        async def one_client():
+            nonlocal sent
+            connection = Connection(port)
+            while sent < args.soak:
+                k = sent
+                sent += 1
+                if k and k % (args.soak // 10) == 0:  # after each tenth; the first is the warm-up
+                    memory[f"at {k}"] = rss_mb(process.pid)
+                if k % 100 == 50:
+                    status, answer = await connection.request("POST", "/v1/classify", BAD[(k // 100) % len(BAD)])
+                    tally["5xx"] += status >= 500
+                    ok = 400 <= status < 500 and json.loads(answer).get("error")
+                    tally["bad_4xx" if ok else "bad_other"] += 1
+                    continue
+                i = k % len(sentences)
+                if k % 500 == 7:
+                    await connection.hang_up("/v1/classify", {"inputs": sentences[i]})
+                    tally["hung_up"] += 1
+                    continue
+                status, answer = await connection.request("POST", "/v1/classify", {"inputs": sentences[i]})
+                tally["5xx"] += status >= 500
+                right = status == 200 and json.loads(answer)[0]["label"] == expected[i]
+                tally["good_right" if right else "good_wrong"] += 1
+            connection.close()
 
-            started = time.perf_counter()
-            await asyncio.gather(*(one_client() for _ in range(16)))
-            memory["end"] = rss_mb(process.pid)
-            elapsed = time.perf_counter() - started
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
+        started = time.perf_counter()
+        await asyncio.gather(*(one_client() for _ in range(16)))
+        memory["end"] = rss_mb(process.pid)
+        elapsed = time.perf_counter() - started
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
     print(f"soak: {args.soak} requests in {elapsed:.0f} s; " + ", ".join(f"{k} {v}" for k, v in tally.items())
           + "; server RSS " + ", ".join(f"{k} {v:.0f} MB" for k, v in memory.items()))
 

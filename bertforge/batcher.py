@@ -8,12 +8,21 @@ the queue is never empty when a batch ends, so batches fill up without waiting.
 """
 
 import asyncio
+import ctypes
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
 
 from .inference import plan_batches, row_length, row_width, run_batch
+
+
+def heap_trimmer():
+    """glibc's malloc_trim, or None where the C library has none."""
+    try:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except OSError:
+        return None
 
 
 class Overloaded(Exception):
@@ -53,6 +62,7 @@ class Batcher:
         self.forward, self.pad_id, self.max_tokens = forward, pad_id, max_tokens
         self.max_pending, self.max_wait, self.on_batch = max_pending, max_wait, on_batch
         self.queue: queue.Queue = queue.Queue()
+        self.trim, self.trimmed = heap_trimmer(), 0.0
         self.pending = 0  # requests queued or running
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self.work, name="bertforge-batcher", daemon=True)
@@ -101,6 +111,16 @@ class Batcher:
                 break
             jobs, stop = self.gather(first)
             self.run(jobs)
+            if self.queue.empty():
+                self.release_memory()
+
+    def release_memory(self):
+        """Hand the heap's free pages back to the system, at most once a second, between batches: batches of
+        ever-changing shapes leave glibc's heap fragmented, and the resident size grew with the requests served
+        (BENCHMARKS.md, "Serving")."""
+        if self.trim is not None and time.monotonic() - self.trimmed >= 1.0:
+            self.trim(0)
+            self.trimmed = time.monotonic()
 
     def run(self, jobs: list[Job]):
         rows = [(job, i) for job in jobs for i in range(len(job.rows))]

@@ -1,0 +1,93 @@
+"""The server's dynamic batcher: concurrent requests share batches cut by a token budget, answers come back
+in each request's order, a failing batch fails only its requests, and the heap is trimmed between batches."""
+
+import asyncio
+
+import pytest
+
+from bertforge.batcher import Batcher, Overloaded
+
+
+def row(n: int) -> dict:
+    return {"input_ids": list(range(1, n + 1)), "token_type_ids": [0] * n}
+
+
+class Model:
+    """A forward that answers each row with its real length and records the padded shapes it saw."""
+
+    def __init__(self, fail_on: int | None = None):
+        self.shapes, self.fail_on = [], fail_on
+
+    def __call__(self, batch):
+        self.shapes.append(tuple(batch["input_ids"].shape))
+        lengths = batch["attention_mask"].sum(1).tolist()
+        if self.fail_on in lengths:
+            raise RuntimeError("model failure")
+        return lengths
+
+
+async def submit_all(batcher, requests):
+    return await asyncio.gather(*(batcher.submit(rows) for rows in requests), return_exceptions=True)
+
+
+def test_concurrent_requests_are_batched_by_tokens_and_answered_in_order():
+    model = Model()
+    requests = [[row(3), row(9)], [row(5)], [row(2), row(7), row(4)]]
+
+    async def main():
+        batcher = Batcher(model, pad_id=0, max_tokens=16, max_pending=8, max_wait=0.05)
+        try:
+            return await submit_all(batcher, requests)
+        finally:
+            batcher.close()
+
+    answers = asyncio.run(main())
+    assert answers == [[3, 9], [5], [2, 7, 4]]
+    assert all(b * length <= 16 or b == 1 for b, length in model.shapes)
+    assert sum(b for b, _ in model.shapes) == 6 and len(model.shapes) < 6  # rows shared batches
+
+
+def test_a_failing_batch_fails_its_requests_only():
+    model = Model(fail_on=9)
+
+    async def main():
+        batcher = Batcher(model, pad_id=0, max_tokens=9, max_pending=8, max_wait=0.05)
+        try:
+            return await submit_all(batcher, [[row(9)], [row(2)]])
+        finally:
+            batcher.close()
+
+    failed, fine = asyncio.run(main())
+    assert isinstance(failed, RuntimeError) and fine == [2]
+
+
+def test_full_queue_is_refused():
+    async def main():
+        batcher = Batcher(Model(), pad_id=0, max_tokens=64, max_pending=1, max_wait=0.05)
+        try:
+            first = batcher.submit([row(4)])
+            with pytest.raises(Overloaded, match="--max-concurrent 1"):
+                batcher.submit([row(4)])
+            return await first
+        finally:
+            batcher.close()
+
+    assert asyncio.run(main()) == [4]
+
+
+def test_heap_trimmed_between_batches_at_most_once_a_second():
+    trims = []
+
+    async def main():
+        batcher = Batcher(Model(), pad_id=0, max_tokens=64, max_pending=8, max_wait=0.0)
+        batcher.trim = trims.append
+        try:
+            await batcher.submit([row(3)])
+            await asyncio.sleep(0.05)  # the worker trims after answering
+            await batcher.submit([row(4)])
+            await asyncio.sleep(0.05)
+        finally:
+            batcher.close()
+
+    asyncio.run(main())
+    assert trims == [0]  # two idle moments within a second: one trim
