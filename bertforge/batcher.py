@@ -1,10 +1,11 @@
 """Dynamic batching for the server: rows of concurrent requests gathered into batches by a token budget.
 
 Requests put their encoded rows on a queue and await a future. One worker thread runs the model: it takes
-what is queued (waiting at most `max_wait` for more once a first request is in, and no longer than the
-budget needs), cuts those rows into batches of at most `max_tokens` padded tokens (shortest first, see
-inference.plan_batches), runs them, and completes each request's future as its last row is done. Under load
-the queue is never empty when a batch ends, so batches fill up without waiting.
+what is queued (once a first request is in, waiting for more until none has come for `max_wait`, ten such
+windows at most, and no longer than the budget needs), cuts those rows into batches of at most `max_tokens`
+padded tokens (shortest first, see inference.plan_batches), runs them, and completes each request's future
+as its last row is done. Under load, clients answered by one batch send their next requests together, and
+the sliding window gathers them into the next batch instead of running the first few alone.
 """
 
 import asyncio
@@ -88,19 +89,22 @@ class Batcher:
         self.thread.join()
 
     def gather(self, first: Job) -> tuple[list[Job], bool]:
-        """The first job and those queued after it, up to the token budget or the wait window; and whether
-        the end-of-work mark was seen."""
+        """The first job and those queued after it, up to the token budget; and whether the end-of-work mark
+        was seen. The wait ends when no request has come for `max_wait` (requests sent together, as clients
+        answered by the same batch send their next ones, join one batch), and after ten such windows at most."""
         jobs, tokens = [first], first.tokens
-        deadline = time.perf_counter() + self.max_wait
+        now = time.perf_counter()
+        deadline, latest = now + self.max_wait, now + 10 * self.max_wait
         while tokens < self.max_tokens:
             try:
-                job = self.queue.get(timeout=max(0.0, deadline - time.perf_counter()))
+                job = self.queue.get(timeout=max(0.0, min(deadline, latest) - time.perf_counter()))
             except queue.Empty:
                 break
             if job is None:
                 return jobs, True
             jobs.append(job)
             tokens += job.tokens
+            deadline = time.perf_counter() + self.max_wait
         return jobs, False
 
     def work(self):

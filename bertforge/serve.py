@@ -256,7 +256,8 @@ def add_serve_arguments(p):
     p.add_argument("--max-concurrent", type=int, default=512, help="requests waiting or running; more get a 429")
     p.add_argument("--max-length", type=int, help="tokens per input (default: the model's positions; QA 384)")
     p.add_argument("--max-client-batch", type=int, default=64, help="inputs per request; more get a 413")
-    p.add_argument("--max-wait-ms", type=float, default=2.0, help="how long a first request waits for company")
+    p.add_argument("--max-wait-ms", type=float, default=2.0, help="how long a batch waits for the next request "
+                   "(each arrival restarts the wait, ten times at most)")
     p.add_argument("--threads", type=int, help="ONNX Runtime threads (torch: set OMP_NUM_THREADS)")
 
 

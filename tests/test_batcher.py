@@ -91,3 +91,21 @@ def test_heap_trimmed_between_batches_at_most_once_a_second():
 
     asyncio.run(main())
     assert trims == [0]  # two idle moments within a second: one trim
+
+
+def test_requests_arriving_one_after_another_join_one_batch():
+    model = Model()
+
+    async def main():
+        batcher = Batcher(model, pad_id=0, max_tokens=64, max_pending=8, max_wait=0.25)
+        try:
+            futures = []
+            for n in (3, 4, 5):  # each within the window of the one before, the last after the first's window
+                futures.append(batcher.submit([row(n)]))
+                await asyncio.sleep(0.15)
+            return await asyncio.gather(*futures)
+        finally:
+            batcher.close()
+
+    assert asyncio.run(main()) == [[3], [4], [5]]
+    assert model.shapes == [(3, 5)]
