@@ -9,21 +9,13 @@ the sliding window gathers them into the next batch instead of running the first
 """
 
 import asyncio
-import ctypes
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
 
+from .heap import heap_trimmer
 from .inference import plan_batches, row_length, row_width, run_batch
-
-
-def heap_trimmer():
-    """glibc's malloc_trim, or None where the C library has none."""
-    try:
-        return getattr(ctypes.CDLL(None), "malloc_trim", None)
-    except OSError:
-        return None
 
 
 class Overloaded(Exception):

@@ -12,7 +12,6 @@ accumulation steps: each term (e.g. masked-LM, averaged over masked tokens) is w
 micro-batch over its units in the whole global batch.
 """
 
-import ctypes
 import json
 import logging
 import math
@@ -33,6 +32,7 @@ from tqdm import tqdm
 from . import __version__
 from .io import atomic_path, read_text, remove_folder, replace_folder, write_text_atomic
 from .errors import BertforgeError
+from .heap import bound_heap_growth
 from .optim import TimeSchedule, make_optimizer, step_schedule
 from .options import TENSORBOARD_MISSING, TrainArgs
 
@@ -286,18 +286,6 @@ def warn_if_bf16_is_emulated(device: torch.device):
     """bf16 pays on GPUs and on CPUs with AMX or AVX512-BF16; elsewhere its matmuls are emulated, far slower."""
     if device.type == "cpu" and not (torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()):
         log.warning("this CPU has no bf16 matrix instructions (AMX or AVX512-BF16): bf16 will be much slower than fp32")
-
-
-def bound_heap_growth():
-    """Serve allocations over 1 MiB with mmap, so that freeing them returns the memory.
-
-    glibc raises its mmap threshold as large blocks are freed; batches of varying shapes then fragment the
-    heap and a long run's memory grows without bound (measured: +100 MB per 50 steps of a tiny model).
-    """
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = None) -> dict:
