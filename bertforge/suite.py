@@ -15,6 +15,7 @@ GLUE-style average (the mean over tasks of the main metric).
 import argparse
 import itertools
 import json
+import math
 import shutil
 import statistics
 import time
@@ -86,7 +87,8 @@ def random_model(spec: str, vocab: str, seed: int, folder: Path) -> Path:
 
 
 def summarise(runs: list[dict], tasks: list[str]) -> dict:
-    """Per task: the grid point with the best mean main metric over seeds, and that point's spread."""
+    """Per task: the grid point with the best mean main metric over seeds, and that point's spread. An undefined
+    value (a correlation of constant predictions is NaN) counts as 0, and `undefined` says how many there were."""
     summary = {}
     for task in tasks:
         metric = make_family(task).best_metric
@@ -96,10 +98,12 @@ def summarise(runs: list[dict], tasks: list[str]) -> dict:
                 by_point.setdefault(point_name(r["point"]), []).append(r["metrics"].get(metric, float("nan")))
         if not by_point:
             continue
-        name, values = max(by_point.items(), key=lambda kv: statistics.fmean(kv[1]))
+        defined = {name: [v if math.isfinite(v) else 0.0 for v in values] for name, values in by_point.items()}
+        name, values = max(defined.items(), key=lambda kv: statistics.fmean(kv[1]))
         summary[task] = {"metric": metric, "point": name, "seeds": len(values), "mean": statistics.fmean(values),
                          "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
-                         "min": min(values), "max": max(values), "values": values}
+                         "min": min(values), "max": max(values), "values": values,
+                         "undefined": sum(not math.isfinite(v) for v in by_point[name])}
     means = [s["mean"] for s in summary.values()]
     return {"tasks": summary, "average": statistics.fmean(means) if means else None}
 
@@ -108,7 +112,8 @@ def markdown(model: str, summary: dict, wall_s: float) -> str:
     lines = [f"# Suite: {model}", "", "| task | metric | point | seeds | mean ± sd | min | max |",
              "|---|---|---|---|---|---|---|"]
     for task, s in summary["tasks"].items():
-        lines.append(f"| {task} | {s['metric']} | {s['point']} | {s['seeds']} | {100 * s['mean']:.1f} ± "
+        undefined = f" ({s['undefined']} undefined, as 0)" if s.get("undefined") else ""
+        lines.append(f"| {task} | {s['metric']} | {s['point']} | {s['seeds']}{undefined} | {100 * s['mean']:.1f} ± "
                      f"{100 * s['sd']:.1f} | {100 * s['min']:.1f} | {100 * s['max']:.1f} |")
     if summary["average"] is not None:
         lines.append(f"| **average** | | | | **{100 * summary['average']:.1f}** | | |")

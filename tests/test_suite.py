@@ -78,3 +78,15 @@ def test_bad_input_is_one_line(glue, tmp_path, capsys, extra, model, vocab, word
     assert main(argv(tmp_path / "out", *extra, model=model, vocab=vocab)) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and all(w in err for w in words), err
+
+
+def test_an_undefined_correlation_counts_as_zero():
+    # constant predictions make Pearson NaN (scipy's answer too); the summary and its table must still come out
+    point = {"lr": 3e-4, "batch_size": 32, "epochs": 3}
+    runs = [{"task": "stsb", "point": point, "seed": seed, "metrics": {"pearson": value}}
+            for seed, value in ((1, 0.2), (2, float("nan")), (3, 0.4))]
+    summary = suite_module.summarise(runs, ["stsb"])
+    stsb = summary["tasks"]["stsb"]
+    assert stsb["undefined"] == 1 and stsb["values"] == [0.2, 0.0, 0.4]
+    assert stsb["mean"] == pytest.approx(0.2) and stsb["sd"] == pytest.approx(statistics.stdev([0.2, 0.0, 0.4]))
+    assert "3 (1 undefined, as 0) | 20.0 ± 20.0" in suite_module.markdown("m", summary, 60.0)
