@@ -56,6 +56,7 @@ class Batcher:
         self.max_pending, self.max_wait, self.on_batch = max_pending, max_wait, on_batch
         self.queue: queue.Queue = queue.Queue()
         self.trim, self.trimmed = heap_trimmer(), 0.0
+        self.company = True  # whether the last batch gathered more than its first request
         self.pending = 0  # requests queued or running
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self.work, name="bertforge-batcher", daemon=True)
@@ -83,10 +84,11 @@ class Batcher:
     def gather(self, first: Job) -> tuple[list[Job], bool]:
         """The first job and those queued after it, up to the token budget; and whether the end-of-work mark
         was seen. The wait ends when no request has come for `max_wait` (requests sent together, as clients
-        answered by the same batch send their next ones, join one batch), and after ten such windows at most."""
+        answered by the same batch send their next ones, join one batch), and after ten such windows at most.
+        After a batch that nobody joined, a first request does not wait at all: a lone client pays no window."""
         jobs, tokens = [first], first.tokens
         now = time.perf_counter()
-        deadline, latest = now + self.max_wait, now + 10 * self.max_wait
+        deadline, latest = now + (self.max_wait if self.company else 0.0), now + 10 * self.max_wait
         while tokens < self.max_tokens:
             try:
                 job = self.queue.get(timeout=max(0.0, min(deadline, latest) - time.perf_counter()))
@@ -97,6 +99,7 @@ class Batcher:
             jobs.append(job)
             tokens += job.tokens
             deadline = time.perf_counter() + self.max_wait
+        self.company = len(jobs) > 1
         return jobs, False
 
     def work(self):

@@ -2,6 +2,7 @@
 in each request's order, a failing batch fails only its requests, and the heap is trimmed between batches."""
 
 import asyncio
+import time
 
 import pytest
 
@@ -109,3 +110,17 @@ def test_requests_arriving_one_after_another_join_one_batch():
 
     assert asyncio.run(main()) == [[3], [4], [5]]
     assert model.shapes == [(3, 5)]
+
+
+def test_a_lone_client_waits_for_nobody():
+    async def main():
+        batcher = Batcher(Model(), pad_id=0, max_tokens=64, max_pending=8, max_wait=0.5)
+        try:
+            await batcher.submit([row(3)])  # the first batch waits its window: nobody joins
+            began = time.perf_counter()
+            await batcher.submit([row(4)])
+            return time.perf_counter() - began
+        finally:
+            batcher.close()
+
+    assert asyncio.run(main()) < 0.25
