@@ -84,6 +84,7 @@ class BertSelfAttention(nn.Module):
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout = DropoutSite("attention")
+        self.fused = None  # see fuse()
 
     def qkv_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The Q, K and V projections stacked [3 H, H] and [3 H], for one matmul; the three keep their own
@@ -91,9 +92,21 @@ class BertSelfAttention(nn.Module):
         return (torch.cat([self.query.weight, self.key.weight, self.value.weight]),
                 torch.cat([self.query.bias, self.key.bias, self.value.bias]))
 
+    def fuse(self) -> None:
+        """For inference: one Linear [H -> 3 H] replaces the three projections, so that int8 quantisation
+        (runtime.quantize_int8) treats it as one layer. The module's parameters no longer have the reference
+        names: a fused model is for running, not for training or saving."""
+        weight, bias = self.qkv_parameters()
+        self.fused = nn.Linear(weight.shape[1], weight.shape[0], device=weight.device, dtype=weight.dtype)
+        with torch.no_grad():
+            self.fused.weight.copy_(weight)
+            self.fused.bias.copy_(bias)
+        del self.query, self.key, self.value
+
     def forward(self, x: torch.Tensor, layout: Layout) -> torch.Tensor:
         """softmax(Q K^T / sqrt(d) + padding mask) V, per head; dropout on the attention probabilities."""
-        q, k, v = layout.split_heads(F.linear(x, *self.qkv_parameters()), self.num_heads)  # [B, heads, L, d]
+        projected = self.fused(x) if self.fused is not None else F.linear(x, *self.qkv_parameters())
+        q, k, v = layout.split_heads(projected, self.num_heads)  # [B, heads, L, d]
         drop = self.dropout(layout)
         if drop is None and layout.attentions is None:
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.key_mask)

@@ -43,17 +43,19 @@ def pick_device(device: str | None) -> torch.device:
 
 def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
     """Dynamic int8 quantisation (weights int8 per output channel, activations quantised per batch) of the
-    linear layers that are called as modules. The Q, K and V projections stay fp32: the model multiplies their
-    stacked weights at once. Per-channel scales: on all-MiniLM-L6-v2, SST-2 sentence embeddings keep a mean
-    cosine of 0.976 to fp32 (0.939 with one scale per matrix, whose speed is about the same)."""
+    linear layers, in place; the Q, K and V projections are fused into one first (BertSelfAttention.fuse).
+    Per-channel scales: on all-MiniLM-L6-v2, SST-2 sentence embeddings keep a mean cosine of 0.972 to fp32
+    (0.976 with Q, K and V left in fp32, 30% slower; 0.939 with one scale per matrix, about as fast)."""
     import torch.ao.quantization as quantization
 
-    stacked = {name for name, module in model.named_modules() if isinstance(module, models.BertSelfAttention)}
+    for module in model.modules():
+        if isinstance(module, models.BertSelfAttention):
+            module.fuse()
     spec = {name: quantization.per_channel_dynamic_qconfig for name, module in model.named_modules()
-            if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[0] not in stacked}
+            if isinstance(module, torch.nn.Linear)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return quantization.quantize_dynamic(model, spec, dtype=torch.qint8)
+        return quantization.quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
 
 
 def mask_logits(model, batch: dict, mask_id: int) -> torch.Tensor:

@@ -65,6 +65,7 @@ def test_int8_runtimes_stay_close(exported, capsys):
     model = bertforge.pipeline(model=src, int8=True).runtime.model
     quantised = [name for name, m in model.named_modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
     assert any(name.endswith("intermediate.dense") for name in quantised) and "classifier" in quantised
+    assert any(name.endswith("attention.self.fused") for name in quantised)
 
 
 def test_onnx_errors(exported, capsys, tmp_path):

@@ -258,6 +258,21 @@ def test_padded_rows_equal_each_row_alone():
             assert max_diff(batched.last_hidden_state[row, real], alone.last_hidden_state[0]) <= 1e-5
 
 
+def test_fused_attention_projections_compute_the_same():
+    """fuse(): one [H -> 3 H] layer in place of Q, K and V gives the same outputs; the three are gone."""
+    torch.manual_seed(0)
+    model = perturb(bf.BertModel(BertConfig(**MINI))).eval()
+    batch = pair_batch([(10, 5), (4, 0), (7, 7)])
+    with torch.no_grad():
+        before = model(**batch).last_hidden_state
+        for layer in model.encoder.layer:
+            layer.attention.self.fuse()
+        after = model(**batch).last_hidden_state
+    assert max_diff(before, after) <= 1e-5
+    names = [name for name, _ in model.named_parameters()]
+    assert "encoder.layer.0.attention.self.fused.weight" in names and not any(".query." in n for n in names)
+
+
 def test_masked_lm_scores_only_masked_positions():
     torch.manual_seed(0)
     model = bf.BertForMaskedLM(BertConfig(**MINI)).eval()
