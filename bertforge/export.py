@@ -35,15 +35,18 @@ SAMPLES = ["The quick brown fox jumps over the lazy dog.", "Paris is the [MASK] 
 
 
 class PaddedLayout(Layout):
-    """The plain padded path's layout ([B, L, H] throughout, no dropout) with the padding masked in attention."""
+    """The plain padded path's layout ([B, L, H] throughout, no dropout) with the padding masked in attention
+    (and, in a left-to-right model, the keys to the right)."""
 
-    def __init__(self, attention_mask: torch.Tensor):
-        super().__init__(attention_mask.shape[0], attention_mask.shape[1], None, None)
-        self.mask = attention_mask.bool()[:, None, None, :]
+    def __init__(self, attention_mask: torch.Tensor, causal: bool):
+        super().__init__(attention_mask.shape[0], attention_mask.shape[1], None, None, causal=causal,
+                         device=attention_mask.device)
+        self.padding = attention_mask.bool()[:, None, None, :]
 
     @property
     def key_mask(self) -> torch.Tensor:
-        return self.mask
+        left = super().key_mask
+        return self.padding if left is None else self.padding & left
 
 
 class ExportGraph(nn.Module):
@@ -57,22 +60,28 @@ class ExportGraph(nn.Module):
 
     def encode(self, input_ids, attention_mask, token_type_ids):
         positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-        layout = PaddedLayout(attention_mask)
+        layout = PaddedLayout(attention_mask, self.bert.config.is_decoder)
         x = self.bert.embeddings(input_ids, token_type_ids, positions, layout)
         return self.bert.encoder(x, layout)[0]
+
+    def pooled(self, x, attention_mask):
+        """The pooler on [CLS], or on the last real token in a left-to-right model (Encoded.pooled_tokens)."""
+        if not self.bert.config.is_decoder:
+            return self.bert.pooler(x[:, 0])
+        last = (attention_mask.long() * torch.arange(x.shape[1], device=x.device)).amax(1)
+        return self.bert.pooler(x[torch.arange(x.shape[0], device=x.device), last])
 
     def forward(self, input_ids, attention_mask, token_type_ids):
         m, name = self.model, self.architecture
         if name == "BertForMultipleChoice":
             batch, choices, length = input_ids.shape
-            flat = (t.reshape(-1, length) for t in (input_ids, attention_mask, token_type_ids))
-            x = self.encode(*flat)
-            return m.classifier(m.bert.pooler.pool(x[:, 0])).view(batch, choices)
+            ids, mask, types = (t.reshape(-1, length) for t in (input_ids, attention_mask, token_type_ids))
+            return m.classifier(self.pooled(self.encode(ids, mask, types), mask)).view(batch, choices)
         x = self.encode(input_ids, attention_mask, token_type_ids)
         if name == "BertModel":
             return x
         if name == "BertForSequenceClassification":
-            return m.classifier(m.bert.pooler.pool(x[:, 0]))
+            return m.classifier(self.pooled(x, attention_mask))
         if name == "BertForTokenClassification":
             return m.classifier(x)
         if name == "BertForQuestionAnswering":

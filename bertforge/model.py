@@ -12,6 +12,9 @@ Departures in how the work is done, not in the numbers:
   path. Eval, and training without dropout, use SDPA.
 Both ride on one `packing.Layout` per forward pass, which every layer takes. With output_attentions, the
 attention products are written out too, to return the probabilities (padded query rows hold zeros).
+One departure in the numbers: a left-to-right model (`is_decoder`, causal attention, the paper's LTR ablation)
+pools its last real token, since its [CLS] sees only itself; transformers pools [CLS] there too, so the pooled
+output and the classifiers of such checkpoints differ from its (the hidden states agree).
 """
 
 import collections
@@ -194,12 +197,10 @@ class BertPooler(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, sequence):
-        return self.pool(sequence[:, 0])
-
-    def pool(self, first_tokens):
-        """From the [CLS] vectors [B, H] alone."""
-        return torch.tanh(self.dense(first_tokens))
+    def forward(self, tokens):
+        """From the vectors [B, H] the encoder pools (Encoded.pooled_tokens: [CLS], or the last token of a
+        left-to-right model)."""
+        return torch.tanh(self.dense(tokens))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -257,9 +258,8 @@ class BertModel(BertPreTrainedModel):
         """`inputs`: output_attentions, output_hidden_states (see encode)."""
         enc = self.encode(input_ids, attention_mask, token_type_ids, position_ids=position_ids,
                           inputs_embeds=inputs_embeds, **inputs)
-        x = enc.sequence()
-        pooled = self.pooler(x) if self.pooler is not None else None
-        return finish(return_dict, last_hidden_state=x, pooler_output=pooled, hidden_states=enc.hidden_states,
+        pooled = self.pooler(enc.pooled_tokens()) if self.pooler is not None else None
+        return finish(return_dict, last_hidden_state=enc.sequence(), pooler_output=pooled, hidden_states=enc.hidden_states,
                       attentions=enc.attentions)
 
     def encode(self, input_ids=None, attention_mask=None, token_type_ids=None, *, position_ids=None,
@@ -293,7 +293,7 @@ class BertModel(BertPreTrainedModel):
         if packing is not None and states:
             states = [packing.unpack(s) for s in states]
         return Encoded(x, packing, batch, length, tuple(states) if states else None,
-                       tuple(layout.attentions) if output_attentions else None)
+                       tuple(layout.attentions) if output_attentions else None, self.config.is_decoder)
 
     def dropout_noise(self, token_shape, batch: int, length: int, device) -> DropoutNoise | None:
         """This pass's keep masks, one per DropoutSite of the encoder; None in eval or without dropout."""
@@ -372,7 +372,7 @@ class BertForPreTraining(BertPreTrainedModel):
                 next_sentence_label=None, return_dict=True, **inputs):
         enc = self.bert.encode(input_ids, attention_mask, token_type_ids, **inputs)
         mlm_logits, mlm_loss = masked_lm(self.cls.predictions, self.word_embeddings.weight, enc, labels)
-        nsp_logits = self.cls.seq_relationship(self.bert.pooler.pool(enc.first_tokens()))
+        nsp_logits = self.cls.seq_relationship(self.bert.pooler(enc.pooled_tokens()))
         nsp_loss = None if next_sentence_label is None else F.cross_entropy(nsp_logits.float(), next_sentence_label)
         losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
         return finish(return_dict, loss=sum(losses) if losses else None, prediction_logits=mlm_logits,
@@ -415,7 +415,7 @@ class TaskHead(BertPreTrainedModel):
     def features(self, input_ids, attention_mask, token_type_ids, inputs: dict):
         """The head's outputs and the encoder's (hidden_states, attentions); `inputs` are encode's keywords."""
         enc = self.bert.encode(input_ids, attention_mask, token_type_ids, **inputs)
-        x = self.bert.pooler.pool(enc.first_tokens()) if self.uses_pooler else enc.sequence()
+        x = self.bert.pooler(enc.pooled_tokens()) if self.uses_pooler else enc.sequence()
         return getattr(self, self.head_name)(self.dropout(x)), dict(hidden_states=enc.hidden_states,
                                                                     attentions=enc.attentions)
 

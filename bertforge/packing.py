@@ -242,6 +242,7 @@ class Encoded:
     length: int
     hidden_states: tuple | None
     attentions: tuple | None = None
+    causal: bool = False  # a left-to-right model (config.is_decoder): see pooled_tokens
 
     def sequence(self) -> torch.Tensor:
         """[B, L, H], zeros at the padding."""
@@ -256,8 +257,15 @@ class Encoded:
             return gather_rows(self.sequence().flatten(0, 1), flat_positions)
         return gather_rows(self.x, index)
 
-    def first_tokens(self) -> torch.Tensor:
-        """[B, H]: each row's first position, the [CLS] vector the pooler reads."""
+    def pooled_tokens(self) -> torch.Tensor:
+        """[B, H]: the vector of each row that the pooler reads: the first ([CLS]); in a left-to-right model
+        (causal), the last real token, the one position that has seen the whole input."""
+        device = self.x.device
+        last = torch.zeros(self.batch, dtype=torch.long, device=device)
+        if self.causal and self.packing is None:
+            last += self.length - 1
+        elif self.causal:
+            last.scatter_reduce_(0, self.packing.rows, self.packing.cols, "amax")
         if self.packing is None:
-            return self.x[:, 0]
-        return self.rows(torch.arange(self.batch, device=self.x.device) * self.length)
+            return self.x[torch.arange(self.batch, device=device), last]
+        return self.rows(torch.arange(self.batch, device=device) * self.length + last)

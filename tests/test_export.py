@@ -54,6 +54,16 @@ def test_onnx_export_matches_pytorch(exported, capsys, head):
     assert bertforge.pipeline(task, model=out, backend="onnx", int8=True)(inputs, **options)  # runs; close, not equal
 
 
+def test_left_to_right_classifier_exports(tmp_path, tokenizer, capsys):
+    """A causal (is_decoder) classifier keeps its left-only attention and last-token pooling in ONNX."""
+    src = random_model(tmp_path / "model", "BertForSequenceClassification", tokenizer, is_decoder=True)
+    assert main(["export", "onnx", str(src), str(tmp_path / "onnx")]) == 0
+    report = capsys.readouterr().out
+    assert float(re.search(r"model\.onnx: max \|ONNX Runtime - PyTorch\| = (\S+)", report)[1]) <= 1e-4
+    expected = bertforge.pipeline(model=src)(TEXTS, top_k=None)
+    assert_same(bertforge.pipeline(model=tmp_path / "onnx", backend="onnx")(TEXTS, top_k=None), expected)
+
+
 def test_int8_runtimes_stay_close(exported, capsys):
     src, out, _ = exported("BertForSequenceClassification", capsys)
     fp32 = bertforge.pipeline(model=src)(TEXTS, top_k=None)

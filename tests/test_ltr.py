@@ -4,7 +4,7 @@ import torch
 import transformers
 
 from bertforge.config import BertConfig
-from bertforge.model import BertForPreTraining, BertModel
+from bertforge.model import BertForPreTraining, BertForSequenceClassification, BertModel
 
 transformers.logging.set_verbosity_error()
 
@@ -61,3 +61,23 @@ def test_reference_with_is_decoder_agrees(tmp_path):
     real = mask.bool()
     assert torch.allclose(mine[real], theirs[real], atol=1e-5)
     assert BertForPreTraining.from_pretrained(tmp_path).config.is_decoder  # the constraint survives a reload
+
+
+def test_pooling_reads_the_last_real_token():
+    """A causal [CLS] sees only itself, so a left-to-right model pools its last real token: the reference's
+    pooler applied there; a classifier's output then depends on the whole input, not on its padding."""
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(tiny(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)).eval()
+    ids, mask = batch()
+    last = mask.sum(1) - 1
+    with torch.no_grad():
+        out = model.bert(ids, attention_mask=mask)
+        expected = model.bert.pooler(out.last_hidden_state[torch.arange(3), last])
+        assert torch.allclose(out.pooler_output, expected, atol=1e-6)
+        logits = model(ids, attention_mask=mask).logits
+        for row in range(3):
+            alone = model(ids[row, : last[row] + 1][None]).logits[0]
+            assert torch.allclose(logits[row], alone, atol=1e-5), row
+        changed = ids.clone()
+        changed[torch.arange(3), last] = 5
+        assert not torch.allclose(model(changed, attention_mask=mask).logits, logits, atol=1e-4)
