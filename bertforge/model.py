@@ -259,8 +259,8 @@ class BertModel(BertPreTrainedModel):
         enc = self.encode(input_ids, attention_mask, token_type_ids, position_ids=position_ids,
                           inputs_embeds=inputs_embeds, **inputs)
         pooled = self.pooler(enc.pooled_tokens()) if self.pooler is not None else None
-        return finish(return_dict, last_hidden_state=enc.sequence(), pooler_output=pooled, hidden_states=enc.hidden_states,
-                      attentions=enc.attentions)
+        return finish(return_dict, last_hidden_state=enc.sequence(), pooler_output=pooled,
+                      hidden_states=enc.hidden_states, attentions=enc.attentions)
 
     def encode(self, input_ids=None, attention_mask=None, token_type_ids=None, *, position_ids=None,
                inputs_embeds=None, output_attentions=False, output_hidden_states=False) -> Encoded:
