@@ -20,6 +20,7 @@ from .batcher import Batcher, Overloaded
 from .config import BertConfig
 from .errors import BertforgeError
 from .metrics_text import Registry
+from .options import count, non_negative, torch_device
 # pipelines and runtime (torch, the model) are imported where they are used: the command's --help does not load torch
 
 log = logging.getLogger("bertforge")
@@ -248,17 +249,17 @@ def add_serve_arguments(p):
     p.add_argument("--task", help=f"one of {', '.join(ENDPOINTS)} (default: the checkpoint's head's; an encoder "
                                   f"alone serves sentence-embedding)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
-    p.add_argument("--device", help="cpu, cuda, cuda:1 (default: CUDA when present)")
+    p.add_argument("--port", type=count(0, 65535), default=8000, help="TCP port to listen on")
+    p.add_argument("--device", type=torch_device, help="cpu, cuda, cuda:1 (default: CUDA when present)")
     p.add_argument("--backend", default="torch", choices=("torch", "onnx"), help="what runs the model")
     p.add_argument("--int8", action="store_true", help="int8 linear layers (torch) or the int8 ONNX model")
-    p.add_argument("--max-batch-tokens", type=int, default=8192, help="padded tokens per model batch")
-    p.add_argument("--max-concurrent", type=int, default=512, help="requests waiting or running; more get a 429")
-    p.add_argument("--max-length", type=int, help="tokens per input (default: the model's positions; QA 384)")
-    p.add_argument("--max-client-batch", type=int, default=64, help="inputs per request; more get a 413")
-    p.add_argument("--max-wait-ms", type=float, default=2.0, help="how long a batch waits for the next request "
+    p.add_argument("--max-batch-tokens", type=count(1), default=8192, help="padded tokens per model batch")
+    p.add_argument("--max-concurrent", type=count(1), default=512, help="requests waiting or running; more get a 429")
+    p.add_argument("--max-length", type=count(1), help="tokens per input (default: the model's positions; QA 384)")
+    p.add_argument("--max-client-batch", type=count(1), default=64, help="inputs per request; more get a 413")
+    p.add_argument("--max-wait-ms", type=non_negative, default=2.0, help="how long a batch waits for the next request "
                    "(each arrival restarts the wait, ten times at most)")
-    p.add_argument("--threads", type=int, help="ONNX Runtime threads (torch: set OMP_NUM_THREADS)")
+    p.add_argument("--threads", type=count(1), help="ONNX Runtime threads (torch: set OMP_NUM_THREADS)")
 
 
 def run_serve(args) -> int:

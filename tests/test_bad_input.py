@@ -78,6 +78,14 @@ def snapshot(folder):
     (["evaluate", "sst2", "--model", "m", "--data", "d", "--device", "cuda"], "--device"),
     (["suite", "--model", "m", "--data", "d", "--out", "o", "--device", "cuda:99"], "--device"),
     (["demo", "--out", "o", "--device", "cuda:99"], "--device"),
+    (["serve", "m", "--port", "70000"], "--port"),
+    (["serve", "m", "--max-batch-tokens", "0"], "--max-batch-tokens"),
+    (["serve", "m", "--max-concurrent", "-1"], "--max-concurrent"),
+    (["serve", "m", "--max-length", "0"], "--max-length"),
+    (["serve", "m", "--max-client-batch", "0"], "--max-client-batch"),
+    (["serve", "m", "--max-wait-ms", "-2"], "--max-wait-ms"),
+    (["serve", "m", "--threads", "0"], "--threads"),
+    (["serve", "m", "--device", "cuda"], "--device"),
 ])
 def test_numeric_options(capsys, argv, flag):
     one_line_error(capsys, 2, argv, f"argument {flag}")
