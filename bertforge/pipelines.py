@@ -72,9 +72,8 @@ class Pipeline:
 
     def __call__(self, inputs, progress: str | None = None, batch_size: int | None = None, **options):
         """`batch_size` for this call only (as transformers' pipelines take it); else the pipeline's."""
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                       or batch_size < 1):
-            raise BertforgeError(f"batch_size must be a positive whole number, not {batch_size!r}")
+        if batch_size is not None:
+            check_count({"batch_size": batch_size}, "batch_size")
         prepared = self.prepare(inputs, **options)
         outputs = run(self.forward, prepared.rows, batch_size or self.batch_size, self.max_batch_tokens,
                       self.tokenizer.pad_token_id, progress)

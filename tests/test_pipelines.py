@@ -230,7 +230,7 @@ def test_batching_keeps_input_order(make_model):
     assert_same(bertforge.pipeline(model=folder, max_batch_tokens=64)(inputs, top_k=None), expected)
     assert_same(bertforge.pipeline(model=folder)(inputs, top_k=None), expected)
     assert_same(bertforge.pipeline(model=folder)(inputs, top_k=None, batch_size=4), expected)  # as transformers'
-    with pytest.raises(BertforgeError, match="batch_size must be a positive whole number, not 0"):
+    with pytest.raises(BertforgeError, match="batch_size must be a whole number of at least 1, not 0"):
         bertforge.pipeline(model=folder)(inputs, batch_size=0)
 
 
