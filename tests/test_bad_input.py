@@ -75,7 +75,7 @@ def snapshot(folder):
     (["data", "create", "--input", "i", "--vocab", "v", "--out", "o", "--dupe-factor", "0"], "--dupe-factor"),
     (["features", "--model", "m", "--input", "i", "--out", "o.npz", "--stride", "0"], "--stride"),
     (["squad-split", "f.json", "--out", "o", "--train-fraction", "1"], "--train-fraction"),
-    (["evaluate", "sst2", "--model", "m", "--data", "d", "--device", "cuda"], "--device"),
+    (["evaluate", "sst2", "--model", "m", "--data", "d", "--device", "cuda:99"], "--device"),
     (["suite", "--model", "m", "--data", "d", "--out", "o", "--device", "cuda:99"], "--device"),
     (["demo", "--out", "o", "--device", "cuda:99"], "--device"),
     (["serve", "m", "--port", "70000"], "--port"),
@@ -85,7 +85,7 @@ def snapshot(folder):
     (["serve", "m", "--max-client-batch", "0"], "--max-client-batch"),
     (["serve", "m", "--max-wait-ms", "-2"], "--max-wait-ms"),
     (["serve", "m", "--threads", "0"], "--threads"),
-    (["serve", "m", "--device", "cuda"], "--device"),
+    (["serve", "m", "--device", "cuda:99"], "--device"),
 ])
 def test_numeric_options(capsys, argv, flag):
     one_line_error(capsys, 2, argv, f"argument {flag}")
