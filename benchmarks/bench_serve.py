@@ -83,7 +83,8 @@ def start(name: str, args, port: int) -> subprocess.Popen:
         folder = args.onnx if name.startswith("onnx") else args.model
         command = [sys.executable, "-m", "bertforge", "serve", folder, "--port", str(port), "--max-length", "128",
                    "--max-concurrent", "4096", "--threads", str(args.threads),
-                   *(["--backend", "onnx"] if name.startswith("onnx") else []), *(["--int8"] if "int8" in name else [])]
+                   *(["--backend", "onnx"] if name.startswith("onnx") else []), *(["--int8"] if "int8" in name else []),
+                   *(["--workers", "2"] if name.endswith("-w2") else [])]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -189,7 +190,8 @@ def percentile(sorted_values: list[float], p: float) -> float:
 
 async def bench(args, sentences, expected):
     names = ["transformers", "bertforge", "bertforge-int8"] + (["onnx", "onnx-int8"] if args.onnx else [])
-    names = [n for n in names if not args.only or n in args.only]
+    names += [f"{n}-w2" for n in names[1:]]  # the same with --workers 2: only when asked for by --only
+    names = [n for n in names if n in args.only] if args.only else [n for n in names if not n.endswith("-w2")]
     runs = {}  # (name, clients) -> [(rate, p50, p95, p99)], one per repetition
     for rep in range(args.reps):  # the servers interleaved: A B C, A B C, ...
         for name in names:
@@ -215,6 +217,10 @@ async def bench(args, sentences, expected):
         print(f"{name:>15} {clients:>3} clients: {rate:7.1f} req/s  p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  "
               f"p99 {p99:7.1f} ms")
     top = CLIENTS[-1]
+    if "transformers" in names:
+        for name in names:
+            print(f"{name:>15} / transformers, {top} clients: "
+                  f"{medians[name, top][0] / medians['transformers', top][0]:.2f}")
     if {"transformers", "bertforge", "bertforge-int8"} - set(names):
         return
     print(f"ratio={medians['bertforge', top][0] / medians['transformers', top][0]:.2f} "
@@ -289,7 +295,7 @@ def main():
     p.add_argument("--threads", type=int, default=common.THREADS)
     p.add_argument("--quick", action="store_true", help="100 requests, 20 s per run")
     p.add_argument("--only", nargs="+", help="these servers only (transformers, bertforge, bertforge-int8, onnx, "
-                                             "onnx-int8)")
+                                             "onnx-int8; NAME-w2: the bertforge server NAME with --workers 2)")
     p.add_argument("--soak", type=int, help="instead: a reliability run of this many requests (see soak)")
     p.add_argument("--plain-server", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)

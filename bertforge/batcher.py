@@ -1,11 +1,13 @@
 """Dynamic batching for the server: rows of concurrent requests gathered into batches by a token budget.
 
-Requests put their encoded rows on a queue and await a future. One worker thread runs the model: it takes
+Requests put their encoded rows on a queue and await a future. A worker thread runs the model: it takes
 what is queued (once a first request is in, waiting for more until none has come for `max_wait`, ten such
 windows at most, and no longer than the budget needs), cuts those rows into batches of at most `max_tokens`
 padded tokens (shortest first, see inference.plan_batches), runs them, and completes each request's future
 as its last row is done. Under load, clients answered by one batch send their next requests together, and
-the sliding window gathers them into the next batch instead of running the first few alone.
+the sliding window gathers them into the next batch instead of running the first few alone. With several
+workers, one gathers the next batch while the others run theirs (on a small CPU, two single-threaded
+batches at once get more from the cores than one batch on two threads: BENCHMARKS.md, "Serving").
 """
 
 import asyncio
@@ -51,7 +53,7 @@ class Job:
 
 class Batcher:
     def __init__(self, forward, pad_id: int, max_tokens: int, max_pending: int, max_wait: float = 0.002,
-                 on_batch=None):
+                 on_batch=None, workers: int = 1):
         self.forward, self.pad_id, self.max_tokens = forward, pad_id, max_tokens
         self.max_pending, self.max_wait, self.on_batch = max_pending, max_wait, on_batch
         self.queue: queue.Queue = queue.Queue()
@@ -59,8 +61,10 @@ class Batcher:
         self.company = True  # whether the last batch gathered more than its first request
         self.pending = 0  # requests queued or running
         self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self.work, name="bertforge-batcher", daemon=True)
-        self.thread.start()
+        self.threads = [threading.Thread(target=self.work, name=f"bertforge-batcher-{i}", daemon=True)
+                        for i in range(workers)]
+        for thread in self.threads:
+            thread.start()
 
     def submit(self, rows: list) -> asyncio.Future:
         """A future of the forward results of `rows`, in their order; Overloaded when the queue is full."""
@@ -77,9 +81,11 @@ class Batcher:
         return job.future
 
     def close(self):
-        """Stop the worker once the jobs queued so far are done."""
-        self.queue.put(None)
-        self.thread.join()
+        """Stop the workers once the jobs queued so far are done (each stops at one end-of-work mark)."""
+        for _ in self.threads:
+            self.queue.put(None)
+        for thread in self.threads:
+            thread.join()
 
     def gather(self, first: Job) -> tuple[list[Job], bool]:
         """The first job and those queued after it, up to the token budget; and whether the end-of-work mark

@@ -51,10 +51,10 @@ class Server:
     """The model (loaded in the background), its batcher and metrics."""
 
     def __init__(self, model_dir, task=None, max_batch_tokens=8192, max_concurrent=512, max_wait_ms=2.0,
-                 max_client_batch=64, **pipeline_options):
+                 max_client_batch=64, workers=1, **pipeline_options):
         self.model_dir, self.task, self.options = Path(model_dir), task, pipeline_options
         self.max_batch_tokens, self.max_concurrent, self.max_wait = max_batch_tokens, max_concurrent, max_wait_ms / 1e3
-        self.max_client_batch = max_client_batch
+        self.max_client_batch, self.workers = max_client_batch, workers
         self.pipe = self.batcher = self.load_error = None
         self.metrics = Registry()
         for name, kind, text, buckets in [
@@ -72,9 +72,13 @@ class Server:
         from .pipelines import pipeline
 
         try:
+            if self.workers > 1:  # the workers share the cores: torch's threads are divided between them
+                import torch
+
+                torch.set_num_threads(max(1, torch.get_num_threads() // self.workers))
             pipe = pipeline(self.task, model=self.model_dir, **self.options)
             self.batcher = Batcher(pipe.forward, pipe.tokenizer.pad_token_id, self.max_batch_tokens,
-                                   self.max_concurrent, self.max_wait, self.on_batch)
+                                   self.max_concurrent, self.max_wait, self.on_batch, self.workers)
             self.pipe = pipe
             log.info(f"bertforge: serving {pipe.task} from {self.model_dir} on /v1/{self.endpoint}")
         except Exception as e:  # reported by /health and every request
@@ -260,16 +264,14 @@ def add_serve_arguments(p):
     p.add_argument("--max-wait-ms", type=non_negative, default=2.0, help="how long a batch waits for the next request "
                    "(each arrival restarts the wait, ten times at most)")
     p.add_argument("--threads", type=count(1), help="ONNX Runtime threads (torch: set OMP_NUM_THREADS)")
+    p.add_argument("--workers", type=count(1), default=1, help="model batches run at once, each in its own "
+                   "thread; torch's threads are divided between them (default: 1)")
 
 
 def run_serve(args) -> int:
     from .pipelines import ALIASES, head_task
     from .runtime import pick_device
 
-    for flag, value in (("--max-batch-tokens", args.max_batch_tokens), ("--max-concurrent", args.max_concurrent),
-                        ("--max-client-batch", args.max_client_batch)):
-        if value < 1:
-            raise BertforgeError(f"{flag} must be at least 1, not {value}")
     folder = Path(args.model)
     if not folder.is_dir():
         raise BertforgeError(f"{folder}: no such model folder")
@@ -279,7 +281,7 @@ def run_serve(args) -> int:
     if task not in ENDPOINTS:
         raise BertforgeError(f"--task {task!r}: serve answers {', '.join(ENDPOINTS)}")
     server = Server(args.model, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
-                    args.max_client_batch, device=args.device, backend=args.backend, int8=args.int8,
+                    args.max_client_batch, args.workers, device=args.device, backend=args.backend, int8=args.int8,
                     max_length=args.max_length, threads=args.threads, batch_size=None)
     app = create_app(server)
     try:

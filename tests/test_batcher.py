@@ -2,6 +2,7 @@
 in each request's order, a failing batch fails only its requests, and the heap is trimmed between batches."""
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -124,3 +125,24 @@ def test_a_lone_client_waits_for_nobody():
             batcher.close()
 
     assert asyncio.run(main()) < 0.25
+
+
+def test_workers_run_batches_at_the_same_time():
+    """With two workers, two batches run at once (each forward waits for the other); with one, they cannot."""
+    def answers(workers):
+        barrier = threading.Barrier(2, timeout=2)
+
+        def forward(batch):
+            barrier.wait()
+            return batch["attention_mask"].sum(1).tolist()
+
+        async def main():
+            batcher = Batcher(forward, pad_id=0, max_tokens=8, max_pending=8, max_wait=0.05, workers=workers)
+            try:
+                return await submit_all(batcher, [[row(8)], [row(8)]])  # each fills a batch alone
+            finally:
+                batcher.close()
+        return asyncio.run(main())
+
+    assert answers(2) == [[8], [8]]
+    assert all(isinstance(a, threading.BrokenBarrierError) for a in answers(1))
