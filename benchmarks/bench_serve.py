@@ -241,9 +241,10 @@ def rss_mb(pid: int) -> float:
 async def soak(args, sentences, expected):
     """--soak N: N requests from 16 clients, 1% malformed, oversized or empty, and now and then a client that
     hangs up mid-request; every good answer checked, every bad one a 4xx with a message, the server's resident
-    memory after each tenth of the requests (the first tenth is the warm-up) and at the end."""
+    memory after each tenth of the requests (the first tenth is the warm-up) and at the end. The server is
+    `bertforge` or the first name given to --only."""
     port = free_port()
-    process = start("bertforge", args, port)
+    process = start(args.only[0] if args.only else "bertforge", args, port)
     tally = {"good_right": 0, "good_wrong": 0, "bad_4xx": 0, "bad_other": 0, "5xx": 0, "hung_up": 0}
     sent, memory = 0, {}
     try:
