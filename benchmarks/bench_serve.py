@@ -297,7 +297,8 @@ def main():
     p.add_argument("--quick", action="store_true", help="100 requests, 20 s per run")
     p.add_argument("--only", nargs="+", help="these servers only (transformers, bertforge, bertforge-int8, onnx, "
                                              "onnx-int8; NAME-w2: the bertforge server NAME with --workers 2)")
-    p.add_argument("--soak", type=int, help="instead: a reliability run of this many requests (see soak)")
+    p.add_argument("--soak", type=int, help="instead: a reliability run of this many requests against bertforge "
+                                            "or the first --only server (see soak)")
     p.add_argument("--plain-server", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
