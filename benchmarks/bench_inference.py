@@ -27,10 +27,15 @@ SST2_DEV = common.SHARED / "data" / "glue" / "SST-2" / "dev.tsv"
 SQUAD_DEV = common.SHARED / "data" / "squad" / "dev-v1.1.json"
 
 
-def sst2_sentences(limit=None) -> list[str]:
+def sst2_dev_rows(limit=None) -> list[dict]:
+    """The SST-2 dev file's rows: {"sentence", "label"}."""
     with open(SST2_DEV, encoding="utf-8", newline="") as f:
-        rows = [row["sentence"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     return rows[:limit]
+
+
+def sst2_sentences(limit=None) -> list[str]:
+    return [row["sentence"] for row in sst2_dev_rows(limit)]
 
 
 def batches_of(rows: list[dict], batch_size: int) -> list[dict]:

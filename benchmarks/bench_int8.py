@@ -8,12 +8,11 @@ and the rates are medians.
 """
 
 import argparse
-import csv
 import json
 from pathlib import Path
 
 from benchmarks import common  # first: it sets the OpenMP wait policy before torch loads
-from benchmarks.bench_inference import SST2_DEV
+from benchmarks.bench_inference import sst2_dev_rows
 
 
 def main():
@@ -30,8 +29,7 @@ def main():
 
     import bertforge
 
-    with open(SST2_DEV, encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    rows = sst2_dev_rows()
     names = json.loads((Path(args.model) / "config.json").read_text())["id2label"]  # the dev file's 0/1 -> labels
     sentences, gold = [r["sentence"] for r in rows], [names[r["label"]] for r in rows]
     pipes = {name: bertforge.pipeline("text-classification", model=args.model, int8=name == "int8")
