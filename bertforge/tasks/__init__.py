@@ -22,7 +22,8 @@ TASKS: dict[str, type[TaskFamily]] = {name: family for family in FAMILIES for na
 def make_family(task: str, data=None, max_length: int | None = None, options: dict | None = None,
                 reading: bool = False) -> TaskFamily:
     """The task's family, reading `data` (None: for plain-text examples only, unless `reading` splits).
-    `options` may hold any family's options and more (e.g. all parsed flags); the task's own are taken."""
+    `options` may hold any family's options and more (e.g. all parsed flags); the task's own are taken, and
+    `progress` (--no-progress) where given."""
     options = options or {}
     if task not in TASKS:
         raise BertforgeError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
@@ -39,7 +40,9 @@ def make_family(task: str, data=None, max_length: int | None = None, options: di
         flags = ", ".join("--" + k.replace("_", "-") for k in foreign)
         raise BertforgeError(f"{task} does not take {flags}: those are other tasks' options")
     own = {k: options.get(k, default) for k, default in family.option_defaults.items()}
-    return family(task, None if data is None else Path(data), max_length or family.default_max_length, **own)
+    made = family(task, None if data is None else Path(data), max_length or family.default_max_length, **own)
+    made.progress = options.get("progress", True)
+    return made
 
 
 def add_family_arguments(parser) -> None:

@@ -61,6 +61,7 @@ class TaskFamily:
     text_fields: dict[str, type] = {}
     option_defaults: dict = {}  # the family's own options (command-line flags of finetune/evaluate/predict)
     reads_data_folder = True  # its splits come from --data (else from its own options)
+    progress = True  # reading may show the progress bars of the libraries it uses (datasets')
     labels: list[str]  # the head's label names, in output order
 
     def __init__(self, task: str, data: Path | None, max_length: int, **options):

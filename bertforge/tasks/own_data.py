@@ -36,14 +36,17 @@ def label_index(value, labels: list[str], location: str, what: str = "label") ->
     return labels.index(str(value))
 
 
-def load_dataset_splits(spec: str) -> dict:
-    """The splits (name -> `datasets.Dataset`) of --dataset NAME[:CONFIG]."""
+def load_dataset_splits(spec: str, progress: bool = True) -> dict:
+    """The splits (name -> `datasets.Dataset`) of --dataset NAME[:CONFIG]; `progress`: show datasets' bars."""
     try:
         import datasets
     except ImportError:
         raise BertforgeError("--dataset needs the `datasets` package: pip install 'bertforge[datasets]'") from None
     name, config = (spec, None) if Path(spec).exists() or ":" not in spec else spec.rsplit(":", 1)
     saved = Path(name) / "dataset_dict.json", Path(name) / "state.json"  # what save_to_disk writes
+    shown = datasets.is_progress_bar_enabled()
+    if not progress:
+        datasets.disable_progress_bars()
     try:
         if any(p.is_file() for p in saved):
             if config:
@@ -53,6 +56,9 @@ def load_dataset_splits(spec: str) -> dict:
             loaded = datasets.load_dataset(name, config)
     except (OSError, ValueError) as e:  # not found, offline, no such configuration, unreadable files
         raise BertforgeError(f"--dataset {spec}: {str(e).strip().splitlines()[0]}") from None
+    finally:
+        if shown:
+            datasets.enable_progress_bars()
     return dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
 
 
@@ -112,7 +118,7 @@ class OwnData:
 
     def dataset_splits(self) -> dict:
         if self._dataset_splits is None:
-            self._dataset_splits = load_dataset_splits(self.dataset)
+            self._dataset_splits = load_dataset_splits(self.dataset, self.progress)
         return self._dataset_splits
 
     def records(self, split: str, columns: dict) -> list[tuple[str, dict]]:

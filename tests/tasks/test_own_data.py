@@ -67,6 +67,19 @@ def test_a_dataset_of_local_files(datasets, tokenizer, tmp_path):
     assert [(e.question, e.answer_texts, e.answer_starts) for e in dev] == [("Which river?", ["The Lys"], [0])]
 
 
+@pytest.mark.parametrize("progress", [True, False])
+def test_no_progress_silences_the_bars_of_datasets(datasets, tokenizer, tmp_path, capfd, progress):
+    """load_dataset draws bars as it prepares the splits; --no-progress (progress=False) keeps them off, and the
+    setting is restored after."""
+    (tmp_path / "reviews").mkdir()
+    for split in ("train", "dev"):
+        (tmp_path / "reviews" / f"{split}.jsonl").write_text(json.dumps({"text": "fine", "label": "pos"}) + "\n")
+    family = make_family("text-classification", options={"dataset": str(tmp_path / "reviews"), "progress": progress})
+    family.read("dev", tokenizer)
+    assert ("split" in capfd.readouterr().err) == progress
+    assert datasets.is_progress_bar_enabled()
+
+
 def test_finetune_evaluate_and_predict_a_dataset_with_class_label_tags(datasets, tiny_model, tmp_path, capsys):
     """A token-classification data set as the hub's NER sets are: words, and tags stored as class ids."""
     tags = datasets.ClassLabel(names=["O", "B-PER", "I-PER"])
