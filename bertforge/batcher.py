@@ -3,7 +3,8 @@
 Requests put their encoded rows on a queue and await a future. A worker thread runs the model: it takes
 what is queued (once a first request is in, waiting for more until none has come for `max_wait`, ten such
 windows at most, and no longer than the budget needs), cuts those rows into batches of at most `max_tokens`
-padded tokens (shortest first, see inference.plan_batches), runs them, and completes each request's future
+padded tokens (shortest first, see inference.plan_batches; for a runtime that computes on the padding, cut
+further by length), runs them, and completes each request's future
 as its last row is done. Under load, clients answered by one batch send their next requests together, and
 the sliding window gathers them into the next batch instead of running the first few alone. With several
 workers, one gathers the next batch while the others run theirs (on 2 cores, two single-threaded batches
@@ -54,8 +55,8 @@ class Job:
 
 class Batcher:
     def __init__(self, forward, pad_id: int, max_tokens: int, max_pending: int, max_wait: float = 0.002,
-                 on_batch=None, workers: int = 1):
-        self.forward, self.pad_id, self.max_tokens = forward, pad_id, max_tokens
+                 on_batch=None, workers: int = 1, call_tokens: int | None = None):
+        self.forward, self.pad_id, self.max_tokens, self.call_tokens = forward, pad_id, max_tokens, call_tokens
         self.max_pending, self.max_wait, self.on_batch = max_pending, max_wait, on_batch
         self.queue: queue.Queue = queue.Queue()
         self.trim, self.trimmed = heap_trimmer(), 0.0
@@ -132,7 +133,7 @@ class Batcher:
         rows = [(job, i) for job in jobs for i in range(len(job.rows))]
         lengths = [row_length(job.rows[i]) for job, i in rows]
         widths = [row_width(job.rows[i]) for job, i in rows]
-        for batch in plan_batches(lengths, None, self.max_tokens, widths):
+        for batch in plan_batches(lengths, None, self.max_tokens, widths, self.call_tokens):
             members = [rows[k] for k in batch if not rows[k][0].failed]
             if not members:
                 continue

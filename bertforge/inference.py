@@ -135,9 +135,11 @@ def row_width(row: Row) -> int:
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int | None = 32, max_tokens: int | None = None,
-                 widths: Sequence[int] | None = None) -> list[list[int]]:
+                 widths: Sequence[int] | None = None, call_tokens: int | None = None) -> list[list[int]]:
     """Row indices shortest first, cut into batches of at most `batch_size` rows and `max_tokens` padded tokens
-    (a row longer than the budget alone makes a batch)."""
+    (a row longer than the budget alone makes a batch). With `call_tokens` (what one forward call costs, in
+    padded tokens: runtimes that compute on the padding, see runtime.OnnxRuntime), each batch is cut further
+    where the padding saved is worth more than the extra calls (`cut_padding`)."""
     if batch_size is not None and batch_size < 1:
         raise BertforgeError(f"batch_size must be at least 1, not {batch_size}")
     if max_tokens is not None and max_tokens < 1:
@@ -153,7 +155,36 @@ def plan_batches(lengths: Sequence[int], batch_size: int | None = 32, max_tokens
             current, grown_width = [], widths[i]
         current.append(i)
         width = grown_width
-    return batches + [current] if current else batches
+    batches = batches + [current] if current else batches
+    if call_tokens is None:
+        return batches
+    return [part for batch in batches for part in cut_padding(batch, lengths, widths, call_tokens)]
+
+
+def cut_padding(batch: list[int], lengths: Sequence[int], widths: Sequence[int], call_tokens: int) -> list[list[int]]:
+    """The cheapest cut of a batch (rows shortest first) into consecutive parts, a part costing its padded
+    tokens plus `call_tokens`. Rows of one length stay together (no dearer for rows of one width), so the
+    search is over the distinct lengths (at most the model's positions), quadratic in their number."""
+    groups = []  # [length, width, rows]
+    for i in batch:
+        if groups and groups[-1][0] == lengths[i]:
+            groups[-1][1] = max(groups[-1][1], widths[i])
+            groups[-1][2].append(i)
+        else:
+            groups.append([lengths[i], widths[i], [i]])
+    best, start = [0] + [0] * len(groups), [0] * (len(groups) + 1)
+    for end in range(1, len(groups) + 1):
+        rows, width, best[end] = 0, 0, None
+        for first in range(end - 1, -1, -1):
+            rows, width = rows + len(groups[first][2]), max(width, groups[first][1])
+            cost = best[first] + rows * groups[end - 1][0] * width + call_tokens
+            if best[end] is None or cost < best[end]:
+                best[end], start[end] = cost, first
+    parts, end = [], len(groups)
+    while end:
+        parts.append([i for group in groups[start[end]:end] for i in group[2]])
+        end = start[end]
+    return parts[::-1]
 
 
 def pad(rows: Sequence[Row], pad_id: int = 0) -> dict[str, torch.Tensor]:
@@ -199,11 +230,13 @@ def run_batch(forward: Callable[[dict], list], rows: Sequence[Row], pad_id: int 
 
 
 def run(forward: Callable[[dict], list], rows: Sequence[Row], batch_size: int | None = 32,
-        max_tokens: int | None = None, pad_id: int = 0, progress: str | None = None) -> list:
+        max_tokens: int | None = None, pad_id: int = 0, progress: str | None = None,
+        call_tokens: int | None = None) -> list:
     """forward's result for every row, in row order; batches of similar lengths (see plan_batches).
     A `progress` label shows a bar (rows/s, ETA) on stderr."""
     results = [None] * len(rows)
-    batches = plan_batches([row_length(r) for r in rows], batch_size, max_tokens, [row_width(r) for r in rows])
+    batches = plan_batches([row_length(r) for r in rows], batch_size, max_tokens, [row_width(r) for r in rows],
+                           call_tokens)
     with tqdm(total=len(rows), desc=progress, unit="row", disable=progress is None, leave=False) as bar:
         for batch in batches:
             for i, result in zip(batch, run_batch(forward, [rows[i] for i in batch], pad_id)):

@@ -90,21 +90,32 @@ def fraction_or_steps(text: str) -> float:
     return value
 
 
-def torch_device(text: str) -> str:
-    """A torch device that this machine has: cpu, cuda, cuda:N (checked before any work starts)."""
+def device_problem(text: str, kinds=("cpu", "cuda")) -> str | None:
+    """What makes `text` unusable as a torch device of one of these kinds on this machine, or None."""
     import torch
 
+    names = ", ".join(kinds[:-1]) + " and " + kinds[-1]
     try:
         chosen = torch.device(text)
     except RuntimeError:
-        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, not {text!r}") from None
+        return f"{text!r} is not a device (expected {names.replace(' and ', ', ')} or cuda:N)"
+    if chosen.type not in kinds:
+        return f"{text}: only {names} devices are supported"
     if chosen.type == "cuda":
         if not torch.cuda.is_available():
-            raise argparse.ArgumentTypeError(f"{text}: CUDA is not available on this machine")
+            return f"{text}: CUDA is not available on this machine"
         if chosen.index is not None and chosen.index >= torch.cuda.device_count():
-            raise argparse.ArgumentTypeError(f"{text}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    elif chosen.type != "cpu":
-        raise argparse.ArgumentTypeError(f"{text}: only cpu and cuda devices are supported")
+            return f"{text}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+    if chosen.type == "mps" and not torch.backends.mps.is_available():
+        return f"{text}: MPS is not available on this machine"
+    return None
+
+
+def torch_device(text: str) -> str:
+    """A torch device that this machine has: cpu, cuda, cuda:N (checked before any work starts)."""
+    problem = device_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

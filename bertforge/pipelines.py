@@ -76,7 +76,7 @@ class Pipeline:
             check_count({"batch_size": batch_size}, "batch_size")
         prepared = self.prepare(inputs, **options)
         outputs = run(self.forward, prepared.rows, batch_size or self.batch_size, self.max_batch_tokens,
-                      self.tokenizer.pad_token_id, progress)
+                      self.tokenizer.pad_token_id, progress, self.runtime.call_tokens)
         return self.finish(prepared, outputs)
 
     def prepare(self, inputs, truncate: bool = True, **options) -> Prepared:

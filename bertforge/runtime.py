@@ -13,6 +13,7 @@ import torch
 
 from . import model as models
 from .errors import BertforgeError
+from .options import device_problem
 
 HEAD_OUTPUTS = {
     "BertModel": ("last_hidden_state",),
@@ -30,15 +31,10 @@ def pick_device(device: str | None) -> torch.device:
     """The named device, or CUDA when present, else CPU; a named device that is not there is an error."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        chosen = torch.device(device)
-    except RuntimeError:
-        raise BertforgeError(f"--device {device!r} is not a device (cpu, cuda, cuda:1, mps)") from None
-    if chosen.type == "cuda" and not torch.cuda.is_available():
-        raise BertforgeError(f"--device {device}: CUDA is not available on this machine")
-    if chosen.type == "mps" and not torch.backends.mps.is_available():
-        raise BertforgeError(f"--device {device}: MPS is not available on this machine")
-    return chosen
+    problem = device_problem(device, kinds=("cpu", "cuda", "mps"))
+    if problem:
+        raise BertforgeError(f"--device {problem}")
+    return torch.device(device)
 
 
 def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
@@ -65,6 +61,8 @@ def mask_logits(model, batch: dict, mask_id: int) -> torch.Tensor:
 
 
 class TorchRuntime:
+    call_tokens = None  # the model packs tokens (no padding in its linear layers): cutting batches did not pay
+
     def __init__(self, model, device: torch.device, mask_id: int):
         self.model, self.device, self.mask_id = model.eval(), device, mask_id
         self.architecture = type(model).__name__
@@ -82,6 +80,11 @@ class TorchRuntime:
 
 class OnnxRuntime:
     """An exported model (see export.py) in an ONNX Runtime session."""
+
+    # The graph computes on the padding: a batch of mixed lengths is cut where the padding saved is worth more
+    # than a call, which costs about as much as this many padded tokens (inference.cut_padding; for the
+    # server's batches of 32 SST-2 sentences, 1.7x the rows per second of one padded call: BENCHMARKS.md).
+    call_tokens = 16
 
     def __init__(self, path: Path, device: torch.device, threads: int | None = None):
         try:

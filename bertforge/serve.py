@@ -78,7 +78,8 @@ class Server:
                 torch.set_num_threads(max(1, torch.get_num_threads() // self.workers))
             pipe = pipeline(self.task, model=self.model_dir, **self.options)
             self.batcher = Batcher(pipe.forward, pipe.tokenizer.pad_token_id, self.max_batch_tokens,
-                                   self.max_concurrent, self.max_wait, self.on_batch, self.workers)
+                                   self.max_concurrent, self.max_wait, self.on_batch, self.workers,
+                                   pipe.runtime.call_tokens)
             self.pipe = pipe
             log.info(f"bertforge: serving {pipe.task} from {self.model_dir} on /v1/{self.endpoint}")
         except Exception as e:  # reported by /health and every request
@@ -270,12 +271,10 @@ def add_serve_arguments(p):
 
 def run_serve(args) -> int:
     from .pipelines import ALIASES, head_task
-    from .runtime import pick_device
 
     folder = Path(args.model)
     if not folder.is_dir():
         raise BertforgeError(f"{folder}: no such model folder")
-    pick_device(args.device)  # a missing device fails before anything loads
     task = ALIASES.get(args.task, args.task) or head_task(BertConfig.from_json_file(folder / "config.json"), folder)
     task = "sentence-embedding" if task == "feature-extraction" else task
     if task not in ENDPOINTS:

@@ -49,6 +49,27 @@ def test_concurrent_requests_are_batched_by_tokens_and_answered_in_order():
     assert sum(b for b, _ in model.shapes) == 6 and len(model.shapes) < 6  # rows shared batches
 
 
+def test_a_padded_runtime_gets_batches_cut_by_length():
+    """With call_tokens (ONNX Runtime computes on the padding), three short rows and a long one run as two
+    calls instead of one padded to the longest; answers still in order."""
+    requests = [[row(5), row(60)], [row(5)], [row(5)]]
+    shapes = {}
+    for call_tokens in (None, 16):
+        model = Model()
+
+        async def main():
+            batcher = Batcher(model, pad_id=0, max_tokens=1024, max_pending=8, max_wait=0.05,
+                              call_tokens=call_tokens)
+            try:
+                return await submit_all(batcher, requests)
+            finally:
+                batcher.close()
+
+        assert asyncio.run(main()) == [[5, 60], [5], [5]]
+        shapes[call_tokens] = sorted(model.shapes)
+    assert shapes == {None: [(4, 60)], 16: [(1, 60), (3, 5)]}
+
+
 def test_a_failing_batch_fails_its_requests_only():
     model = Model(fail_on=9)
 

@@ -1,11 +1,13 @@
 """The shared inference layer: batches by count and token budget, padding, results back in input order."""
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
 
 from bertforge.errors import BertforgeError
-from bertforge.inference import pad, per_row, plan_batches, run
+from bertforge.inference import cut_padding, pad, per_row, plan_batches, run
 
 
 def rows_of(lengths):
@@ -28,6 +30,40 @@ def test_plan_batches_counts_choices_in_the_budget():
     """Padded tokens are rows x longest x most choices: two 4-choice rows of 10 fill a budget of 80."""
     assert plan_batches([10, 10, 10, 10], None, 80, widths=[4, 4, 1, 1]) == [[0, 1], [2, 3]]
     assert plan_batches([10, 10, 10, 10], None, 80, widths=[1, 1, 4, 4]) == [[0, 1], [2, 3]]
+
+
+def padded_cost(parts, lengths, widths, call_tokens):
+    return sum(len(p) * max(lengths[i] for i in p) * max(widths[i] for i in p) + call_tokens for p in parts)
+
+
+def test_cut_padding_finds_the_cheapest_cut():
+    """Against every cut of the sorted rows into consecutive parts (2^(n-1) of them), on random small batches;
+    with choices (widths), never dearer than one call (rows of one length stay together there)."""
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n = int(rng.integers(1, 9))
+        lengths = rng.integers(1, 40, n).tolist()
+        widths = [1] * n if trial % 3 else rng.integers(1, 4, n).tolist()
+        call_tokens = int(rng.choice([0, 4, 16, 64]))
+        batch = sorted(range(n), key=lambda i: lengths[i])
+        parts = cut_padding(batch, lengths, widths, call_tokens)
+        assert [i for p in parts for i in p] == batch  # consecutive, every row once, order kept
+        cost = padded_cost(parts, lengths, widths, call_tokens)
+        if trial % 3:
+            assert cost == min(padded_cost([batch[a:b] for a, b in zip((0, *cuts), (*cuts, n))], lengths, widths,
+                                           call_tokens)
+                               for k in range(n) for cuts in itertools.combinations(range(1, n), k))
+        else:
+            assert cost <= padded_cost([batch], lengths, widths, call_tokens)
+
+
+def test_plan_batches_cuts_padding_only_when_asked():
+    """Three short rows and a long one: one padded call costs 4 x 60 + 16 tokens, two calls 3 x 5 + 60 + 32."""
+    lengths = [60, 5, 5, 5]
+    assert plan_batches(lengths, None) == [[1, 2, 3, 0]]
+    assert plan_batches(lengths, None, call_tokens=16) == [[1, 2, 3], [0]]
+    assert plan_batches([10, 11, 12], None, call_tokens=16) == [[0, 1, 2]]  # cutting costs more than it saves
+    assert plan_batches(lengths, 2, call_tokens=16) == [[1, 2], [3], [0]]  # the row limit first, then the cut
 
 
 def test_plan_batches_checks_its_limits():

@@ -257,3 +257,14 @@ def test_bad_options(make_model):
         bertforge.pipeline(model=folder)("a", top_k=2)
     with pytest.raises(BertforgeError, match="unknown task"):
         bertforge.pipeline("translation", model=folder)
+
+
+@pytest.mark.parametrize("device, message", [
+    ("gpu", r"--device 'gpu' is not a device \(expected cpu, cuda, mps or cuda:N\)"),
+    ("meta", "--device meta: only cpu, cuda and mps devices are supported"),
+    ("cuda:999", "--device cuda:999: (CUDA is not available on this machine|this machine has)"),
+])
+def test_a_device_this_machine_lacks_is_one_error(make_model, device, message):
+    """The same check as the command line's --device (options.device_problem), with mps allowed."""
+    with pytest.raises(BertforgeError, match=message):
+        bertforge.pipeline(model=make_model("BertForSequenceClassification"), device=device)
