@@ -143,6 +143,7 @@ def run_demo(args) -> int:
     result = pretrain(str(data), str(run), config=args.config, steps=10**12, time_budget=args.time_budget,
                       batch_size=recipe["batch_size"], lr=recipe["lr"], seed=args.seed, dropout=recipe["dropout"],
                       objective=recipe["objective"], mask_prob=recipe["mask_prob"], recipe=args.recipe,
+                      output_bias=recipe["output_bias"],
                       schedule=recipe["schedule"], warmup=recipe["warmup"], eval_every=10**12,
                       save_every=10**12, log_every=10, overwrite=True, device=device)
 

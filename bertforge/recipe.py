@@ -4,7 +4,7 @@ A recipe fills in the flags the user did not give; an explicit flag always wins.
 (spec section 6) as bertforge has always run it. `budget` is what the budget literature (Cramming, MosaicBERT,
 Izsak et al., Wettig et al.) converges on and what measured best per CPU-minute here (BENCHMARKS.md, "A budget
 recipe"): no NSP, 30% dynamic masking, no dropout, a higher peak rate on a one-cycle schedule, the rate chosen by
-the model's width (BUDGET_LR).
+the model's width (BUDGET_LR), the output bias started at the tokens' log frequencies.
 """
 
 from .options import open_fraction, probability
@@ -16,9 +16,9 @@ BUDGET_LR = ((128, 2e-3), (None, 5e-4))
 
 RECIPES = {
     "paper": {"objective": None, "mask_prob": None, "dropout": None, "lr": 1e-4, "schedule": "linear",
-              "warmup": 0.05, "batch_size": 64},
+              "warmup": 0.05, "batch_size": 64, "output_bias": "zero"},
     "budget": {"objective": "mlm", "mask_prob": 0.3, "dropout": 0.0, "lr": BUDGET_LR, "schedule": "one-cycle",
-               "warmup": 0.1, "batch_size": 16},
+               "warmup": 0.1, "batch_size": 16, "output_bias": "unigram"},
 }  # None: what the data and the model config hold (objective, masking rate, dropout)
 
 OBJECTIVES = ("mlm+nsp", "mlm", "ltr")
@@ -45,6 +45,10 @@ def add_recipe_arguments(p) -> None:
                         "with --no-mask) (paper: the data's rate, 0.15, budget: 0.3)")
     p.add_argument("--dropout", type=probability,
                    help="override the config's dropout (paper: the config's 0.1, budget: 0)")
+    p.add_argument("--output-bias", choices=("zero", "unigram"),
+                   help="a fresh model's initial masked-LM output bias: zero (the paper's), or the log frequencies "
+                        "of the training tokens, so that training starts from predicting token frequencies "
+                        "(paper: zero, budget: unigram)")
 
 
 def recipe_notes() -> dict:

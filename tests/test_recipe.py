@@ -73,6 +73,7 @@ def test_bad_flags_are_one_line(root, tmp_path, capsys, argv, words):
     ("static", ["--mask-prob", "0.3"], ["--mask-prob", "statically masked", "--no-mask"]),
     ("static", ["--recipe", "budget"], ["--mask-prob", "statically masked"]),
     ("rows", ["--time-budget", "5s", "--warmup", "10"], ["--warmup", "fraction"]),
+    ("rows", ["--init-from", "m", "--output-bias", "unigram"], ["--output-bias unigram", "--init-from"]),
 ])
 def test_data_that_cannot_serve_the_objective_is_one_line(root, tmp_path, capsys, data, argv, words):
     assert main(cli(root / data, tmp_path / "run", "--steps", "2", *argv)) == 2
@@ -125,6 +126,31 @@ def test_budget_recipe_and_explicit_flags_win(root, tmp_path):
     # Trained without dropout, saved with the config's, for fine-tuning.
     assert json.loads((run / "final" / "config.json").read_text())["hidden_dropout_prob"] == 0.1
     assert rows(run)[-1]["lr"] == 0.0
+
+
+def test_unigram_output_bias_starts_at_the_training_tokens_log_frequencies(root, tmp_path):
+    """The budget recipe's --output-bias unigram: softmax(bias) is the add-one smoothed frequency of each id
+    in the training rows, the special tokens (never predicted) at the floor; --output-bias zero wins over it."""
+    tokenizer = BertTokenizer.from_pretrained(root / "rows")
+    train = PretrainJob(root / "rows", tokenizer, 8, seed=0).train
+    counts = np.zeros(tokenizer.vocab_size, dtype=np.int64)
+    for i in range(len(train)):
+        np.add.at(counts, train[i]["input_ids"][train[i]["attention_mask"].bool()].numpy(), 1)
+    special = [tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id, tokenizer.pad_token_id]
+    counts[special] = 0
+    assert (train.token_counts(tokenizer.vocab_size) == counts).all() and counts.sum() > 1000
+    runs = {}
+    for bias in (None, "zero"):
+        run = runs[bias] = tmp_path / f"budget-{bias}"
+        assert main(cli(root / "rows", run, "--steps", "1", "--recipe", "budget", "--lr", "1e-9",
+                        *(["--output-bias", bias] if bias else []))) == 0
+    assert json.loads((runs[None] / "args.json").read_text())["extra"]["output_bias"] == "unigram"
+    assert json.loads((runs["zero"] / "args.json").read_text())["extra"]["output_bias"] == "zero"
+    ref = transformers.BertForPreTraining.from_pretrained(runs[None] / "final")  # an ordinary checkpoint
+    probs = torch.softmax(ref.cls.predictions.bias.detach().double(), 0).numpy()
+    assert probs == pytest.approx((counts + 1) / (counts + 1).sum(), rel=1e-4)
+    zero = transformers.BertForPreTraining.from_pretrained(runs["zero"] / "final")
+    assert zero.cls.predictions.bias.abs().max() < 1e-6
 
 
 def test_time_budget_stops_at_the_budget_with_lr_zero(root, tmp_path):

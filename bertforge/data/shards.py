@@ -179,6 +179,14 @@ class PretrainingShards:
     def __len__(self) -> int:
         return int(self._starts[-1])
 
+    def token_counts(self, vocab_size: int) -> np.ndarray:
+        """How often each id occurs in the instances, [vocab_size] int64; the special tokens ([CLS], [SEP],
+        [MASK], padding) counted 0, as they are never predicted."""
+        counts = sum((np.bincount(shard.tokens, minlength=vocab_size) for shard in self._shards),
+                     np.zeros(vocab_size, dtype=np.int64))
+        counts[[self.special[k] for k in ("cls", "sep", "mask", "pad")]] = 0
+        return counts
+
     def __getitem__(self, i: int) -> dict:
         """Instance i: the :meth:`batch` dict for ``[i]`` without the batch dimension (no padding)."""
         if not -len(self) <= i < len(self):
