@@ -241,7 +241,8 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     """Pre-train and return the last held-out evaluation (with the trivial baselines beside it).
 
     `options`: TrainArgs fields (defaults PRETRAIN_DEFAULTS). `recipe` is only recorded (the caller resolves it
-    into the other arguments, see recipe.resolve)."""
+    into the other arguments, see recipe.resolve). `output_bias="unigram"` starts a fresh model's masked-LM
+    output bias at the training tokens' log frequencies (`init_output_bias`); with `init_from` it is ignored."""
     import torch
 
     from .train import fit, setup_distributed
