@@ -81,11 +81,6 @@ class TorchRuntime:
 class OnnxRuntime:
     """An exported model (see export.py) in an ONNX Runtime session."""
 
-    # The graph computes on the padding: a batch of mixed lengths is cut where the padding saved is worth more
-    # than a call, which costs about as much as this many padded tokens (inference.cut_padding; for the
-    # server's batches of 32 SST-2 sentences, 1.7x the rows per second of one padded call: BENCHMARKS.md).
-    call_tokens = 16
-
     def __init__(self, path: Path, device: torch.device, threads: int | None = None):
         try:
             import onnxruntime
@@ -98,6 +93,11 @@ class OnnxRuntime:
         if threads:
             options.intra_op_num_threads = threads
         providers = ["CUDAExecutionProvider"] if device.type == "cuda" else ["CPUExecutionProvider"]
+        # The graph computes on the padding: on the CPU a batch of mixed lengths is cut where the padding saved
+        # is worth more than a call, which costs about as much as 16 padded tokens (inference.cut_padding; the
+        # server's batches of 32 SST-2 sentences: 1.7x the rows per second of one padded call, BENCHMARKS.md).
+        # On a GPU padding costs little beside a call's launches (not measured here): no cut.
+        self.call_tokens = 16 if device.type == "cpu" else None
         self.session = onnxruntime.InferenceSession(str(path), options, providers=providers)
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
