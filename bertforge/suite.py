@@ -189,6 +189,8 @@ def add_suite_arguments(p):
     p.add_argument("--max-eval-examples", type=int, help="evaluate on only the first N examples")
     p.add_argument("--keep-models", action="store_true", help="keep each run's best/ model (default: metrics only)")
     p.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when present)")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no line per finished run (runs done, ETA); the report is printed at the end")
 
 
 def run_suite(args) -> int:
@@ -198,6 +200,6 @@ def run_suite(args) -> int:
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     summary = suite(args.model, args.tasks, args.seeds, args.out, args.data, points, vocab=args.vocab,
                     max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
-                    keep_models=args.keep_models, device=args.device)
+                    keep_models=args.keep_models, progress=args.progress, device=args.device)
     print((Path(args.out) / "suite.md").read_text(encoding="utf-8"), end="")
     return 0 if summary["tasks"] else 2

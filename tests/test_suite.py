@@ -49,8 +49,9 @@ def test_runs_report_and_resume(glue, tmp_path, monkeypatch, capsys):
     calls = []
     real = suite_module.finetune
     monkeypatch.setattr(suite_module, "finetune", lambda *a, **k: calls.append(a) or real(*a, **k))
-    assert main(argv(out, "--tasks", "sst2", "stsb", "--seeds", "1", "2", "3")) == 0
+    assert main(argv(out, "--tasks", "sst2", "stsb", "--seeds", "1", "2", "3", "--no-progress")) == 0
     assert [(a[0], a[3].name) for a in calls] == [("sst2", "seed-3"), ("stsb", "seed-3")]
+    assert "ETA" not in capsys.readouterr().out  # --no-progress: the report only
     assert json.loads((out / "suite.json").read_text())["summary"]["tasks"]["sst2"]["seeds"] == 3
 
 
