@@ -4,12 +4,11 @@ Requests put their encoded rows on a queue and await a future. A worker thread r
 what is queued (once a first request is in, waiting for more until none has come for `max_wait`, ten such
 windows at most, and no longer than the budget needs), cuts those rows into batches of at most `max_tokens`
 padded tokens (shortest first, see inference.plan_batches; for a runtime that computes on the padding, cut
-further by length), runs them, and completes each request's future
-as its last row is done. Under load, clients answered by one batch send their next requests together, and
-the sliding window gathers them into the next batch instead of running the first few alone. With several
-workers, one gathers the next batch while the others run theirs (on 2 cores, two single-threaded batches
-at once ran 8% faster offline than one on two threads; under load the gain was not established:
-BENCHMARKS.md, "Serving").
+further by length), runs them, and completes each request's future as its last row is done. Under load,
+clients answered by one batch send their next requests together, and the sliding window gathers them into
+the next batch instead of running the first few alone. With several workers, one gathers the next batch
+while the others run theirs (on 2 cores, two single-threaded batches at once ran 8% faster offline than one
+on two threads; under load the gain was not established: BENCHMARKS.md, "Serving").
 """
 
 import asyncio

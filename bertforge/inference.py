@@ -11,6 +11,7 @@ Pipelines and the server (pipelines.py, batcher.py) hand over rows as dicts inst
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -172,13 +173,13 @@ def cut_padding(batch: list[int], lengths: Sequence[int], widths: Sequence[int],
             groups[-1][2].append(i)
         else:
             groups.append([lengths[i], widths[i], [i]])
-    best, start = [0] + [0] * len(groups), [0] * (len(groups) + 1)
+    best, start = [0.0] + [math.inf] * len(groups), [0] * (len(groups) + 1)  # cheapest cut of the first k groups
     for end in range(1, len(groups) + 1):
-        rows, width, best[end] = 0, 0, None
+        rows, width = 0, 0
         for first in range(end - 1, -1, -1):
             rows, width = rows + len(groups[first][2]), max(width, groups[first][1])
             cost = best[first] + rows * groups[end - 1][0] * width + call_tokens
-            if best[end] is None or cost < best[end]:
+            if cost < best[end]:
                 best[end], start[end] = cost, first
     parts, end = [], len(groups)
     while end:

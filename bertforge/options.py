@@ -94,13 +94,12 @@ def device_problem(text: str, kinds=("cpu", "cuda")) -> str | None:
     """What makes `text` unusable as a torch device of one of these kinds on this machine, or None."""
     import torch
 
-    names = ", ".join(kinds[:-1]) + " and " + kinds[-1]
     try:
         chosen = torch.device(text)
     except RuntimeError:
-        return f"{text!r} is not a device (expected {names.replace(' and ', ', ')} or cuda:N)"
+        return f"{text!r} is not a device (expected {', '.join(kinds)} or cuda:N)"
     if chosen.type not in kinds:
-        return f"{text}: only {names} devices are supported"
+        return f"{text}: only {', '.join(kinds[:-1])} and {kinds[-1]} devices are supported"
     if chosen.type == "cuda":
         if not torch.cuda.is_available():
             return f"{text}: CUDA is not available on this machine"
