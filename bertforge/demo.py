@@ -126,7 +126,7 @@ def run_demo(args) -> int:
     tokenizer = train_vocab([corpus], vocab_size=args.vocab_size, out_dir=vocab)
     print(f"   {tokenizer.vocab_size} pieces; 'tokenization' -> {tokenizer.tokenize('tokenization')}")
 
-    recipe = resolve(args.recipe, {}, BertConfig.load(args.config).hidden_size)
+    recipe = resolve(args.recipe, {"batch_size": args.batch_size}, BertConfig.load(args.config).hidden_size)
     nsp = recipe["objective"] in (None, "mlm+nsp")
     kind = "sentence pairs" if nsp else "single segments filled with whole sentences (no NSP)"
     step(f"pre-training data: {kind}, masked afresh at training time",
@@ -138,8 +138,8 @@ def run_demo(args) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     step(f"pre-training a {args.config} BERT with the {args.recipe} recipe for {args.time_budget:g} s",
-         f"bertforge pretrain --data {data} --config {args.config} --out {run} --recipe {args.recipe} "
-         f"--time-budget {args.time_budget:g}s --seed {args.seed} --device {device}")
+         f"bertforge pretrain --data {data} --config {args.config} --out {run} --recipe {args.recipe} --batch-size "
+         f"{recipe['batch_size']} --time-budget {args.time_budget:g}s --seed {args.seed} --device {device}")
     result = pretrain(str(data), str(run), config=args.config, steps=10**12, time_budget=args.time_budget,
                       batch_size=recipe["batch_size"], lr=recipe["lr"], seed=args.seed, dropout=recipe["dropout"],
                       objective=recipe["objective"], mask_prob=recipe["mask_prob"], recipe=args.recipe,
@@ -176,7 +176,9 @@ def add_demo_arguments(p):
     p.add_argument("--config", default="tiny", help="model size")
     p.add_argument("--vocab-size", type=count(100), default=8000, help="WordPiece vocabulary entries")
     old_spellings(p.add_argument("--max-length", "--max-seq-length", dest="max_seq_length", metavar="N",
-                                 type=count(5, 512), default=64, help="tokens per training row"), "--max-seq-length")
+                                 type=count(5, 512), default=24, help="tokens per training row (default: 24: short "
+                                 "rows learn fastest in minutes, BENCHMARKS.md)"), "--max-seq-length")
+    p.add_argument("--batch-size", type=count(1), default=32, help="rows per step (default: 32)")
     p.add_argument("--eval-docs", type=count(1), default=20, help="documents held out")
     p.add_argument("--recipe", choices=tuple(RECIPES), default="budget", help="pre-training recipe")
     p.add_argument("--time-budget", type=duration, default=200.0, metavar="DURATION",
