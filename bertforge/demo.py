@@ -176,9 +176,9 @@ def add_demo_arguments(p):
     p.add_argument("--config", default="tiny", help="model size")
     p.add_argument("--vocab-size", type=count(100), default=8000, help="WordPiece vocabulary entries")
     old_spellings(p.add_argument("--max-length", "--max-seq-length", dest="max_seq_length", metavar="N",
-                                 type=count(5, 512), default=24, help="tokens per training row (default: 24: short "
-                                 "rows learn fastest in minutes, BENCHMARKS.md)"), "--max-seq-length")
-    p.add_argument("--batch-size", type=count(1), default=32, help="rows per step (default: 32)")
+                                 type=count(5, 512), default=24, help="tokens per training row (short rows learn "
+                                 "fastest in minutes, BENCHMARKS.md)"), "--max-seq-length")
+    p.add_argument("--batch-size", type=count(1), default=32, help="rows per training step")
     p.add_argument("--eval-docs", type=count(1), default=20, help="documents held out")
     p.add_argument("--recipe", choices=tuple(RECIPES), default="budget", help="pre-training recipe")
     p.add_argument("--time-budget", type=duration, default=200.0, metavar="DURATION",
