@@ -126,7 +126,8 @@ def run_demo(args) -> int:
     tokenizer = train_vocab([corpus], vocab_size=args.vocab_size, out_dir=vocab)
     print(f"   {tokenizer.vocab_size} pieces; 'tokenization' -> {tokenizer.tokenize('tokenization')}")
 
-    recipe = resolve(args.recipe, {"batch_size": args.batch_size}, BertConfig.load(args.config).hidden_size)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    recipe = resolve(args.recipe, {"batch_size": args.batch_size}, BertConfig.load(args.config).hidden_size, device)
     nsp = recipe["objective"] in (None, "mlm+nsp")
     kind = "sentence pairs" if nsp else "single segments filled with whole sentences (no NSP)"
     step(f"pre-training data: {kind}, masked afresh at training time",
@@ -136,14 +137,14 @@ def run_demo(args) -> int:
     create_pretraining_data([corpus], vocab, data, max_seq_length=args.max_seq_length, dupe_factor=1, mask=False,
                             nsp=nsp, eval_docs=args.eval_docs, seed=args.seed)
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    step(f"pre-training a {args.config} BERT with the {args.recipe} recipe for {args.time_budget:g} s",
+    step(f"pre-training a {args.config} BERT with the {args.recipe} recipe for {args.time_budget:g} s"
+         f"{' (bf16 autocast: this device computes it in hardware)' if recipe['bf16'] else ''}",
          f"bertforge pretrain --data {data} --config {args.config} --out {run} --recipe {args.recipe} --batch-size "
          f"{recipe['batch_size']} --time-budget {args.time_budget:g}s --seed {args.seed} --device {device}")
     result = pretrain(str(data), str(run), config=args.config, steps=10**12, time_budget=args.time_budget,
                       batch_size=recipe["batch_size"], lr=recipe["lr"], seed=args.seed, dropout=recipe["dropout"],
                       objective=recipe["objective"], mask_prob=recipe["mask_prob"], recipe=args.recipe,
-                      output_bias=recipe["output_bias"],
+                      output_bias=recipe["output_bias"], bf16=recipe["bf16"],
                       schedule=recipe["schedule"], warmup=recipe["warmup"], eval_every=10**12,
                       save_every=10**12, log_every=10, overwrite=True, device=device)
 

@@ -20,6 +20,11 @@ import numpy as np
 
 from .errors import FULL, BertforgeError, where
 
+try:
+    import fcntl
+except ImportError:  # not on Windows: folders are not locked there
+    fcntl = None
+
 TEXT_SUFFIXES = (".txt", ".raw", ".text")  # what is read when recursing into a folder of text
 BLOCK_BYTES = 1 << 22  # text files are read in blocks of this size (ending at a line end)
 
@@ -214,6 +219,33 @@ def write_failure(e: BaseException) -> str:
         return "could not be written: no space left (the disk is full or a file-size limit was reached)"
     detail = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
     return f"could not be written ({detail})"
+
+
+_HELD: set[Path] = set()  # the folders this process holds (exclusive is re-entrant)
+
+
+@contextmanager
+def exclusive(folder, flag: str):
+    """Hold `folder` while writing it: another process writing the same folder meanwhile (a second `data create`
+    or `pretrain` on one --out) gets a one-line error instead of each deleting the other's files. The lock is an
+    OS file lock on `.NAME.lock` beside the folder, released when the holder ends, however it ends."""
+    key = Path(folder).resolve()
+    if key in _HELD or fcntl is None:
+        yield
+        return
+    key.parent.mkdir(parents=True, exist_ok=True)
+    lock = key.with_name(f".{key.name}.lock")
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BertforgeError(f"{flag} {folder}: another process is writing it (it holds {lock}); wait for it "
+                                 f"to end or write elsewhere") from None
+        _HELD.add(key)
+        try:
+            yield
+        finally:
+            _HELD.discard(key)
 
 
 def remove_folder(folder: Path):

@@ -218,21 +218,22 @@ TYPES = {int: count(0), float: non_negative}  # the checks of fields that name n
 def add_training_arguments(parser, defaults: dict, skip=(), notes: dict | None = None) -> None:
     """Flags for the `TrainArgs` fields (but those in `skip`), with this command's defaults; `notes` end the help
     of some (a default of None there means: decided elsewhere, e.g. by a recipe, as the note says)."""
-    group = parser.add_argument_group("training")
+    group, notes = parser.add_argument_group("training"), notes or {}
     for f in dataclasses.fields(TrainArgs):
         meta = f.metadata
         if "help" not in meta or f.name in skip:
             continue
         flag = meta.get("flag", "--" + f.name.replace("_", "-"))
         default = defaults.get(f.name, f.default)
-        note = (notes or {}).get(f.name)
+        shown = f" {notes[f.name]}" if f.name in notes else ""  # cli.HelpFormatter shows the default
         if meta.get("inverse"):  # a False-by-default flag that turns the field off
             group.add_argument(flag, dest=f.name, action="store_false", default=True, help=meta["help"])
-        elif f.type in (bool, "bool"):
-            group.add_argument(flag, dest=f.name, action="store_true", help=meta["help"])
+        elif f.type in (bool, "bool"):  # a default of None (a recipe decides): --flag and --no-flag
+            choice = {"action": argparse.BooleanOptionalAction, "default": None} if default is None else \
+                {"action": "store_true"}
+            group.add_argument(flag, dest=f.name, help=meta["help"] + shown, **choice)
         else:
             kind = None if "choices" in meta else meta.get("type") or TYPES.get(f.type)
-            shown = f" {note}" if note else ""  # cli.HelpFormatter shows the default
             group.add_argument(flag, dest=f.name, type=kind, choices=meta.get("choices"), default=default,
                                help=meta["help"] + shown)
     group.add_argument("--args-file", type=Path, metavar="RUN/args.json",

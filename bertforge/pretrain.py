@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .io import check_output, write_json
+from .io import check_output, exclusive, write_json
 from .options import add_training_arguments, count, recorded_arguments, training_options
 from .config import BertConfig
 from .data.shards import check_vocab, load_pretraining_data
@@ -267,15 +267,16 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
         "data": str(data), "max_length": job.train.max_seq_length, "eval_rows": eval_rows,
         "output_bias": None if init_from else output_bias or "zero"}
     args = TrainArgs(out=Path(out), **{**options, "extra": {**options.get("extra", {}), **recorded}})
-    baselines = {}
-    if ctx.main:  # beside metrics.jsonl, for `bertforge plot`
-        log.info("pre-training: " + ", ".join(f"{k} {v}" for k, v in {
-            **recorded, "lr": args.lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": args.batch_size,
-            "steps": args.steps if not args.time_budget else f"until the {args.time_budget:g} s budget"}.items()))
-        baselines = job.baselines()
-        write_json(args.out / BASELINES_FILE, baselines)
-    result = fit(model, job, args, ctx)
-    return {**result, **baselines}
+    if not ctx.main:
+        return fit(model, job, args, ctx)
+    log.info("pre-training: " + ", ".join(f"{k} {v}" for k, v in {
+        **recorded, "lr": args.lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": args.batch_size,
+        "bf16": args.bf16,
+        "steps": args.steps if not args.time_budget else f"until the {args.time_budget:g} s budget"}.items()))
+    baselines = job.baselines()
+    with exclusive(args.out, "--out"):  # from the first file written (fit holds it too)
+        write_json(args.out / BASELINES_FILE, baselines)  # beside metrics.jsonl, for `bertforge plot`
+        return {**fit(model, job, args, ctx), **baselines}
 
 
 def add_pretrain_arguments(p):
@@ -287,21 +288,23 @@ def add_pretrain_arguments(p):
     add_recipe_arguments(p)
     # None: the recipe decides (and --steps: 1000, or as many as --time-budget allows)
     add_training_arguments(p, {**PRETRAIN_DEFAULTS, **dict.fromkeys(("steps", "lr", "warmup", "batch_size",
-                                                                      "schedule"))},
+                                                                      "schedule", "bf16"))},
                            skip=("keep_checkpoints",),  # pre-training keeps its last --keep step checkpoints
                            notes={**recipe_notes(), "steps": "(default 1000, or as many as --time-budget allows)"})
 
 
 def run_pretrain(args) -> int:
+    from .runtime import pick_device
+
     if args.init_from and args.output_bias:
         raise BertforgeError(f"--output-bias {args.output_bias}: it sets a fresh model's bias; with --init-from "
                              f"the checkpoint's is kept")
     check_output(args.out, "--out", inputs=[args.data])
     width = BertConfig.load(args.init_from or args.config).hidden_size
-    r = resolve(args.recipe, {k: getattr(args, k) for k in RECIPES[args.recipe]}, width)
+    r = resolve(args.recipe, {k: getattr(args, k) for k in RECIPES[args.recipe]}, width, pick_device(args.device))
     if args.time_budget and r["warmup"] >= 1:
         raise BertforgeError(f"--warmup {r['warmup']:g}: with --time-budget the warm-up is a fraction (< 1) of it")
-    options = {**training_options(args), **{k: r[k] for k in ("lr", "warmup", "batch_size", "schedule")}}
+    options = {**training_options(args), **{k: r[k] for k in ("lr", "warmup", "batch_size", "schedule", "bf16")}}
     options["steps"] = args.steps or (10**12 if args.time_budget else 1000)
     options["extra"] = {"arguments": recorded_arguments(args)}
     result = pretrain(args.data, args.out, config=args.config, init_from=args.init_from, dropout=r["dropout"],

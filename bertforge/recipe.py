@@ -4,7 +4,8 @@ A recipe fills in the flags the user did not give; an explicit flag always wins.
 (spec section 6) as bertforge has always run it. `budget` is what the budget literature (Cramming, MosaicBERT,
 Izsak et al., Wettig et al.) converges on and what measured best per CPU-minute here (BENCHMARKS.md, "A budget
 recipe"): no NSP, 30% dynamic masking, no dropout, a higher peak rate on a one-cycle schedule, the rate chosen by
-the model's width (BUDGET_LR), the output bias started at the tokens' log frequencies.
+the model's width (BUDGET_LR), the output bias started at the tokens' log frequencies, bf16 autocast where the
+device computes it in hardware.
 """
 
 from .options import open_fraction, probability
@@ -13,22 +14,28 @@ from .options import open_fraction, probability
 # best at 2e-3; BERT-Mini (256) learns nothing but token frequencies at 2e-3 and 1e-3 and learns at 5e-4
 # (BENCHMARKS.md, issue 11). Wider models get Mini's rate, the highest measured to work for them.
 BUDGET_LR = ((128, 2e-3), (None, 5e-4))
+NATIVE = "where native"  # bf16 autocast on a device with bf16 matrix units (train.native_bf16), else fp32
 
 RECIPES = {
     "paper": {"objective": None, "mask_prob": None, "dropout": None, "lr": 1e-4, "schedule": "linear",
-              "warmup": 0.05, "batch_size": 64, "output_bias": "zero"},
+              "warmup": 0.05, "batch_size": 64, "output_bias": "zero", "bf16": False},
     "budget": {"objective": "mlm", "mask_prob": 0.3, "dropout": 0.0, "lr": BUDGET_LR, "schedule": "one-cycle",
-               "warmup": 0.1, "batch_size": 16, "output_bias": "unigram"},
+               "warmup": 0.1, "batch_size": 16, "output_bias": "unigram", "bf16": NATIVE},
 }  # None: what the data and the model config hold (objective, masking rate, dropout)
 
 OBJECTIVES = ("mlm+nsp", "mlm", "ltr")
 
 
-def resolve(recipe: str, explicit: dict, hidden_size: int) -> dict:
-    """The recipe's settings for a model of this width, with the explicitly given ones (not None) on top."""
+def resolve(recipe: str, explicit: dict, hidden_size: int, device: str) -> dict:
+    """The recipe's settings for a model of this width on this device, with the explicitly given ones (not None)
+    on top."""
     settings = {**RECIPES[recipe], **{k: v for k, v in explicit.items() if v is not None and k in RECIPES[recipe]}}
     if settings["lr"] is BUDGET_LR:
         settings["lr"] = next(lr for width, lr in BUDGET_LR if width is None or hidden_size <= width)
+    if settings["bf16"] == NATIVE:
+        from .train import native_bf16  # here: the commands' --help does not load torch
+
+        settings["bf16"] = native_bf16(device)
     return settings
 
 
@@ -55,6 +62,7 @@ def recipe_notes() -> dict:
     """For the training flags a recipe sets: what each recipe gives them (their help's ending)."""
     notes = {key: f"(paper: {RECIPES['paper'][key]}, budget: {RECIPES['budget'][key]})"
              for key in ("schedule", "warmup", "batch_size")}
+    notes["bf16"] = "(paper: off, budget: on where the device has bf16 matrix units: CUDA, AMX or AVX512-BF16 CPUs)"
     (narrow, narrow_lr), (_, wide_lr) = BUDGET_LR
     notes["lr"] = (f"(paper: {RECIPES['paper']['lr']}, budget: {narrow_lr} up to hidden size {narrow} (tiny), "
                    f"{wide_lr} above)")

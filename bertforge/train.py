@@ -30,7 +30,7 @@ from torch import nn
 from tqdm import tqdm
 
 from . import __version__
-from .io import atomic_path, read_text, remove_folder, replace_folder, write_text_atomic
+from .io import atomic_path, exclusive, read_text, remove_folder, replace_folder, write_text_atomic
 from .errors import BertforgeError
 from .heap import bound_heap_growth
 from .optim import TimeSchedule, make_optimizer, step_schedule
@@ -282,19 +282,27 @@ def trim(batch: dict) -> dict:
     return {k: v[..., :longest] if v.shape == mask.shape else v for k, v in batch.items()}
 
 
-def warn_if_bf16_is_emulated(device: torch.device):
-    """bf16 pays on GPUs and on CPUs with AMX or AVX512-BF16; elsewhere its matmuls are emulated, far slower."""
-    if device.type == "cpu" and not (torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()):
-        log.warning("this CPU has no bf16 matrix instructions (AMX or AVX512-BF16): bf16 will be much slower than fp32")
+def native_bf16(device: torch.device | str) -> bool:
+    """Whether `device` computes bf16 matmuls in hardware: CUDA GPUs that support it, CPUs with AMX or AVX512-BF16.
+    Elsewhere they are emulated, far slower than fp32 (BENCHMARKS.md, "bf16")."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and (torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
 
 
 def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = None) -> dict:
     """Train `model` on `job`; returns the last evaluation (empty if none ran). A stop asked for by SIGINT or
-    SIGTERM saves a checkpoint and raises `Interrupted`."""
+    SIGTERM saves a checkpoint and raises `Interrupted`. The run folder is held by one process at a time."""
     ctx = ctx or Dist()
+    with exclusive(args.out, "--out") if ctx.main else nullcontext():
+        return _fit(model, job, args, ctx)
+
+
+def _fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist) -> dict:
     bound_heap_growth()
-    if args.bf16 and ctx.main:
-        warn_if_bf16_is_emulated(ctx.device)
+    if args.bf16 and ctx.main and ctx.device.type == "cpu" and not native_bf16(ctx.device):
+        log.warning("this CPU has no bf16 matrix instructions (AMX or AVX512-BF16): bf16 will be much slower than fp32")
     if ctx.main:
         check_run_folder(args)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -156,6 +156,34 @@ def test_the_submission_file_is_atomic(tmp_path):
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
+def wait_for(path: Path, proc: subprocess.Popen):
+    while not path.exists():
+        assert proc.poll() is None, "the first writer ended before the second started"
+        time.sleep(0.05)
+
+
+def test_a_second_writer_of_one_folder_is_refused_and_harms_nothing(corpus, tmp_path, capsys):
+    """Two `data create` (or two `pretrain`) on one --out: the second is a one-line error and the first ends well."""
+    out, run = tmp_path / "data", tmp_path / "run"
+    create = ["data", "create", "--input", corpus / "corpus", "--vocab", corpus / "vocab", "--out", out,
+              "--max-length", "64", "--seed", "9", "--no-progress"]
+    first = subprocess.Popen([sys.executable, "-m", "bertforge", *map(str, create), "--dupe-factor", "30"], env=ENV,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(tmp_path / ".data.partial", first)
+    one_line_error(capsys, 2, [*create, "--dupe-factor", "1"], f"--out {out}", "another process is writing it")
+    assert first.wait(timeout=300) == 0 and json.loads((out / "index.json").read_text())["dupe_factor"] == 30
+
+    train = ["pretrain", "--data", out, "--config", "tiny", "--out", run, "--batch-size", "4", "--eval-every", "0",
+             "--no-progress"]
+    first = subprocess.Popen([sys.executable, "-m", "bertforge", *map(str, train), "--steps", "100000"], env=ENV,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(run / "metrics.jsonl", first)
+    one_line_error(capsys, 2, [*train, "--steps", "2", "--overwrite"], f"--out {run}", "another process is writing it")
+    first.send_signal(signal.SIGTERM)  # the first run stops as it would alone: a checkpoint to resume from
+    assert first.wait(timeout=60) == 130 and list(run.glob("step-*/training_state.pt"))
+    assert main([str(a) for a in [*train, "--steps", "2", "--overwrite"]]) == 0  # free again once it ended
+
+
 def test_killing_data_create_never_harms_the_previous_data(corpus, tmp_path):
     """Killed at random moments over several runs, the earlier data folder is byte for byte as it was."""
     out = tmp_path / "data"

@@ -6,7 +6,7 @@ import pytest
 
 from bertforge.errors import BertforgeError
 from bertforge.io import (
-    atomic_path, decoded_blocks, read_json, read_json_lines, read_text, text_files, write_text_atomic,
+    atomic_path, decoded_blocks, exclusive, read_json, read_json_lines, read_text, text_files, write_text_atomic,
 )
 
 
@@ -101,3 +101,20 @@ def test_decoded_blocks_errors_name_the_file(tmp_path):
     with pytest.raises(BertforgeError, match="--encoding utf-8,nope: unknown encoding 'nope'"):
         list(decoded_blocks(tmp_path / "none.txt", "utf-8,nope"))
 
+
+
+def test_exclusive_holds_a_folder_against_other_holders_and_lets_go(tmp_path):
+    import fcntl
+
+    folder = tmp_path / "run"
+    with exclusive(folder, "--out"):
+        with exclusive(folder, "--out"):  # re-entrant in its holder (pretrain, then its training loop)
+            pass
+        with open(tmp_path / ".run.lock") as other:  # what another process would try
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(tmp_path / ".run.lock") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released at the end
+        with pytest.raises(BertforgeError, match=r"--out .*run: another process is writing it"):
+            with exclusive(folder, "--out"):
+                pass

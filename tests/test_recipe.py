@@ -18,6 +18,7 @@ from bertforge.pretrain import PretrainJob
 from bertforge.options import duration as parse_duration
 from bertforge.recipe import resolve
 from bertforge.tokenizer import BertTokenizer
+from bertforge.train import native_bf16
 from tests.test_pretrain import ENV, data_dir  # noqa: F401 (a fixture)
 
 
@@ -123,6 +124,9 @@ def test_budget_recipe_and_explicit_flags_win(root, tmp_path):
     assert (args["lr"], args["schedule"], args["extra"]["recipe"], args["extra"]["mask_prob"]) == \
         (5e-4, "one-cycle", "budget", 0.3)
     assert args["extra"]["dropout"] == 0.0 and args["extra"]["objective"] == "mlm"
+    assert args["bf16"] is native_bf16("cpu")  # bf16 autocast where the CPU has bf16 matrix units
+    assert main(cli(root / "rows", tmp_path / "fp32", "--steps", "1", "--recipe", "budget", "--no-bf16")) == 0
+    assert json.loads((tmp_path / "fp32" / "args.json").read_text())["bf16"] is False
     # Trained without dropout, saved with the config's, for fine-tuning.
     assert json.loads((run / "final" / "config.json").read_text())["hidden_dropout_prob"] == 0.1
     assert rows(run)[-1]["lr"] == 0.0
@@ -193,7 +197,17 @@ def test_killed_timed_run_resumes_to_the_same_total_budget(root, tmp_path):
 
 def test_the_budget_rate_follows_the_model_width():
     """2e-3 for BERT-Tiny's width; BERT-Mini collapses to token frequencies there and gets 5e-4."""
-    assert resolve("budget", {}, 128)["lr"] == 2e-3
-    assert resolve("budget", {}, 256)["lr"] == resolve("budget", {}, 768)["lr"] == 5e-4
-    assert resolve("budget", {"lr": 1e-3}, 256)["lr"] == 1e-3  # an explicit flag wins
-    assert resolve("paper", {}, 256)["lr"] == 1e-4
+    assert resolve("budget", {}, 128, "cpu")["lr"] == 2e-3
+    assert resolve("budget", {}, 256, "cpu")["lr"] == resolve("budget", {}, 768, "cpu")["lr"] == 5e-4
+    assert resolve("budget", {"lr": 1e-3}, 256, "cpu")["lr"] == 1e-3  # an explicit flag wins
+    assert resolve("paper", {}, 256, "cpu")["lr"] == 1e-4
+
+
+@pytest.mark.parametrize("amx, avx512_bf16", [(False, False), (True, False), (False, True)])
+def test_budget_bf16_only_where_the_cpu_computes_it(monkeypatch, amx, avx512_bf16):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    assert resolve("budget", {}, 256, "cpu")["bf16"] is (amx or avx512_bf16)
+    assert resolve("budget", {"bf16": False}, 256, "cpu")["bf16"] is False  # --no-bf16 wins
+    assert resolve("budget", {"bf16": True}, 256, "cpu")["bf16"] is True
+    assert resolve("paper", {}, 256, "cpu")["bf16"] is False

@@ -30,7 +30,7 @@ from bertforge.data.instances import (Draws, assemble, iter_full_rows, iter_span
 from bertforge.data.masking import continuation_table, mask_batch, word_starts
 from bertforge.data.shards import ShardWriter, vocab_sha256
 from bertforge.errors import BertforgeError
-from bertforge.io import check_output, replace_folder, write_json
+from bertforge.io import check_output, exclusive, replace_folder, write_json
 from bertforge.options import add_encoding_argument, count, old_spellings, open_fraction, share
 from bertforge.tokenizer import BertTokenizer
 
@@ -67,47 +67,50 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
         if not ok:
             raise BertforgeError(f"{flag} {value}: must be {rule}")
     final = Path(out)
-    # Everything is written into a partial folder that replaces `final` only when complete: a failed or
-    # interrupted run leaves the previous data as it was.
-    out = final.with_name(f".{final.name}.partial")
-    shutil.rmtree(out, ignore_errors=True)  # what a killed run left
-    out.mkdir(parents=True)
-    token_file = out / "corpus-tokens.tmp"
-    try:
-        corpus, read_stats = read_corpus(inputs, tokenizer, token_file, fmt, encoding, progress)
-        n_docs = corpus.num_documents
-        n_eval = int(eval_docs) if eval_docs >= 1 else int(np.ceil(eval_docs * n_docs))
-        if n_eval >= n_docs:
-            raise BertforgeError(f"--eval-docs {eval_docs}: the corpus has only {n_docs} documents")
-        held_out = np.random.default_rng([seed, 0]).choice(n_docs, n_eval, replace=False)
-        is_eval = np.zeros(n_docs, bool)
-        is_eval[held_out] = True
-        header = {
-            "vocab_sha256": vocab_sha256(tokenizer.vocab), "vocab_size": tokenizer.vocab_size,
-            "do_lower_case": tokenizer.do_lower_case, "token_dtype": np.dtype(token_dtype(tokenizer.vocab_size)).name,
-            "special_token_ids": {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
-                                  "mask": tokenizer.mask_token_id, "pad": tokenizer.pad_token_id},
-            "max_seq_length": max_seq_length, "short_seq_prob": short_seq_prob, "seed": seed, "masked": mask,
-            "nsp": nsp, "masked_lm_prob": masked_lm_prob, "max_predictions": max_predictions,
-            "whole_word_mask": whole_word_mask,
-        }
-        continuation = continuation_table(tokenizer.vocab)
-        stats = {"corpus": {**read_stats, "eval_documents": n_eval}}
-        train = {**header, "split": "train", "dupe_factor": dupe_factor}
-        stats["train"] = _write_split(corpus, np.flatnonzero(~is_eval), out, train, continuation, [seed, 1], progress)
-        if n_eval:
-            held = {**header, "split": "eval", "dupe_factor": 1}
-            stats["eval"] = _write_split(corpus, held_out, out / "eval", held, continuation, [seed, 2], progress)
-        write_json(out / "stats.json", stats)
-        tokenizer.save_pretrained(out)
-        corpus = None  # drop the memory map before deleting its file
-        token_file.unlink()
-        replace_folder(out, final)
-    except BaseException:
-        corpus = None
-        shutil.rmtree(out, ignore_errors=True)
-        raise
-    return stats
+    with exclusive(final, "--out"):
+        # Everything is written into a partial folder that replaces `final` only when complete: a failed or
+        # interrupted run leaves the previous data as it was.
+        out = final.with_name(f".{final.name}.partial")
+        shutil.rmtree(out, ignore_errors=True)  # what a killed run left
+        out.mkdir(parents=True)
+        token_file = out / "corpus-tokens.tmp"
+        try:
+            corpus, read_stats = read_corpus(inputs, tokenizer, token_file, fmt, encoding, progress)
+            n_docs = corpus.num_documents
+            n_eval = int(eval_docs) if eval_docs >= 1 else int(np.ceil(eval_docs * n_docs))
+            if n_eval >= n_docs:
+                raise BertforgeError(f"--eval-docs {eval_docs}: the corpus has only {n_docs} documents")
+            held_out = np.random.default_rng([seed, 0]).choice(n_docs, n_eval, replace=False)
+            is_eval = np.zeros(n_docs, bool)
+            is_eval[held_out] = True
+            header = {
+                "vocab_sha256": vocab_sha256(tokenizer.vocab), "vocab_size": tokenizer.vocab_size,
+                "do_lower_case": tokenizer.do_lower_case,
+                "token_dtype": np.dtype(token_dtype(tokenizer.vocab_size)).name,
+                "special_token_ids": {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
+                                      "mask": tokenizer.mask_token_id, "pad": tokenizer.pad_token_id},
+                "max_seq_length": max_seq_length, "short_seq_prob": short_seq_prob, "seed": seed, "masked": mask,
+                "nsp": nsp, "masked_lm_prob": masked_lm_prob, "max_predictions": max_predictions,
+                "whole_word_mask": whole_word_mask,
+            }
+            continuation = continuation_table(tokenizer.vocab)
+            stats = {"corpus": {**read_stats, "eval_documents": n_eval}}
+            train = {**header, "split": "train", "dupe_factor": dupe_factor}
+            stats["train"] = _write_split(corpus, np.flatnonzero(~is_eval), out, train, continuation, [seed, 1],
+                                          progress)
+            if n_eval:
+                held = {**header, "split": "eval", "dupe_factor": 1}
+                stats["eval"] = _write_split(corpus, held_out, out / "eval", held, continuation, [seed, 2], progress)
+            write_json(out / "stats.json", stats)
+            tokenizer.save_pretrained(out)
+            corpus = None  # drop the memory map before deleting its file
+            token_file.unlink()
+            replace_folder(out, final)
+        except BaseException:
+            corpus = None
+            shutil.rmtree(out, ignore_errors=True)
+            raise
+        return stats
 
 
 def _write_split(corpus, documents, directory: Path, header: dict, continuation: np.ndarray, seed: list,
