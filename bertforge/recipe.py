@@ -26,9 +26,9 @@ RECIPES = {
 OBJECTIVES = ("mlm+nsp", "mlm", "ltr")
 
 
-def resolve(recipe: str, explicit: dict, hidden_size: int, device: str) -> dict:
-    """The recipe's settings for a model of this width on this device, with the explicitly given ones (not None)
-    on top."""
+def resolve(recipe: str, explicit: dict, hidden_size: int, device) -> dict:
+    """The recipe's settings for a model of this width on this device (a name or a torch.device), with the
+    explicitly given ones (not None) on top."""
     settings = {**RECIPES[recipe], **{k: v for k, v in explicit.items() if v is not None and k in RECIPES[recipe]}}
     if settings["lr"] is BUDGET_LR:
         settings["lr"] = next(lr for width, lr in BUDGET_LR if width is None or hidden_size <= width)
