@@ -18,6 +18,7 @@ COMMANDS = {
     "pretrain": ("pretrain", "pre-train with masked LM + next sentence prediction"),
     "plot": ("plot", "draw a run's loss and accuracy curves as a PNG"),
     "finetune": ("finetune", "fine-tune on a task: GLUE, SQuAD, CoNLL NER, multiple choice, or your own data"),
+    "distill": ("distill", "distil a fine-tuned teacher into a small student on a task (soft targets, augmentation)"),
     "evaluate": ("evaluate", "score a fine-tuned model on a task's data"),
     "suite": ("suite", "fine-tune one model on several tasks x seeds (or a grid) and report mean ± sd"),
     "predict": ("predict", "predictions of a fine-tuned model: a task's submission file, or on your own text"),

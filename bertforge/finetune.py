@@ -10,6 +10,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from . import __version__
 from .io import check_output, read_json_lines, write_json, write_text_atomic
 from .options import add_training_arguments, count, positive, recorded_arguments, training_options
 from .tasks import TASKS, add_family_arguments, family_options, make_family
-from .tasks.base import TaskFamily, padding
+from .tasks.base import Split, TaskFamily, padding
 from .tokenizer import BertTokenizer
 from .options import TrainArgs
 
@@ -89,36 +90,62 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     `arguments` (the parsed command line, which --args-file reruns) are recorded in args.json."""
     import torch  # here, not at the top: the command's --help does not load torch
 
-    from .train import fit, setup_distributed
-
     started = time.perf_counter()
-    train_options = {**FINETUNE_DEFAULTS, **{k: v for k, v in options.items() if k in TrainArgs.__dataclass_fields__}}
-    ctx = setup_distributed(train_options.get("device"))
-    out = Path(out)
+    train_options = task_training_options(options, FINETUNE_DEFAULTS)
     family = make_family(task, data, max_length, options, reading=True)
     check_length(family, BertConfig.load(str(model_dir)), model_dir)  # before the data is read
     tokenizer = BertTokenizer.from_pretrained(model_dir)
-    train_split = family.read("train", tokenizer, max_train_examples)
-    eval_splits = [family.read(s, tokenizer, max_eval_examples) for s in family.eval_splits]
-    test_split = family.read("test", tokenizer) if family.predicts_test() else None  # its bad rows fail now
+    splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
     torch.manual_seed(train_options["seed"])
     model = family.model_class.from_pretrained(model_dir, **family.head_config())
     model.config.extra.update(family.config_entries())
-    batch_size, bf16 = train_options["batch_size"], train_options.get("bf16", False)
-    progress = train_options.get("progress", True)
-
-    def evaluate(m):
-        return evaluate_splits(family, m, eval_splits, batch_size * 2, tokenizer.pad_token_id, bf16, progress)
-
-    job = FinetuneJob(family, train_split.encoded, batch_size, train_options["seed"], evaluate, tokenizer,
-                      group_by_length)
-    steps = max(1, round(epochs * job.steps_per_epoch))
     run = {"task": task, "model": str(model_dir), "data": None if data is None else str(data),
            "family_options": {k: str(v) if isinstance(v, Path) else v for k, v in options.items()
                               if k not in TrainArgs.__dataclass_fields__},
            "epochs": epochs, "max_length": family.max_length, "max_train_examples": max_train_examples,
            "max_eval_examples": max_eval_examples, "group_by_length": group_by_length, "command": command,
            "arguments": arguments}
+    return train_on_task(family, model, tokenizer, splits, splits.train.encoded, out, train_options, run, started)
+
+
+def task_training_options(options: dict, defaults: dict) -> dict:
+    """The TrainArgs fields among `options`, over a command's defaults."""
+    return {**defaults, **{k: v for k, v in options.items() if k in TrainArgs.__dataclass_fields__}}
+
+
+@dataclass
+class TaskSplits:
+    train: Split
+    evaluated: list[Split]
+    test: Split | None  # read when the family predicts it with the best model, so that its bad rows fail early
+
+
+def read_splits(family: TaskFamily, tokenizer, max_train_examples=None, max_eval_examples=None) -> TaskSplits:
+    return TaskSplits(family.read("train", tokenizer, max_train_examples),
+                      [family.read(s, tokenizer, max_eval_examples) for s in family.eval_splits],
+                      family.read("test", tokenizer) if family.predicts_test() else None)
+
+
+def train_on_task(family: TaskFamily, model, tokenizer, splits: TaskSplits, encoded: dict, out, train_options: dict,
+                  run: dict, started: float, batch_keys: dict | None = None, loss_units: dict | None = None) -> dict:
+    """Train `model` on the rows `encoded` for run["epochs"], evaluating every epoch; the run folder as
+    `finetune` describes it. `batch_keys` (key -> padding) are what the model reads beyond the family's, and
+    `loss_units` its loss terms (see train.TrainingJob) where they are not the family's one loss."""
+    from .train import fit, setup_distributed
+
+    ctx = setup_distributed(train_options.get("device"))
+    out = Path(out)
+    batch_size, bf16 = train_options["batch_size"], train_options.get("bf16", False)
+    progress = train_options.get("progress", True)
+
+    def evaluate(m):
+        return evaluate_splits(family, m, splits.evaluated, batch_size * 2, tokenizer.pad_token_id, bf16, progress)
+
+    job = FinetuneJob(family, encoded, batch_size, train_options["seed"], evaluate, tokenizer,
+                      run["group_by_length"])
+    job.keys.update(batch_keys or {})
+    job.loss_units = loss_units or job.loss_units
+    steps = max(1, round(run["epochs"] * job.steps_per_epoch))
     args = TrainArgs(out=out, steps=steps, **{**train_options, "eval_every": job.steps_per_epoch, "extra": run})
     fit(model, job, args, ctx)
     if not ctx.main:
@@ -126,13 +153,13 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     history = [{k: v for k, v in row.items() if k not in LOG_KEYS}
                for row in read_json_lines(out / "metrics.jsonl") if family.best_metric in row]
     best = max(history, key=lambda m: m.get(family.best_metric, -math.inf)) if history else {}
-    results = {"task": task, **best, "epoch_of_best": history.index(best) + 1 if history else None,
-               "history": history, "train_examples": len(train_split.examples),
+    results = {"task": run["task"], **best, "epoch_of_best": history.index(best) + 1 if history else None,
+               "history": history, "train_examples": len(splits.train.examples),
                "wall_time_s": round(time.perf_counter() - started, 1)}
-    if test_split is not None and (out / "best").is_dir():
+    if splits.test is not None and (out / "best").is_dir():
         best_model = family.model_class.from_pretrained(out / "best", device=ctx.device)
-        outputs = predict_split(family, best_model, test_split, batch_size * 2, tokenizer.pad_token_id, bf16)
-        results["test_predictions"] = str(family.write(test_split, outputs, out))
+        outputs = predict_split(family, best_model, splits.test, batch_size * 2, tokenizer.pad_token_id, bf16)
+        results["test_predictions"] = str(family.write(splits.test, outputs, out))
     write_json(out / "eval_results.json", results)
     if (out / "best").is_dir():
         write_text_atomic(out / "best" / "README.md", model_card(family, run, results))
@@ -155,6 +182,12 @@ def model_card(family: TaskFamily, run: dict, results: dict) -> str:
 def add_finetune_arguments(p):
     p.add_argument("task", help=f"one of {', '.join(TASKS)}")
     p.add_argument("--model", required=True, help="pre-trained checkpoint folder (Hugging Face layout)")
+    add_task_run_arguments(p, FINETUNE_DEFAULTS)
+
+
+def add_task_run_arguments(p, defaults: dict):
+    """The data, the run folder, the epochs and the training options: what training on a task takes beside the
+    model it starts from (finetune, distill)."""
     p.add_argument("--data", help="the task's data folder (or file); "
                                   "your own data: --train/--dev/--test or --dataset instead")
     p.add_argument("--out", required=True, help="run folder: best/, eval_results.json, metrics.jsonl")
@@ -165,15 +198,19 @@ def add_finetune_arguments(p):
     p.add_argument("--no-length-grouping", action="store_true",
                    help="batches of a plain shuffle (default: batches of similar lengths, little padding)")
     add_family_arguments(p)
-    add_training_arguments(p, FINETUNE_DEFAULTS, skip=("steps", "eval_every"))
+    add_training_arguments(p, defaults, skip=("steps", "eval_every"))
+
+
+def task_run_options(args) -> dict:
+    """The keywords of `finetune`/`distill` that `add_task_run_arguments` declares."""
+    return dict(epochs=args.epochs, max_length=args.max_length, max_train_examples=args.max_train_examples,
+                max_eval_examples=args.max_eval_examples, group_by_length=not args.no_length_grouping,
+                command=["bertforge", *sys.argv[1:]], arguments=recorded_arguments(args),
+                **family_options(args), **training_options(args, skip=("steps", "eval_every")))
 
 
 def run_finetune(args) -> int:
     check_output(args.out, "--out", inputs=[p for p in (args.model, args.data) if p])
-    results = finetune(args.task, args.model, args.data, args.out, epochs=args.epochs, max_length=args.max_length,
-                       max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
-                       group_by_length=not args.no_length_grouping, command=["bertforge", *sys.argv[1:]],
-                       arguments=recorded_arguments(args),
-                       **family_options(args), **training_options(args, skip=("steps", "eval_every")))
+    results = finetune(args.task, args.model, args.data, args.out, **task_run_options(args))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0
