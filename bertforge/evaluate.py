@@ -1,6 +1,8 @@
 """Scoring a model on a task's data: the evaluation fine-tuning runs every epoch, and the `evaluate` command."""
 
 import json
+import statistics
+import time
 from pathlib import Path
 
 from .errors import BertforgeError
@@ -30,6 +32,17 @@ def evaluate_splits(family: TaskFamily, model, splits: list[Split], batch_size: 
         if out is not None:
             family.write(split, outputs, out)
     return metrics
+
+
+def inference_rate(family: TaskFamily, model, split: Split, batch_size: int, pad_id: int, bf16: bool = False,
+                   repeats: int = 3) -> float:
+    """Examples per second of the model on the split (the median of `repeats` timed passes after one untimed)."""
+    times = []
+    for i in range(repeats + 1):
+        began = time.perf_counter()
+        predict_split(family, model, split, batch_size, pad_id, bf16)
+        times.append(time.perf_counter() - began)
+    return len(split.examples) / statistics.median(times[1:])
 
 
 def check_model(family: TaskFamily, model, folder, fine_tuned: bool) -> None:

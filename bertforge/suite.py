@@ -24,7 +24,7 @@ from pathlib import Path
 from .config import BertConfig
 from .errors import BertforgeError
 from .finetune import finetune
-from .io import write_text_atomic
+from .io import read_json, write_json, write_text_atomic
 from .options import torch_device
 from .tasks import TASKS, make_family
 from .tokenizer import BertTokenizer
@@ -86,6 +86,25 @@ def random_model(spec: str, vocab: str, seed: int, folder: Path) -> Path:
     return folder
 
 
+def model_cost(task: str, folder: Path, data, max_eval_examples: int | None, device: str | None) -> dict:
+    """A fine-tuned model's size and speed: its parameters and its examples/s on the task's first evaluation split
+    (batches of 64, one process; the figure depends on the machine, which `host` names)."""
+    import platform
+
+    import torch
+
+    from .evaluate import inference_rate
+
+    family = make_family(task, data, reading=True, options={"progress": False})
+    tokenizer = BertTokenizer.from_pretrained(folder)
+    model = family.model_class.from_pretrained(folder, device=device or "cpu")
+    split = family.read(family.eval_splits[0], tokenizer, max_eval_examples)
+    rate = inference_rate(family, model, split, 64, tokenizer.pad_token_id)
+    return {"parameters": sum(p.numel() for p in model.parameters()), "examples_per_s": round(rate, 1),
+            "speed_split": split.name, "host": f"{platform.processor() or platform.machine()}, "
+            f"{torch.get_num_threads()} threads"}
+
+
 def summarise(runs: list[dict], tasks: list[str]) -> dict:
     """Per task: the grid point with the best mean main metric over seeds, and that point's spread. An undefined
     value (a correlation of constant predictions is NaN) counts as 0, and `undefined` says how many there were."""
@@ -104,21 +123,26 @@ def summarise(runs: list[dict], tasks: list[str]) -> dict:
                          "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
                          "min": min(values), "max": max(values), "values": values,
                          "undefined": sum(not math.isfinite(v) for v in by_point[name])}
+        cost = next((r for r in runs if r["task"] == task and "parameters" in r), {})
+        summary[task].update({k: cost[k] for k in ("parameters", "examples_per_s") if k in cost})
     means = [s["mean"] for s in summary.values()]
     return {"tasks": summary, "average": statistics.fmean(means) if means else None}
 
 
 def markdown(model: str, summary: dict, wall_s: float) -> str:
-    lines = [f"# Suite: {model}", "", "| task | metric | point | seeds | mean ± sd | min | max |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [f"# Suite: {model}", "", "| task | metric | point | seeds | mean ± sd | min | max | parameters | "
+             "examples/s |", "|---|---|---|---|---|---|---|---|---|"]
     for task, s in summary["tasks"].items():
         undefined = f" ({s['undefined']} undefined, as 0)" if s.get("undefined") else ""
+        size = f"{s['parameters'] / 1e6:.1f} M" if "parameters" in s else ""
         lines.append(f"| {task} | {s['metric']} | {s['point']} | {s['seeds']}{undefined} | {100 * s['mean']:.1f} ± "
-                     f"{100 * s['sd']:.1f} | {100 * s['min']:.1f} | {100 * s['max']:.1f} |")
+                     f"{100 * s['sd']:.1f} | {100 * s['min']:.1f} | {100 * s['max']:.1f} | {size} | "
+                     f"{s.get('examples_per_s', '')} |")
     if summary["average"] is not None:
-        lines.append(f"| **average** | | | | **{100 * summary['average']:.1f}** | | |")
+        lines.append(f"| **average** | | | | **{100 * summary['average']:.1f}** | | | | |")
     lines += ["", f"Figures x 100; sd is the sample standard deviation over seeds. Runs took {wall_s / 60:.1f} "
-                  "min of wall time in all."]
+                  "min of wall time in all. Parameters and examples/s: the first seed's fine-tuned model on the "
+                  "task's dev split, batches of 64, on this machine."]
     return "\n".join(lines) + "\n"
 
 
@@ -145,14 +169,17 @@ def suite(model: str, tasks: list[str], seeds: list[int], out, data, points: lis
                      batch_size=point["batch_size"], max_train_examples=max_train_examples,
                      max_eval_examples=max_eval_examples, seed=seed, progress=False, device=device)
             spent, fresh = spent + time.perf_counter() - began, fresh + 1
+            if seed == seeds[0] and (folder / "best").is_dir():
+                write_json(folder / "cost.json", model_cost(task, folder / "best", data, max_eval_examples, device))
             if not keep_models:  # finetune removed the step checkpoints
                 for sub in [folder / "final", folder / "best"]:
                     shutil.rmtree(sub, ignore_errors=True)
         result = json.loads(done.read_text(encoding="utf-8"))
         metrics = {k: v for k, v in result.items() if isinstance(v, float) and k != "wall_time_s"}
+        cost = read_json(folder / "cost.json") if (folder / "cost.json").is_file() else {}
         runs.append({"task": task, "seed": seed, "point": point, "metrics": metrics, "history": result["history"],
                      "epoch_of_best": result.get("epoch_of_best"), "wall_time_s": result.get("wall_time_s"),
-                     "train_examples": result.get("train_examples")})
+                     "train_examples": result.get("train_examples"), **cost})
         if progress:
             metric = make_family(task).best_metric
             eta = spent / fresh * (len(todo) - i) if fresh else None

@@ -40,6 +40,14 @@ def test_runs_report_and_resume(glue, tmp_path, monkeypatch, capsys):
     assert report["summary"]["average"] == pytest.approx((s["mean"] + stsb["mean"]) / 2)
     md = (out / "suite.md").read_text()
     assert "| sst2 | accuracy |" in md and "**average**" in md
+    # size and speed: the tiny config's parameters with a 2-way head; examples/s on the 24 dev examples
+    from bertforge import BertConfig, BertForSequenceClassification
+
+    config = BertConfig.from_name("tiny", vocab_size=30522, id2label={0: "0", 1: "1"})
+    assert s["parameters"] == sum(p.numel() for p in BertForSequenceClassification(config).parameters())
+    assert s["examples_per_s"] > 0 and stsb["parameters"] == s["parameters"] - 129  # one output, not two
+    assert [r.get("parameters") is not None for r in report["runs"]] == [True, False, True, False]
+    assert f"| {s['parameters'] / 1e6:.1f} M | {s['examples_per_s']} |" in md
     assert not list((out / "runs").rglob("model.safetensors"))  # only metrics are kept
     # Each seed draws its own random encoder.
     assert (out / "init" / "seed-1" / "model.safetensors").read_bytes() != \
