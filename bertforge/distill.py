@@ -165,7 +165,7 @@ def soft_target_loss(student_logits, teacher_logits, temperature: float, regress
     return temperature ** 2 * terms.sum(-1)
 
 
-def distill(task: str, teacher_dir, student: str | None, data, out, temperature: float = 1.0, alpha: float = 0.5,
+def distill(task: str, teacher_dir, student: str | None, data, out, temperature: float = 2.0, alpha: float = 0.5,
             augment: int = 0, unlabelled: list | None = None, student_layers: list[int] | None = None,
             cache_dir=None, epochs: float = 3.0, max_length: int | None = None,
             max_train_examples: int | None = None, max_eval_examples: int | None = None,
@@ -253,7 +253,7 @@ def add_distill_arguments(p):
                    "folder with the teacher's vocabulary (default with --student-layers: the teacher's layers)")
     p.add_argument("--student-layers", type=layer_list, metavar="I,J,...",
                    help="start from these layers of the teacher (from 0), its embeddings, pooler and head")
-    p.add_argument("--temperature", type=positive, default=1.0, help="softens both distributions")
+    p.add_argument("--temperature", type=positive, default=2.0, help="softens both distributions")
     p.add_argument("--alpha", type=share, default=0.5, help="weight of the loss on the labels (1 - alpha: on the "
                    "teacher's outputs)")
     p.add_argument("--augment", type=count(0), default=0, metavar="N",

@@ -182,6 +182,46 @@ class PretrainJob:
             model.config = config
 
 
+class DistillJob(PretrainJob):
+    """`--objective distill`: the rows as they are (no masks, no labels), the losses of `general_distill`, the
+    held-out losses as the evaluation; the model is a `general_distill.GeneralDistiller`."""
+
+    def __init__(self, *args, **kw):
+        from .general_distill import DISTILL_LOSSES
+
+        super().__init__(*args, **kw)
+        self.loss_units = dict.fromkeys(DISTILL_LOSSES, lambda b: int(b["attention_mask"].sum()))
+
+    def rows_of(self, data, indices, first_row: int, step: int) -> dict:
+        from .train import trim
+
+        b = data.batch(indices)
+        return trim({k: b[k] for k in ("input_ids", "token_type_ids", "attention_mask")})
+
+    def evaluate(self, model) -> dict:
+        """The distillation losses on the held-out rows, per real token."""
+        if not self.eval_rows:
+            return {}
+        device = next(model.parameters()).device
+        sums, tokens = dict.fromkeys(self.loss_units, 0.0), 0
+        for start in range(0, self.eval_rows, self.batch_size):
+            rows = np.arange(start, min(start + self.batch_size, self.eval_rows))
+            b = {k: v.to(device) for k, v in self.rows_of(self.eval, rows, start, EVAL_STEP).items()}
+            out, count = model(**b), int(b["attention_mask"].sum())
+            for key in sums:
+                sums[key] += float(out[key]) * count
+            tokens += count
+        return {f"eval_{key}": value / tokens for key, value in sums.items()}
+
+    def baselines(self) -> dict:
+        return {}
+
+    def save(self, model, folder: Path):
+        """The student alone, as a pre-training checkpoint (its masked-LM head untrained), and the width map."""
+        super().save(model.student, folder)
+        model.save_projection(folder)
+
+
 def check_objective(data, objective: str | None, mask_prob: float | None) -> str:
     """The objective to train (by default what the data holds), or a one-line error if the data cannot serve it."""
     where = data.directory
@@ -189,14 +229,14 @@ def check_objective(data, objective: str | None, mask_prob: float | None) -> str
     if objective == "mlm+nsp" and not data.has_pairs:
         raise BertforgeError(f"--objective {objective}: {where} holds single segments (made with --no-nsp), not "
                              "sentence pairs; use --objective mlm or ltr, or make pairs without --no-nsp")
-    if objective == "ltr" and data.static_masked:
-        raise BertforgeError(f"--objective ltr: {where} is statically masked; left-to-right LM needs the real "
-                             "tokens: make the data with --no-mask")
+    if objective in ("ltr", "distill") and data.static_masked:
+        raise BertforgeError(f"--objective {objective}: {where} is statically masked; it needs the real tokens: "
+                             "make the data with --no-mask")
     if mask_prob is not None and data.static_masked:
         raise BertforgeError(f"--mask-prob {mask_prob}: {where} is statically masked (at "
                              f"{data.index['masked_lm_prob']}); dynamic masking needs data made with --no-mask")
-    if mask_prob is not None and objective == "ltr":
-        raise BertforgeError("--mask-prob: --objective ltr predicts every next token and masks nothing")
+    if mask_prob is not None and objective in ("ltr", "distill"):
+        raise BertforgeError(f"--mask-prob: --objective {objective} masks nothing")
     return objective
 
 
@@ -237,12 +277,14 @@ def init_output_bias(model, counts) -> None:
 
 def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = None, dropout: float | None = None,
              eval_rows: int = 1024, objective: str | None = None, mask_prob: float | None = None,
-             recipe: str | None = None, output_bias: str | None = None, **options) -> dict:
+             recipe: str | None = None, output_bias: str | None = None, teacher: str | None = None,
+             **options) -> dict:
     """Pre-train and return the last held-out evaluation (with the trivial baselines beside it).
 
     `options`: TrainArgs fields (defaults PRETRAIN_DEFAULTS). `recipe` is only recorded (the caller resolves it
     into the other arguments, see recipe.resolve). `output_bias="unigram"` starts a fresh model's masked-LM
-    output bias at the training tokens' log frequencies (`init_output_bias`); with `init_from` it is ignored."""
+    output bias at the training tokens' log frequencies (`init_output_bias`); with `init_from` it is ignored.
+    `teacher`: the model whose representations `objective="distill"` learns (general_distill.py)."""
     import torch
 
     from .train import fit, setup_distributed
@@ -252,20 +294,28 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
         raise BertforgeError(f"{data}: not pre-training data (no index.json); make it with `bertforge data create`")
     ctx = setup_distributed(options.get("device"))
     tokenizer = BertTokenizer.from_pretrained(data)
-    job = PretrainJob(data, tokenizer, options["batch_size"], options["seed"], eval_rows, objective, mask_prob)
+    if (objective == "distill") != (teacher is not None):
+        raise BertforgeError("--objective distill needs --teacher DIR" if teacher is None else
+                             f"--teacher {teacher}: only --objective distill learns from a teacher")
+    job = (DistillJob if objective == "distill" else PretrainJob)(data, tokenizer, options["batch_size"],
+                                                                 options["seed"], eval_rows, objective, mask_prob)
     torch.manual_seed(options["seed"])
     model = build_model(config, tokenizer, init_from, dropout, job.train.index, causal=job.objective == "ltr")
-    if output_bias == "unigram" and not init_from:
+    if teacher is not None:
+        model = distiller(model, teacher, job)
+    elif output_bias == "unigram" and not init_from:
         init_output_bias(model, job.train.token_counts(model.config.vocab_size))
     if job.train.max_seq_length > model.config.max_position_embeddings:
         raise BertforgeError(f"{data}: rows of {job.train.max_seq_length} tokens, but the model has "
                              f"{model.config.max_position_embeddings} positions (--config, --init-from)")
     if dropout is not None and not init_from:
         job.saved_dropout = BertConfig.load(config).hidden_dropout_prob
-    recorded = {"recipe": recipe, "objective": job.objective, "mask_prob": mask_prob or job.train.index.get(
-        "masked_lm_prob"), "dropout": model.config.hidden_dropout_prob, "config": config, "init_from": init_from,
-        "data": str(data), "max_length": job.train.max_seq_length, "eval_rows": eval_rows,
-        "output_bias": None if init_from else output_bias or "zero"}
+    masked_lm = job.objective != "distill"
+    recorded = {"recipe": recipe, "objective": job.objective, "teacher": teacher,
+                "mask_prob": mask_prob or job.train.index.get("masked_lm_prob") if masked_lm else None,
+                "dropout": model.config.hidden_dropout_prob, "config": config, "init_from": init_from,
+                "data": str(data), "max_length": job.train.max_seq_length, "eval_rows": eval_rows,
+                "output_bias": output_bias or "zero" if masked_lm and not init_from else None}
     args = TrainArgs(out=Path(out), **{**options, "extra": {**options.get("extra", {}), **recorded}})
     if not ctx.main:
         return fit(model, job, args, ctx)
@@ -279,11 +329,29 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
         return {**fit(model, job, args, ctx), **baselines}
 
 
+def distiller(student, teacher: str, job: PretrainJob):
+    """The student wrapped with the teacher for `--objective distill`, once the teacher reads the data."""
+    from .general_distill import GeneralDistiller, load_teacher_encoder
+
+    encoder = load_teacher_encoder(teacher)
+    if encoder.config.vocab_size != student.config.vocab_size:
+        raise BertforgeError(f"--teacher {teacher}: its vocabulary has {encoder.config.vocab_size} entries, the "
+                             f"data's {student.config.vocab_size}: teacher and data must share the vocabulary")
+    if (Path(teacher) / "vocab.txt").is_file():
+        check_vocab(job.train.index, BertTokenizer.from_pretrained(teacher))
+    if job.train.max_seq_length > encoder.config.max_position_embeddings:
+        raise BertforgeError(f"--teacher {teacher}: {encoder.config.max_position_embeddings} positions, rows of "
+                             f"{job.train.max_seq_length} tokens")
+    return GeneralDistiller(student, encoder)
+
+
 def add_pretrain_arguments(p):
     p.add_argument("--data", required=True, help="folder written by `bertforge data create`")
     p.add_argument("--out", required=True, help="run folder: metrics.jsonl, step-*/ checkpoints, final/")
     p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large or a config.json")
     p.add_argument("--init-from", help="start from this checkpoint folder instead of random weights")
+    p.add_argument("--teacher", help="--objective distill: the model whose representations the student learns "
+                                     "(any checkpoint folder with the data's vocabulary)")
     p.add_argument("--eval-rows", type=count(1), default=1024, help="held-out instances per evaluation")
     add_recipe_arguments(p)
     # None: the recipe decides (and --steps: 1000, or as many as --time-budget allows)
@@ -307,9 +375,11 @@ def run_pretrain(args) -> int:
     options = {**training_options(args), **{k: r[k] for k in ("lr", "warmup", "batch_size", "schedule", "bf16")}}
     options["steps"] = args.steps or (10**12 if args.time_budget else 1000)
     options["extra"] = {"arguments": recorded_arguments(args)}
+    distilling = r["objective"] == "distill"  # a recipe's masking and output bias are for masked-LM objectives
     result = pretrain(args.data, args.out, config=args.config, init_from=args.init_from, dropout=r["dropout"],
-                      eval_rows=args.eval_rows, objective=r["objective"], mask_prob=r["mask_prob"],
-                      recipe=args.recipe, output_bias=r["output_bias"], **options)
+                      eval_rows=args.eval_rows, objective=r["objective"],
+                      mask_prob=args.mask_prob if distilling else r["mask_prob"], recipe=args.recipe,
+                      output_bias=None if distilling else r["output_bias"], teacher=args.teacher, **options)
     for key, value in result.items():
         print(f"{key}: {value:.4f}")
     collapsed = collapse_warning(result, r["lr"])

@@ -23,7 +23,7 @@ RECIPES = {
                "warmup": 0.1, "batch_size": 16, "output_bias": "unigram", "bf16": NATIVE},
 }  # None: what the data and the model config hold (objective, masking rate, dropout)
 
-OBJECTIVES = ("mlm+nsp", "mlm", "ltr")
+OBJECTIVES = ("mlm+nsp", "mlm", "ltr", "distill")
 
 
 def resolve(recipe: str, explicit: dict, hidden_size: int, device) -> dict:
@@ -45,7 +45,8 @@ def add_recipe_arguments(p) -> None:
                    help="preset for the flags it sets that are not given (default: paper); see README")
     p.add_argument("--objective", choices=OBJECTIVES,
                    help="mlm+nsp: masked LM + next sentence (needs sentence pairs); mlm: masked LM only; ltr: "
-                        "left-to-right LM, causal attention, saved as is_decoder (needs unmasked data) "
+                        "left-to-right LM, causal attention, saved as is_decoder (needs unmasked data); distill: "
+                        "learn --teacher's hidden states and self-attention relations (needs unmasked data) "
                         "(paper: what the data holds, budget: mlm)")
     p.add_argument("--mask-prob", type=open_fraction, metavar="P",
                    help="mask this share of the tokens afresh each time a row is drawn, 80/10/10 (needs data made "
