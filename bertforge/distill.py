@@ -63,53 +63,56 @@ def load_teacher(family: TaskFamily, folder: Path):
     return teacher
 
 
-def check_vocabulary(teacher_tokenizer, student_dir: Path) -> None:
-    student = BertTokenizer.from_pretrained(student_dir)
+def student_folder(spec: str, teacher_tokenizer) -> Path:
+    """A student checkpoint folder, which must read the teacher's tokens."""
+    folder = Path(spec)
+    if not (folder / "config.json").is_file():
+        raise BertforgeError(f"--student {spec}: neither a size ({', '.join(SIZES)}) nor a model folder")
+    student = BertTokenizer.from_pretrained(folder)
     if student.get_vocab() != teacher_tokenizer.get_vocab():
-        raise BertforgeError(f"--student {student_dir}: its vocabulary ({student.vocab_size} tokens) is not the "
+        raise BertforgeError(f"--student {spec}: its vocabulary ({student.vocab_size} tokens) is not the "
                              f"teacher's ({teacher_tokenizer.vocab_size}): the student must read the same tokens")
+    return folder
 
 
 def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_dir: Path, tokenizer,
                   family: TaskFamily):
     """The student model (see the module docstring); random weights are drawn from the current torch seed."""
+    head = family.head_config()
+    if layers is not None:
+        return teacher_layers(teacher, teacher_dir, layers, spec, tokenizer, family)
+    if spec in SIZES:
+        config = BertConfig.from_name(spec, vocab_size=teacher.config.vocab_size, pad_token_id=tokenizer.pad_token_id)
+        return family.model_class(BertConfig.from_dict({**config.to_dict(), **head}))
+    return family.model_class.from_pretrained(student_folder(spec, tokenizer), **head)
+
+
+def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | None, tokenizer, family: TaskFamily):
+    """A student of the teacher's `layers` (renumbered from 0) with its embeddings, pooler and head."""
     import torch
 
-    head = family.head_config()
-    teacher_config = teacher.config
-    if spec is not None and spec not in SIZES:
-        folder = Path(spec)
-        if not (folder / "config.json").is_file():
-            raise BertforgeError(f"--student {spec}: neither a size ({', '.join(SIZES)}) nor a model folder")
-        check_vocabulary(tokenizer, folder)
-        config = BertConfig.load(spec)
-    elif spec is not None:
-        config = BertConfig.from_name(spec, vocab_size=teacher_config.vocab_size, pad_token_id=tokenizer.pad_token_id)
-    if layers is None:
-        if spec in SIZES:
-            return family.model_class(BertConfig.from_dict({**config.to_dict(), **head}))
-        return family.model_class.from_pretrained(spec, **head)
-    depth = teacher_config.num_hidden_layers
+    depth, width = teacher.config.num_hidden_layers, teacher.config.hidden_size
     if max(layers) >= depth:
         raise BertforgeError(f"--student-layers {','.join(map(str, layers))}: the teacher {teacher_dir} has "
                              f"{depth} layers (0 to {depth - 1})")
-    if spec is not None and (config.hidden_size != teacher_config.hidden_size
-                             or config.num_hidden_layers != len(layers)):
-        raise BertforgeError(f"--student-layers: the student {spec} has {config.num_hidden_layers} layers of "
-                             f"{config.hidden_size}, the teacher's layers are {teacher_config.hidden_size} wide: "
-                             f"give {len(layers)} layers of that width, or leave --student out")
-    student = family.model_class(BertConfig.from_dict({**teacher_config.to_dict(),
-                                                       "num_hidden_layers": len(layers), **head}))
-    mapped = {f"layer.{i}.": f"layer.{k}." for k, i in enumerate(layers)}
+    if spec is not None:
+        config = BertConfig.from_name(spec) if spec in SIZES else BertConfig.load(student_folder(spec, tokenizer))
+        if config.hidden_size != width or config.num_hidden_layers != len(layers):
+            raise BertforgeError(f"--student-layers: the student {spec} has {config.num_hidden_layers} layers of "
+                                 f"{config.hidden_size}, the teacher's layers are {width} wide: give "
+                                 f"{len(layers)} layers of that width, or leave --student out")
+    student = family.model_class(BertConfig.from_dict({**teacher.config.to_dict(), "num_hidden_layers": len(layers),
+                                                       **family.head_config()}))
+    renamed = {f"layer.{i}.": f"layer.{k}." for k, i in enumerate(layers)}
     weights = {}
     for key, value in teacher.state_dict().items():
-        if ".encoder.layer." not in key:
+        prefix, _, rest = key.partition(".encoder.")
+        if not rest.startswith("layer."):
             weights[key] = value
             continue
-        prefix, rest = key.split(".encoder.", 1)
-        source = next((s for s in mapped if rest.startswith(s)), None)
+        source = next((old for old in renamed if rest.startswith(old)), None)
         if source is not None:
-            weights[f"{prefix}.encoder.{mapped[source]}{rest[len(source):]}"] = value
+            weights[f"{prefix}.encoder.{renamed[source]}{rest[len(source):]}"] = value
     with torch.no_grad():
         student.load_state_dict(weights, strict=True)
     return student
