@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .config import SIZES, BertConfig
 from .errors import BertforgeError
-from .finetune import FINETUNE_DEFAULTS, add_task_run_arguments, read_splits, task_run_options, \
+from .finetune import FINETUNE_DEFAULTS, add_task_run_arguments, family_record, read_splits, task_run_options, \
     task_training_options, train_on_task
 from .io import check_output
 from .options import count, positive, share
@@ -219,7 +219,8 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     encoded["teacher_logits"], encoded["labelled"] = logits.tolist(), labelled
     run = {"task": task, "model": student if student_layers is None else
            f"{teacher_dir} layers {','.join(map(str, student_layers))}", "teacher": str(teacher_dir),
-           "data": None if data is None else str(data), "temperature": temperature, "alpha": alpha,
+           "data": None if data is None else str(data), "family_options": family_record(options),
+           "temperature": temperature, "alpha": alpha,
            "augment": augment, "unlabelled": [str(p) for p in unlabelled or []], "distill_rows": len(labelled),
            "teacher_outputs_cached": cached, "epochs": epochs, "max_length": family.max_length,
            "max_train_examples": max_train_examples, "max_eval_examples": max_eval_examples,

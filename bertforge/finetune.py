@@ -100,12 +100,17 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     model = family.model_class.from_pretrained(model_dir, **family.head_config())
     model.config.extra.update(family.config_entries())
     run = {"task": task, "model": str(model_dir), "data": None if data is None else str(data),
-           "family_options": {k: str(v) if isinstance(v, Path) else v for k, v in options.items()
-                              if k not in TrainArgs.__dataclass_fields__},
+           "family_options": family_record(options),
            "epochs": epochs, "max_length": family.max_length, "max_train_examples": max_train_examples,
            "max_eval_examples": max_eval_examples, "group_by_length": group_by_length, "command": command,
            "arguments": arguments}
     return train_on_task(family, model, tokenizer, splits, splits.train.encoded, out, train_options, run, started)
+
+
+def family_record(options: dict) -> dict:
+    """The family's options among `options`, as args.json and the model card record them."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in options.items()
+            if k not in TrainArgs.__dataclass_fields__}
 
 
 def task_training_options(options: dict, defaults: dict) -> dict:

@@ -20,7 +20,7 @@ from bertforge.errors import BertforgeError
 from bertforge.finetune import finetune
 from bertforge.tasks import make_family
 from bertforge.tasks.glue import GlueExample
-from tests.conftest import one_line_error, require_shared
+from tests.conftest import one_line_error, require_shared, write_jsonl
 
 OPTIONS = dict(epochs=1, batch_size=8, max_train_examples=48, max_eval_examples=16, lr=1e-3, progress=False)
 
@@ -69,14 +69,16 @@ def test_missing_choices_add_nothing_and_give_finite_gradients():
 
 def test_distiller_weighs_soft_targets_by_one_minus_alpha_and_labels_by_alpha():
     torch.manual_seed(0)
-    student = BertForSequenceClassification(BertConfig.from_name("tiny", vocab_size=50, id2label={0: "0", 1: "1"})).eval()
+    config = BertConfig.from_name("tiny", vocab_size=50, id2label={0: "0", 1: "1"})
+    student = BertForSequenceClassification(config).eval()
     batch = dict(input_ids=torch.tensor([[2, 5, 6, 3], [2, 7, 3, 0]]),
                  attention_mask=torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]), labels=torch.tensor([1, 0]))
     teacher_logits = torch.tensor([[0.0, 3.0], [2.0, -1.0]])
     logits = student(**{k: v for k, v in batch.items() if k != "labels"})["logits"]
     distiller = make_distiller(student, 2.0, 0.25, regression=False).eval()
     out = distiller(teacher_logits=teacher_logits, labelled=torch.tensor([1, 0]), **batch)
-    assert out["distill_loss"].item() == pytest.approx(0.75 * soft_target_loss(logits, teacher_logits, 2.0).mean().item())
+    soft = soft_target_loss(logits, teacher_logits, 2.0).mean().item()
+    assert out["distill_loss"].item() == pytest.approx(0.75 * soft)
     # only the labelled row counts in the label loss
     ce = torch.nn.functional.cross_entropy(logits[:1], batch["labels"][:1]).item()
     assert out["label_loss"].item() == pytest.approx(0.25 * ce)
@@ -232,3 +234,20 @@ def three_labels(teacher, tmp_path):
     model = BertForSequenceClassification.from_pretrained(teacher, num_labels=3, ignore_mismatched_sizes=True)
     model.save_pretrained(folder, tokenizer=BertTokenizer.from_pretrained(teacher))
     return folder
+
+
+def test_multiple_choice_with_missing_choices_distils_with_finite_losses(teacher, tmp_path):
+    """Questions with 2 and 3 choices share batches: the teacher's outputs for a missing choice are -inf and add
+    nothing."""
+    rows = [{"question": f"which {w} is it", "choices": ["a cat", "a dog", "a bird"][:2 + i % 2], "label": i % 2}
+            for i, w in enumerate("one two three four five six seven eight nine ten eleven twelve".split())]
+    train = write_jsonl(tmp_path / "quiz.jsonl", rows)
+    options = {**OPTIONS, "train": train, "dev": train}
+    finetune("multiple-choice", teacher.parent.parent / "base", None, tmp_path / "teacher", **options)
+    result = distill("multiple-choice", tmp_path / "teacher" / "best", "tiny", None, tmp_path / "run",
+                     cache_dir=tmp_path / "c", **options)
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(r["distill_loss"]) and math.isfinite(r["label_loss"]) for r in logged)
+    assert 0 <= result["accuracy"] <= 1
+    logits = np.load(next((tmp_path / "c").glob("*.npy")))
+    assert logits.shape == (12, 3) and np.isneginf(logits[0::2, 2]).all() and np.isfinite(logits[1::2]).all()
