@@ -7,7 +7,8 @@ A response is a list in input order, each item shaped as the matching `pipeline(
 
 Concurrent requests are gathered into batches by a token budget (batcher.py). Errors are typed, as
 {"error", "error_type"}: 413 over the size limits, 422 malformed input (naming the field), 429 queue full,
-503 while the model loads. SIGTERM stops accepting requests and finishes those in flight.
+500 a model failure or a bug, 503 while the model loads; what guards the server against hostile requests is
+serve_guard.py's. SIGTERM stops accepting requests and finishes those in flight.
 """
 
 import logging
@@ -21,6 +22,7 @@ from .config import BertConfig
 from .errors import BertforgeError
 from .metrics_text import Registry
 from .options import count, non_negative, torch_device
+from .serve_guard import Guard, Refused, json_response, result_bytes, scrub
 # pipelines and runtime (torch, the model) are imported where they are used: the command's --help does not load torch
 
 log = logging.getLogger("bertforge")
@@ -43,6 +45,7 @@ INPUTS = {"classify": "a text, a list of texts, or of [text, text_pair] / {\"tex
           "embed": "a text or a list of texts", "fill-mask": "a text with [MASK] or a list of them",
           "ner": "a text or a list of texts", "qa": "{\"question\", \"context\"} or a list of them",
           "multiple-choice": "{\"question\", \"choices\": [...]} or a list of them"}
+ROUTES = {f"/v1/{e}" for e in OPTIONS} | {"/health", "/info", "/metrics"}
 BUCKETS = {"latency": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
            "rows": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512), "tokens": (64, 256, 1024, 4096, 16384, 65536)}
 
@@ -90,6 +93,47 @@ class Server:
         self.metrics.observe("bertforge_batch_size", rows)
         self.metrics.observe("bertforge_batch_tokens", tokens)
 
+    def ready(self):
+        if self.pipe is None:
+            raise Refused(503, "loading", f"the model cannot be loaded: {self.load_error}" if self.load_error
+                          else "the model is loading")
+
+    async def answer(self, endpoint: str, body) -> list:
+        """The results of a request to /v1/ENDPOINT, in input order; Refused for what is not answered."""
+        from .pipelines import TooLong
+
+        self.ready()
+        if endpoint != self.endpoint:
+            raise Refused(404, "not_found", f"this model ({self.pipe.task}) answers on /v1/{self.endpoint}")
+        options = body.model_dump(exclude_unset=True)
+        inputs, truncate = options.pop("inputs"), options.pop("truncate", False)
+        try:
+            prepared = self.pipe.prepare(inputs, truncate=truncate, **options)
+        except TooLong as e:
+            raise Refused(413, "too_large", f"{e} (send \"truncate\": true to cut it)") from None
+        except BertforgeError as e:
+            raise Refused(422, "validation", str(e)) from None
+        if len(prepared.items) > self.max_client_batch:
+            raise Refused(413, "too_large", f"inputs has {len(prepared.items)} items, over the limit of "
+                                            f"{self.max_client_batch}")
+        try:
+            outputs = await self.batcher.submit(prepared.rows)
+        except Overloaded as e:
+            raise Refused(429, "overloaded", str(e)) from None
+        prepared.single = False  # always a list, in input order
+        self.metrics.inc("bertforge_inputs_total", len(prepared.items), endpoint=f"/v1/{endpoint}")
+        return self.pipe.finish(prepared, outputs)
+
+    def count_refusal(self, status: int, kind: str, endpoint: str):
+        self.metrics.inc("bertforge_errors_total", kind=kind)
+        endpoint = endpoint if endpoint in ROUTES else "other"  # a client's path: few label values, bounded
+        self.metrics.inc("bertforge_requests_total", endpoint=endpoint, status=status)
+
+    def refusal(self, status: int, kind: str, message: str, endpoint: str = ""):
+        """The response to a refused or failed request ({"error", "error_type"}), counted."""
+        self.count_refusal(status, kind, endpoint)
+        return json_response({"error": scrub(message), "error_type": kind}, status)
+
     @property
     def endpoint(self) -> str:
         return ENDPOINTS[self.pipe.task]
@@ -98,7 +142,7 @@ class Server:
         pipe = self.pipe
         c = pipe.config
         model = getattr(pipe.runtime, "model", None)
-        return {"model": str(self.model_dir), "task": pipe.task, "endpoint": f"/v1/{self.endpoint}",
+        return {"model": self.model_dir.name, "task": pipe.task, "endpoint": f"/v1/{self.endpoint}",
                 "labels": [c.id2label[i] for i in range(c.num_labels)] if pipe.task == "text-classification"
                 or pipe.task == "token-classification" else None,
                 "backend": self.options.get("backend", "torch"), "int8": bool(self.options.get("int8")),
@@ -110,23 +154,13 @@ class Server:
                            "max_concurrent": self.max_concurrent, "max_client_batch": self.max_client_batch}}
 
 
-class Refused(Exception):
-    def __init__(self, status: int, kind: str, message: str):
-        super().__init__(message)
-        self.status, self.kind = status, kind
-
-
 def create_app(server: Server):
     """The FastAPI application around a Server (whose model loads in a thread when the app starts)."""
-    from .pipelines import TooLong
-
     try:
         from contextlib import asynccontextmanager
 
-        from fastapi import FastAPI, Request
+        from fastapi import FastAPI
         from fastapi.exceptions import RequestValidationError
-        from fastapi.responses import JSONResponse, PlainTextResponse
-        from pydantic import Field, create_model
     except ImportError:
         raise BertforgeError("bertforge serve needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
 
@@ -139,114 +173,75 @@ def create_app(server: Server):
 
     app = FastAPI(title="bertforge", description=__doc__.split("\n\n")[1], lifespan=lifespan)
 
-    routes = {f"/v1/{e}" for e in OPTIONS} | {"/health", "/info", "/metrics"}
-
-    def refusal(status: int, kind: str, message: str, endpoint: str = "") -> JSONResponse:
-        server.metrics.inc("bertforge_errors_total", kind=kind)
-        endpoint = endpoint if endpoint in routes else "other"  # a client's path: few label values, bounded
-        server.metrics.inc("bertforge_requests_total", endpoint=endpoint, status=status)
-        return JSONResponse({"error": message, "error_type": kind}, status_code=status)
-
-    @app.exception_handler(RequestValidationError)
-    async def malformed(request: Request, exc: RequestValidationError):
+    async def malformed(request, exc: RequestValidationError):
         problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or 'body'}: {e['msg']}" for e in exc.errors())
-        return refusal(422, "validation", problems, request.url.path)
+        return server.refusal(422, "validation", problems, request.url.path)
 
-    class BodyLimit:
-        """A 413 for a body declared over 4 MiB, before it is read. Plain ASGI: Starlette's @app.middleware
-        costs every request an extra task and stream."""
+    async def failed(request, exc: Exception):  # a bug: JSON like every error (Starlette logs the traceback)
+        return server.refusal(500, "internal", f"{type(exc).__name__}: {exc}", request.url.path)
 
-        def __init__(self, app):
-            self.app = app
-
-        async def __call__(self, scope, receive, send):
-            if scope["type"] == "http":
-                size = dict(scope["headers"]).get(b"content-length", b"").decode("latin-1")
-                if size.isdigit() and int(size) > 4 << 20:
-                    response = refusal(413, "too_large", f"request body of {size} bytes is over the 4 MiB limit",
-                                       scope["path"])
-                    return await response(scope, receive, send)
-            await self.app(scope, receive, send)
-
-    app.add_middleware(BodyLimit)
-
-    def ready():
-        if server.pipe is None:
-            raise Refused(503, "loading", f"the model cannot be loaded: {server.load_error}" if server.load_error
-                          else "the model is loading")
-
-    async def answer(endpoint: str, body) -> list:
-        ready()
-        if endpoint != server.endpoint:
-            raise Refused(404, "not_found", f"this model ({server.pipe.task}) answers on /v1/{server.endpoint}")
-        options = body.model_dump(exclude_unset=True)
-        inputs, truncate = options.pop("inputs"), options.pop("truncate", False)
-        try:
-            prepared = server.pipe.prepare(inputs, truncate=truncate, **options)
-        except TooLong as e:
-            raise Refused(413, "too_large", f"{e} (send \"truncate\": true to cut it)") from None
-        except BertforgeError as e:
-            raise Refused(422, "validation", str(e)) from None
-        if len(prepared.items) > server.max_client_batch:
-            raise Refused(413, "too_large", f"inputs has {len(prepared.items)} items, over the limit of "
-                                            f"{server.max_client_batch}")
-        try:
-            outputs = await server.batcher.submit(prepared.rows)
-        except Overloaded as e:
-            raise Refused(429, "overloaded", str(e)) from None
-        prepared.single = False  # always a list, in input order
-        server.metrics.inc("bertforge_inputs_total", len(prepared.items), endpoint=f"/v1/{endpoint}")
-        return server.pipe.finish(prepared, outputs)
-
-    def route(endpoint: str):
-        fields = {"inputs": (Any, Field(..., description=INPUTS[endpoint])),
-                  "truncate": (bool, Field(False, description="cut inputs over --max-length instead of a 413"))}
-        fields.update({name: (kind | None, Field(None, description=text))
-                       for name, (kind, text) in OPTIONS[endpoint].items()})
-        body_model = create_model(f"{endpoint.title().replace('-', '')}Request", **fields,
-                                  __config__={"extra": "forbid"})
-
-        async def handle(body: body_model):  # type: ignore[valid-type]
-            started = time.perf_counter()
-            try:
-                result = await answer(endpoint, body)
-            except Refused as e:
-                return refusal(e.status, e.kind, str(e), f"/v1/{endpoint}")
-            except Exception as e:  # a bug or a model failure: a 500, and the server goes on
-                log.exception("bertforge: request failed")
-                return refusal(500, "backend", f"{type(e).__name__}: {e}", f"/v1/{endpoint}")
-            server.metrics.inc("bertforge_requests_total", endpoint=f"/v1/{endpoint}", status=200)
-            server.metrics.observe("bertforge_request_duration_seconds", time.perf_counter() - started,
-                                   endpoint=f"/v1/{endpoint}")
-            return JSONResponse(result)
-
-        app.post(f"/v1/{endpoint}", summary=f"{endpoint}: {INPUTS[endpoint]}")(handle)
-
+    app.add_exception_handler(RequestValidationError, malformed)
+    app.add_exception_handler(Exception, failed)
+    app.add_middleware(Guard, refused=server.count_refusal)
     for endpoint in OPTIONS:
-        route(endpoint)
+        app.post(f"/v1/{endpoint}", summary=f"{endpoint}: {INPUTS[endpoint]}")(endpoint_handler(server, endpoint))
+    add_status_routes(app, server)
+    return app
+
+
+def endpoint_handler(server: Server, endpoint: str):
+    """The handler of POST /v1/ENDPOINT, with its request body's model (for validation and /docs)."""
+    from pydantic import Field, create_model
+
+    fields = {"inputs": (Any, Field(..., description=INPUTS[endpoint])),
+              "truncate": (bool, Field(False, description="cut inputs over --max-length instead of a 413"))}
+    fields.update({name: (kind | None, Field(None, description=text))
+                   for name, (kind, text) in OPTIONS[endpoint].items()})
+    body_model = create_model(f"{endpoint.title().replace('-', '')}Request", **fields, __config__={"extra": "forbid"})
+    path = f"/v1/{endpoint}"
+
+    async def handle(body: body_model):  # type: ignore[valid-type]
+        started = time.perf_counter()
+        try:
+            content = result_bytes(await server.answer(endpoint, body))
+        except Refused as e:
+            return server.refusal(e.status, e.kind, str(e), path)
+        except Exception as e:  # a bug or a model failure: a 500, and the server goes on
+            log.exception("bertforge: request failed")
+            return server.refusal(500, "backend", f"{type(e).__name__}: {e}", path)
+        server.metrics.inc("bertforge_requests_total", endpoint=path, status=200)
+        server.metrics.observe("bertforge_request_duration_seconds", time.perf_counter() - started, endpoint=path)
+        from starlette.responses import Response
+
+        return Response(content, media_type="application/json")
+
+    return handle
+
+
+def add_status_routes(app, server: Server):
+    """GET /health, /info and /metrics."""
+    from fastapi.responses import PlainTextResponse
 
     @app.get("/health")
     async def health():
         try:
-            ready()
+            server.ready()
         except Refused as e:
-            return JSONResponse({"status": e.kind, "error": str(e)}, status_code=503)
+            return json_response({"status": e.kind, "error": scrub(str(e))}, 503)
         return {"status": "ok"}
 
     @app.get("/info")
     async def info():
         try:
-            ready()
+            server.ready()
         except Refused as e:
-            return refusal(e.status, e.kind, str(e), "/info")
-        return server.info()
+            return server.refusal(e.status, e.kind, str(e), "/info")
+        return json_response(server.info())
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics():
         server.metrics.set("bertforge_queue_depth", server.batcher.pending if server.batcher else 0)
         return PlainTextResponse(server.metrics.render(), media_type="text/plain; version=0.0.4")
-
-    return app
 
 
 def add_serve_arguments(p):

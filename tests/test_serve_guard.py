@@ -1,0 +1,81 @@
+"""`bertforge serve` against hostile or careless clients (serve_guard.py): real uvicorn processes on 127.0.0.1.
+
+Each refusal is one line of JSON ({"error", "error_type"}) naming the culprit, and the server answers after it.
+"""
+
+import json
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from tests.test_pipelines import random_model
+from tests.test_serve import HEADS, Served, httpx
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory, tokenizer):
+    name, config = HEADS["classify"]
+    return random_model(tmp_path_factory.mktemp("classify"), name, tokenizer, **config)
+
+
+@pytest.fixture(scope="module")
+def server(classifier):
+    s = Served(classifier, "--max-length", 128, "--max-client-batch", 8).wait()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def refused(response, status: int, *names: str) -> str:
+    """The error of a refusal: the status, JSON with a type, one line naming each of `names`."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json", response.text
+    body = response.json()
+    assert set(body) == {"error", "error_type"}, body
+    assert "\n" not in body["error"], body
+    for name in names:
+        assert name in body["error"], body
+    return body["error"]
+
+
+def still_answers(s):
+    assert s.post("classify", {"inputs": "still here"}).status_code == 200
+
+
+def post_raw(s, endpoint, content: bytes, **kw):
+    return httpx.post(f"{s.url}/v1/{endpoint}", content=content, headers={"content-type": "application/json"},
+                      timeout=60, **kw)
+
+
+def test_a_lone_surrogate_is_a_422_naming_the_input(server):
+    response = post_raw(server, "classify", b'{"inputs": ["fine", "caf\\ud800"]}')
+    refused(response, 422, "inputs[1]", "lone surrogate", "\\ud800")
+    pair = post_raw(server, "classify", b'{"inputs": {"text": "fine", "text_pair": "\\udfff"}}')
+    refused(pair, 422, "inputs.text_pair", "lone surrogate")
+    still_answers(server)
+
+
+def test_a_lone_surrogate_in_an_option_is_a_422_in_valid_json(server):
+    response = post_raw(server, "classify", b'{"inputs": "a", "function_to_apply": "\\ud800"}')
+    json.loads(response.content.decode("utf-8"))  # strict UTF-8
+    refused(response, 422, "function_to_apply", "\\ud800")
+    still_answers(server)
+
+
+def test_a_nan_output_is_a_500_in_json_naming_the_input(classifier, tmp_path):
+    folder = tmp_path / "nan"
+    folder.mkdir()
+    for file in classifier.iterdir():
+        (folder / file.name).write_bytes(file.read_bytes())
+    weights = load_file(folder / "model.safetensors")
+    weights["classifier.bias"][:] = float("nan")
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    s = Served(folder).wait()
+    try:
+        response = s.post("classify", {"inputs": ["a", "b"]})
+        assert refused(response, 500, "inputs[0]", "NaN").startswith("inputs[0]: the model's output")
+        assert response.json()["error_type"] == "backend"
+        assert httpx.get(s.url + "/health").json() == {"status": "ok"}
+    finally:
+        s.stop()
