@@ -1,9 +1,10 @@
 """What `bertforge serve` (serve.py) does about hostile or careless requests, in front of the application.
 
-`Guard`, plain ASGI middleware before FastAPI: a 413 for a request body over the limit. `Refused` is a typed
-refusal, answered as {"error", "error_type"} like every other error; `json_bytes` writes JSON that is always
-valid (NaN refused, a lone surrogate escaped); `scrub` makes an error message fit for a client: one line,
-and no absolute path of this machine.
+`Guard`, plain ASGI middleware before FastAPI: the request body read as it arrives and refused with a 413
+once it passes the limit, whatever its transfer encoding (a chunked body is not read to its end). `Refused`
+is a typed refusal, answered as {"error", "error_type"} like every other error; `json_bytes` writes JSON
+that is always valid (NaN refused, a lone surrogate escaped); `scrub` makes an error message fit for a
+client: one line, and no absolute path of this machine.
 """
 
 import functools
@@ -71,20 +72,41 @@ def scrub(message: str) -> str:
 
 
 class Guard:
-    """ASGI middleware: a 413 for a body declared over MAX_BODY, before it is read. Plain ASGI: Starlette's
-    @app.middleware costs every request an extra task and stream. `refused(status, kind, path)` counts a
-    refusal."""
+    """ASGI middleware: the request body read here as it arrives, whatever its transfer encoding, and a 413 once
+    it passes MAX_BODY (or declares more), without reading the rest; the application is handed the body read.
+    Plain ASGI: Starlette's @app.middleware costs every request an extra task and stream. `refused(status, kind,
+    path)` counts a refusal."""
 
-    def __init__(self, app, refused=None):
-        self.app, self.refused = app, refused
+    def __init__(self, app, refused=None, max_body: int = MAX_BODY):
+        self.app, self.refused, self.max_body = app, refused, max_body
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            size = dict(scope["headers"]).get(b"content-length", b"").decode("latin-1")
-            if size.isdigit() and int(size) > MAX_BODY:
-                return await self.refuse(scope, send, Refused(
-                    413, "too_large", f"request body of {size} bytes is over the {MAX_BODY >> 20} MiB limit"))
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        try:
+            body = await self.read_body(dict(scope["headers"]), receive)
+        except Refused as e:  # the rest of the body stays unread: the connection is closed after the answer
+            return await self.refuse(scope, send, e, [(b"connection", b"close")])
+        if body is not None:  # None: the client went away
+            await self.app(scope, replay(body, receive), send)
+
+    async def read_body(self, headers: dict, receive) -> bytes | None:
+        limit = f"the {self.max_body >> 20} MiB limit" if self.max_body >= 1 << 20 else f"{self.max_body} bytes"
+        size = headers.get(b"content-length", b"").decode("latin-1")
+        if size.isdigit() and int(size) > self.max_body:
+            raise Refused(413, "too_large", f"request body of {size} bytes is over {limit}")
+        chunks, read = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            read += len(chunk)
+            if read > self.max_body:
+                raise Refused(413, "too_large", f"request body is over {limit} (read {read} bytes, the rest not)")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
     async def refuse(self, scope, send, refusal: Refused, headers=()):
         if self.refused is not None:
@@ -94,3 +116,17 @@ class Guard:
                     "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
                                 *headers]})
         await send({"type": "http.response.body", "body": body})
+
+
+def replay(body: bytes, receive):
+    """An ASGI receive that gives `body` whole, then what `receive` gives (a disconnect)."""
+    given = False
+
+    async def replayed():
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed

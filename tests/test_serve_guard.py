@@ -4,6 +4,7 @@ Each refusal is one line of JSON ({"error", "error_type"}) naming the culprit, a
 """
 
 import json
+import socket
 
 import pytest
 from safetensors.torch import load_file, save_file
@@ -79,3 +80,42 @@ def test_a_nan_output_is_a_500_in_json_naming_the_input(classifier, tmp_path):
         assert httpx.get(s.url + "/health").json() == {"status": "ok"}
     finally:
         s.stop()
+
+
+def raw_response(sock) -> tuple[int, dict, bytes]:
+    """Status, headers and body of the HTTP/1.1 response read from `sock` (a body of Content-Length bytes)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed before a response: {data!r}"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    while len(body) < int(headers["content-length"]):
+        body += sock.recv(65536)
+    return int(lines[0].split()[1]), headers, body
+
+
+def test_a_chunked_body_over_the_limit_is_a_413_without_reading_the_rest(server):
+    """A stream that never ends: the server answers once it has read past 4 MiB (reading it whole would hang)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b" " * 65536
+        for _ in range(66):  # 4 MiB and 128 KiB, and no last chunk
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        status, headers, body = raw_response(sock)
+    assert status == 413 and headers["connection"] == "close"
+    error = json.loads(body)
+    assert error["error_type"] == "too_large" and "over the 4 MiB limit" in error["error"], error
+    still_answers(server)
+
+
+def test_a_chunked_body_under_the_limit_is_answered(server):
+    def chunks():
+        yield b'{"inputs": '
+        yield b'["chunked", "body"]}'
+
+    response = post_raw(server, "classify", chunks())
+    assert response.status_code == 200 and len(response.json()) == 2
