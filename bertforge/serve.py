@@ -11,9 +11,12 @@ Concurrent requests are gathered into batches by a token budget (batcher.py). Er
 serve_guard.py's. SIGTERM stops accepting requests and finishes those in flight.
 """
 
+import asyncio
 import logging
+import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +62,7 @@ class Server:
         self.max_batch_tokens, self.max_concurrent, self.max_wait = max_batch_tokens, max_concurrent, max_wait_ms / 1e3
         self.max_client_batch, self.workers = max_client_batch, workers
         self.pipe = self.batcher = self.load_error = None
+        self.tokenizing = ThreadPoolExecutor(min(4, os.cpu_count() or 1), "bertforge-tokenize")
         self.metrics = Registry()
         for name, kind, text, buckets in [
                 ("bertforge_requests_total", "counter", "requests answered, by endpoint and status", None),
@@ -98,15 +102,28 @@ class Server:
             raise Refused(503, "loading", f"the model cannot be loaded: {self.load_error}" if self.load_error
                           else "the model is loading")
 
-    async def answer(self, endpoint: str, body) -> list:
-        """The results of a request to /v1/ENDPOINT, in input order; Refused for what is not answered."""
-        from .pipelines import TooLong
-
+    async def answer(self, endpoint: str, body) -> bytes:
+        """The JSON of the results of a request to /v1/ENDPOINT, in input order; Refused for what is not answered.
+        Tokenising and finishing run in the tokenising threads, never on the event loop: one huge input does not
+        hold up the other requests, nor /health."""
         self.ready()
         if endpoint != self.endpoint:
             raise Refused(404, "not_found", f"this model ({self.pipe.task}) answers on /v1/{self.endpoint}")
         options = body.model_dump(exclude_unset=True)
         inputs, truncate = options.pop("inputs"), options.pop("truncate", False)
+        loop = asyncio.get_running_loop()
+        prepared = await loop.run_in_executor(self.tokenizing, self.prepare, inputs, truncate, options)
+        try:
+            outputs = await self.batcher.submit(prepared.rows)
+        except Overloaded as e:
+            raise Refused(429, "overloaded", str(e)) from None
+        prepared.single = False  # always a list, in input order
+        self.metrics.inc("bertforge_inputs_total", len(prepared.items), endpoint=f"/v1/{endpoint}")
+        return await loop.run_in_executor(self.tokenizing, self.finish, prepared, outputs)
+
+    def prepare(self, inputs, truncate: bool, options: dict):
+        from .pipelines import TooLong
+
         try:
             prepared = self.pipe.prepare(inputs, truncate=truncate, **options)
         except TooLong as e:
@@ -116,13 +133,10 @@ class Server:
         if len(prepared.items) > self.max_client_batch:
             raise Refused(413, "too_large", f"inputs has {len(prepared.items)} items, over the limit of "
                                             f"{self.max_client_batch}")
-        try:
-            outputs = await self.batcher.submit(prepared.rows)
-        except Overloaded as e:
-            raise Refused(429, "overloaded", str(e)) from None
-        prepared.single = False  # always a list, in input order
-        self.metrics.inc("bertforge_inputs_total", len(prepared.items), endpoint=f"/v1/{endpoint}")
-        return self.pipe.finish(prepared, outputs)
+        return prepared
+
+    def finish(self, prepared, outputs) -> bytes:
+        return result_bytes(self.pipe.finish(prepared, outputs))
 
     def count_refusal(self, status: int, kind: str, endpoint: str):
         self.metrics.inc("bertforge_errors_total", kind=kind)
@@ -170,6 +184,7 @@ def create_app(server: Server):
         yield
         if server.batcher is not None:
             server.batcher.close()  # uvicorn has let the requests in flight finish first
+        server.tokenizing.shutdown()
 
     app = FastAPI(title="bertforge", description=__doc__.split("\n\n")[1], lifespan=lifespan)
 
@@ -203,7 +218,7 @@ def endpoint_handler(server: Server, endpoint: str):
     async def handle(body: body_model):  # type: ignore[valid-type]
         started = time.perf_counter()
         try:
-            content = result_bytes(await server.answer(endpoint, body))
+            content = await server.answer(endpoint, body)
         except Refused as e:
             return server.refusal(e.status, e.kind, str(e), path)
         except Exception as e:  # a bug or a model failure: a 500, and the server goes on

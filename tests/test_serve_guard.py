@@ -3,8 +3,10 @@
 Each refusal is one line of JSON ({"error", "error_type"}) naming the culprit, and the server answers after it.
 """
 
+import concurrent.futures
 import json
 import socket
+import time
 
 import pytest
 from safetensors.torch import load_file, save_file
@@ -119,3 +121,17 @@ def test_a_chunked_body_under_the_limit_is_answered(server):
 
     response = post_raw(server, "classify", chunks())
     assert response.status_code == 200 and len(response.json()) == 2
+
+
+def test_a_huge_input_is_tokenised_off_the_event_loop(server):
+    """An input near the body limit, with truncate: /health answers at once while it is tokenised."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        big = pool.submit(server.post, "classify", {"inputs": "word " * 700_000, "truncate": True})
+        waits = []
+        while not big.done():
+            started = time.perf_counter()
+            assert httpx.get(server.url + "/health", timeout=30).status_code == 200
+            waits.append(time.perf_counter() - started)
+            time.sleep(0.05)
+        assert big.result().status_code == 200
+    assert len(waits) > 3 and max(waits) < 1.0, waits  # tokenising it takes seconds
