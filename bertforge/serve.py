@@ -24,8 +24,8 @@ from .batcher import Batcher, Overloaded
 from .config import BertConfig
 from .errors import BertforgeError
 from .metrics_text import Registry
-from .options import count, non_negative, torch_device
-from .serve_guard import Guard, Refused, json_response, result_bytes, scrub
+from .options import count, non_negative, old_spellings, torch_device
+from .serve_guard import Guard, Limits, Refused, json_response, result_bytes, scrub
 # pipelines and runtime (torch, the model) are imported where they are used: the command's --help does not load torch
 
 log = logging.getLogger("bertforge")
@@ -61,6 +61,7 @@ class Server:
         self.model_dir, self.task, self.options = Path(model_dir), task, pipeline_options
         self.max_batch_tokens, self.max_concurrent, self.max_wait = max_batch_tokens, max_concurrent, max_wait_ms / 1e3
         self.max_client_batch, self.workers = max_client_batch, workers
+        self.limits = Limits(max_client_batch, max_batch_tokens)
         self.pipe = self.batcher = self.load_error = None
         self.tokenizing = ThreadPoolExecutor(min(4, os.cpu_count() or 1), "bertforge-tokenize")
         self.metrics = Registry()
@@ -112,7 +113,8 @@ class Server:
         options = body.model_dump(exclude_unset=True)
         inputs, truncate = options.pop("inputs"), options.pop("truncate", False)
         loop = asyncio.get_running_loop()
-        prepared = await loop.run_in_executor(self.tokenizing, self.prepare, inputs, truncate, options)
+        prepared = await loop.run_in_executor(self.tokenizing, self.limits.prepare, self.pipe, inputs, truncate,
+                                              options)
         try:
             outputs = await self.batcher.submit(prepared.rows)
         except Overloaded as e:
@@ -120,20 +122,6 @@ class Server:
         prepared.single = False  # always a list, in input order
         self.metrics.inc("bertforge_inputs_total", len(prepared.items), endpoint=f"/v1/{endpoint}")
         return await loop.run_in_executor(self.tokenizing, self.finish, prepared, outputs)
-
-    def prepare(self, inputs, truncate: bool, options: dict):
-        from .pipelines import TooLong
-
-        try:
-            prepared = self.pipe.prepare(inputs, truncate=truncate, **options)
-        except TooLong as e:
-            raise Refused(413, "too_large", f"{e} (send \"truncate\": true to cut it)") from None
-        except BertforgeError as e:
-            raise Refused(422, "validation", str(e)) from None
-        if len(prepared.items) > self.max_client_batch:
-            raise Refused(413, "too_large", f"inputs has {len(prepared.items)} items, over the limit of "
-                                            f"{self.max_client_batch}")
-        return prepared
 
     def finish(self, prepared, outputs) -> bytes:
         return result_bytes(self.pipe.finish(prepared, outputs))
@@ -164,8 +152,9 @@ class Server:
                 "sizes": {"layers": c.num_hidden_layers, "hidden": c.hidden_size, "heads": c.num_attention_heads,
                           "vocabulary": c.vocab_size, "max_position_embeddings": c.max_position_embeddings,
                           "parameters": sum(p.numel() for p in model.parameters()) if model is not None else None},
-                "limits": {"max_length": pipe.max_length, "max_batch_tokens": self.max_batch_tokens,
-                           "max_concurrent": self.max_concurrent, "max_client_batch": self.max_client_batch}}
+                "limits": {"max_length": pipe.max_length, "max_input_tokens": pipe.max_length,
+                           "max_batch_tokens": self.max_batch_tokens, "max_concurrent": self.max_concurrent,
+                           "max_client_batch": self.max_client_batch}}
 
 
 def create_app(server: Server):
@@ -209,7 +198,7 @@ def endpoint_handler(server: Server, endpoint: str):
     from pydantic import Field, create_model
 
     fields = {"inputs": (Any, Field(..., description=INPUTS[endpoint])),
-              "truncate": (bool, Field(False, description="cut inputs over --max-length instead of a 413"))}
+              "truncate": (bool, Field(False, description="cut inputs over --max-input-tokens instead of a 413"))}
     fields.update({name: (kind | None, Field(None, description=text))
                    for name, (kind, text) in OPTIONS[endpoint].items()})
     body_model = create_model(f"{endpoint.title().replace('-', '')}Request", **fields, __config__={"extra": "forbid"})
@@ -268,9 +257,13 @@ def add_serve_arguments(p):
     p.add_argument("--device", type=torch_device, help="cpu, cuda, cuda:1 (default: CUDA when present)")
     p.add_argument("--backend", default="torch", choices=("torch", "onnx"), help="what runs the model")
     p.add_argument("--int8", action="store_true", help="int8 linear layers (torch) or the int8 ONNX model")
-    p.add_argument("--max-batch-tokens", type=count(1), default=8192, help="padded tokens per model batch")
+    p.add_argument("--max-input-tokens", "--max-length", type=count(1), dest="max_input_tokens",
+                   help="tokens per input: a longer one gets a 413 unless its request sends \"truncate\": true, "
+                        "which cuts it (default: the model's positions; QA: 384, the windows of a context)")
+    old_spellings(p._option_string_actions["--max-length"], "--max-length")
+    p.add_argument("--max-batch-tokens", type=count(1), default=8192, help="tokens per request, all its inputs "
+                   "together (more get a 413), and padded tokens per model batch")
     p.add_argument("--max-concurrent", type=count(1), default=512, help="requests waiting or running; more get a 429")
-    p.add_argument("--max-length", type=count(1), help="tokens per input (default: the model's positions; QA 384)")
     p.add_argument("--max-client-batch", type=count(1), default=64, help="inputs per request; more get a 413")
     p.add_argument("--max-wait-ms", type=non_negative, default=2.0, help="how long a batch waits for the next request "
                    "(each arrival restarts the wait, ten times at most)")
@@ -285,13 +278,15 @@ def run_serve(args) -> int:
     folder = Path(args.model)
     if not folder.is_dir():
         raise BertforgeError(f"{folder}: no such model folder")
-    task = ALIASES.get(args.task, args.task) or head_task(BertConfig.from_json_file(folder / "config.json"), folder)
+    config = BertConfig.from_json_file(folder / "config.json")
+    task = ALIASES.get(args.task, args.task) or head_task(config, folder)
     task = "sentence-embedding" if task == "feature-extraction" else task
     if task not in ENDPOINTS:
         raise BertforgeError(f"--task {task!r}: serve answers {', '.join(ENDPOINTS)}")
+    check_limits(args, config, task)
     server = Server(args.model, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
                     args.max_client_batch, args.workers, device=args.device, backend=args.backend, int8=args.int8,
-                    max_length=args.max_length, threads=args.threads, batch_size=None)
+                    max_length=args.max_input_tokens, threads=args.threads, batch_size=None)
     app = create_app(server)
     try:
         import uvicorn
@@ -299,3 +294,14 @@ def run_serve(args) -> int:
         raise BertforgeError("bertforge serve needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=30)
     return 0
+
+
+def check_limits(args, config: BertConfig, task: str):
+    """One-line errors, before the model loads, for limits that the model or each other make impossible."""
+    positions = config.max_position_embeddings
+    if args.max_input_tokens is not None and args.max_input_tokens > positions:
+        raise BertforgeError(f"--max-input-tokens {args.max_input_tokens} is over the model's {positions} positions")
+    per_input = args.max_input_tokens or min(positions, 384 if task == "question-answering" else positions)
+    if args.max_batch_tokens < per_input:
+        raise BertforgeError(f"--max-batch-tokens {args.max_batch_tokens} is below the {per_input} tokens that one "
+                             f"input may have (--max-input-tokens): such a request could never be answered")

@@ -1,10 +1,11 @@
 """What `bertforge serve` (serve.py) does about hostile or careless requests, in front of the application.
 
 `Guard`, plain ASGI middleware before FastAPI: the request body read as it arrives and refused with a 413
-once it passes the limit, whatever its transfer encoding (a chunked body is not read to its end). `Refused`
-is a typed refusal, answered as {"error", "error_type"} like every other error; `json_bytes` writes JSON
-that is always valid (NaN refused, a lone surrogate escaped); `scrub` makes an error message fit for a
-client: one line, and no absolute path of this machine.
+once it passes the limit, whatever its transfer encoding (a chunked body is not read to its end). `Limits`:
+the limits of a request, checked in one place. `Refused` is a typed refusal, answered as {"error",
+"error_type"} like every other error; `json_bytes` writes JSON that is always valid (NaN refused, a lone
+surrogate escaped); `scrub` makes an error message fit for a client: one line, and no absolute path of this
+machine.
 """
 
 import functools
@@ -21,6 +22,42 @@ class Refused(Exception):
     def __init__(self, status: int, kind: str, message: str):
         super().__init__(message)
         self.status, self.kind = status, kind
+
+
+class Limits:
+    """The limits of a request, all checked here: inputs per request (--max-client-batch, before they are
+    tokenised where the body is a list), tokens per input (--max-input-tokens: the pipeline's max_length, past
+    which an input is cut with truncate, else refused) and tokens per request, all its rows together
+    (--max-batch-tokens, as text-embeddings-inference names them)."""
+
+    def __init__(self, max_client_batch: int, max_batch_tokens: int):
+        self.max_client_batch, self.max_batch_tokens = max_client_batch, max_batch_tokens
+
+    def prepare(self, pipe, inputs, truncate: bool, options: dict):
+        """`pipe.prepare(inputs)` within the limits; Refused (413 over one, 422 malformed) otherwise."""
+        from .errors import BertforgeError
+        from .inference import row_length, row_width
+        from .pipelines import TooLong
+
+        if isinstance(inputs, list):
+            self.check_items(len(inputs))
+        try:
+            prepared = pipe.prepare(inputs, truncate=truncate, **options)
+        except TooLong as e:
+            raise Refused(413, "too_large", f"{e} (--max-input-tokens; send \"truncate\": true to cut it)") from None
+        except BertforgeError as e:
+            raise Refused(422, "validation", str(e)) from None
+        self.check_items(len(prepared.items))
+        tokens = sum(row_length(row) * row_width(row) for row in prepared.rows)
+        if tokens > self.max_batch_tokens:
+            raise Refused(413, "too_large", f"inputs are {tokens} tokens together, over the limit of "
+                                            f"{self.max_batch_tokens} per request (--max-batch-tokens)")
+        return prepared
+
+    def check_items(self, items: int):
+        if items > self.max_client_batch:
+            raise Refused(413, "too_large", f"inputs has {items} items, over the limit of {self.max_client_batch} "
+                                            "(--max-client-batch)")
 
 
 def json_bytes(content) -> bytes:

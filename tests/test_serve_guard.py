@@ -5,12 +5,14 @@ Each refusal is one line of JSON ({"error", "error_type"}) naming the culprit, a
 
 import concurrent.futures
 import json
+import re
 import socket
 import time
 
 import pytest
 from safetensors.torch import load_file, save_file
 
+from bertforge.cli import main
 from tests.test_pipelines import random_model
 from tests.test_serve import HEADS, Served, httpx
 
@@ -23,7 +25,7 @@ def classifier(tmp_path_factory, tokenizer):
 
 @pytest.fixture(scope="module")
 def server(classifier):
-    s = Served(classifier, "--max-length", 128, "--max-client-batch", 8).wait()
+    s = Served(classifier, "--max-input-tokens", 128, "--max-batch-tokens", 512, "--max-client-batch", 8).wait()
     try:
         yield s
     finally:
@@ -135,3 +137,37 @@ def test_a_huge_input_is_tokenised_off_the_event_loop(server):
             time.sleep(0.05)
         assert big.result().status_code == 200
     assert len(waits) > 3 and max(waits) < 1.0, waits  # tokenising it takes seconds
+
+
+@pytest.mark.parametrize("inputs, name, tokens", [
+    (["short", ["a", "b"], "word " * 200], "inputs[2]", 202),
+    (["short", ["word " * 100, "word " * 100]], "inputs[1]", 203),
+])
+def test_an_input_over_max_input_tokens_is_a_413_naming_it(server, inputs, name, tokens):
+    error = refused(server.post("classify", {"inputs": inputs}), 413, "--max-input-tokens", "truncate")
+    assert error.startswith(f"{name} is {tokens} tokens, over the limit of 128"), error
+    assert server.post("classify", {"inputs": inputs, "truncate": True}).status_code == 200
+
+
+def test_a_request_over_max_batch_tokens_is_a_413(server):
+    response = server.post("classify", {"inputs": ["word " * 200] * 5, "truncate": True})
+    refused(response, 413, "640 tokens together, over the limit of 512", "--max-batch-tokens")
+    assert server.post("classify", {"inputs": ["word " * 200] * 4, "truncate": True}).status_code == 200
+
+
+def test_the_limits_are_in_help_with_their_defaults(capsys):
+    assert main(["serve", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--max-input-tokens MAX_INPUT_TOKENS tokens per input" in text and "--max-length" not in text
+    assert re.search(r"--max-batch-tokens MAX_BATCH_TOKENS tokens per request.*\(default: 8192\)", text)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max-input-tokens", "1000"], "--max-input-tokens 1000 is over the model's 512 positions"),
+    (["--max-batch-tokens", "100"], "--max-batch-tokens 100 is below the 512 tokens that one input may have"),
+    (["--max-length", "64", "--max-batch-tokens", "32"], "--max-batch-tokens 32 is below the 64 tokens"),
+])
+def test_limits_that_cannot_hold_an_input_fail_at_start(classifier, capsys, flags, message):
+    assert main(["serve", str(classifier), *flags]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and message in error, error
