@@ -8,7 +8,8 @@ A response is a list in input order, each item shaped as the matching `pipeline(
 Concurrent requests are gathered into batches by a token budget (batcher.py). Errors are typed, as
 {"error", "error_type"}: 413 over the size limits, 422 malformed input (naming the field), 429 queue full,
 500 a model failure or a bug, 503 while the model loads; what guards the server against hostile requests is
-serve_guard.py's. SIGTERM stops accepting requests and finishes those in flight.
+serve_guard.py's. A server that could never answer (no weights, no model.onnx for --backend onnx, the port in
+use) stops before it listens (serve_start.py). SIGTERM stops accepting requests and finishes those in flight.
 """
 
 import asyncio
@@ -26,6 +27,7 @@ from .errors import BertforgeError
 from .metrics_text import Registry
 from .options import count, non_negative, old_spellings, torch_device
 from .serve_guard import Guard, Limits, Refused, json_response, result_bytes, scrub
+from .serve_start import check_model, listening_socket
 # pipelines and runtime (torch, the model) are imported where they are used: the command's --help does not load torch
 
 log = logging.getLogger("bertforge")
@@ -273,6 +275,7 @@ def add_serve_arguments(p):
 
 
 def run_serve(args) -> int:
+    """Check what can be checked before listening (the model's files, the limits, the address), then serve."""
     from .pipelines import ALIASES, head_task
 
     folder = Path(args.model)
@@ -284,15 +287,18 @@ def run_serve(args) -> int:
     if task not in ENDPOINTS:
         raise BertforgeError(f"--task {task!r}: serve answers {', '.join(ENDPOINTS)}")
     check_limits(args, config, task)
-    server = Server(args.model, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
-                    args.max_client_batch, args.workers, device=args.device, backend=args.backend, int8=args.int8,
-                    max_length=args.max_input_tokens, threads=args.threads, batch_size=None)
-    app = create_app(server)
+    check_model(folder, args.backend, args.int8)
     try:
         import uvicorn
     except ImportError:
         raise BertforgeError("bertforge serve needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=30)
+    server = Server(args.model, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
+                    args.max_client_batch, args.workers, device=args.device, backend=args.backend, int8=args.int8,
+                    max_length=args.max_input_tokens, threads=args.threads, batch_size=None)
+    app = create_app(server)
+    sock = listening_socket(args.host, args.port)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=30)
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
 
 
