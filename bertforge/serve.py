@@ -25,9 +25,9 @@ from .batcher import Batcher, Overloaded
 from .config import BertConfig
 from .errors import BertforgeError
 from .metrics_text import Registry
-from .options import count, non_negative, old_spellings, torch_device
+from .options import count, header_token, host_names, non_negative, old_spellings, torch_device
 from .serve_guard import Guard, Limits, Refused, json_response, result_bytes, scrub
-from .serve_start import check_model, listening_socket
+from .serve_start import KEY_VARIABLE, allowed_hosts, api_key, check_model, listening_socket, warn_if_open
 # pipelines and runtime (torch, the model) are imported where they are used: the command's --help does not load torch
 
 log = logging.getLogger("bertforge")
@@ -159,8 +159,9 @@ class Server:
                            "max_client_batch": self.max_client_batch}}
 
 
-def create_app(server: Server):
-    """The FastAPI application around a Server (whose model loads in a thread when the app starts)."""
+def create_app(server: Server, hosts=None, key: str | None = None):
+    """The FastAPI application around a Server (whose model loads in a thread when the app starts), answering the
+    Host names `hosts` (None: any) and, with a `key`, requests that send it (serve_guard.Guard)."""
     try:
         from contextlib import asynccontextmanager
 
@@ -188,7 +189,7 @@ def create_app(server: Server):
 
     app.add_exception_handler(RequestValidationError, malformed)
     app.add_exception_handler(Exception, failed)
-    app.add_middleware(Guard, refused=server.count_refusal)
+    app.add_middleware(Guard, refused=server.count_refusal, hosts=hosts, key=key)
     for endpoint in OPTIONS:
         app.post(f"/v1/{endpoint}", summary=f"{endpoint}: {INPUTS[endpoint]}")(endpoint_handler(server, endpoint))
     add_status_routes(app, server)
@@ -270,6 +271,15 @@ def add_serve_arguments(p):
     p.add_argument("--max-wait-ms", type=non_negative, default=2.0, help="how long a batch waits for the next request "
                    "(each arrival restarts the wait, ten times at most)")
     p.add_argument("--threads", type=count(1), help="ONNX Runtime threads (torch: set OMP_NUM_THREADS)")
+    key = p.add_mutually_exclusive_group()
+    key.add_argument("--api-key", type=header_token, metavar="KEY", help="every request but GET /health must send "
+                     f"Authorization: Bearer KEY, else a 401 (default: the environment variable {KEY_VARIABLE}, if "
+                     "set; none: anyone who reaches the port)")
+    key.add_argument("--api-key-file", type=Path, metavar="FILE", help="--api-key read from this file (around it "
+                     "blanks and line ends are ignored), which keeps it out of the process list")
+    p.add_argument("--allowed-hosts", type=host_names, metavar="NAMES", help="the Host header names answered, "
+                   "comma-separated (a port is not part of a name), against DNS rebinding; others get a 421; *: any "
+                   "(default: localhost, 127.0.0.1, ::1 and --host)")
     p.add_argument("--workers", type=count(1), default=1, help="model batches run at once, each in its own "
                    "thread; torch's threads are divided between them (default: 1)")
 
@@ -288,6 +298,7 @@ def run_serve(args) -> int:
         raise BertforgeError(f"--task {task!r}: serve answers {', '.join(ENDPOINTS)}")
     check_limits(args, config, task)
     check_model(folder, args.backend, args.int8)
+    key, hosts = api_key(args), allowed_hosts(args)
     try:
         import uvicorn
     except ImportError:
@@ -295,8 +306,9 @@ def run_serve(args) -> int:
     server = Server(args.model, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
                     args.max_client_batch, args.workers, device=args.device, backend=args.backend, int8=args.int8,
                     max_length=args.max_input_tokens, threads=args.threads, batch_size=None)
-    app = create_app(server)
+    app = create_app(server, hosts, key)
     sock = listening_socket(args.host, args.port)
+    warn_if_open(args.host, key, hosts)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=30)
     uvicorn.Server(config).run(sockets=[sock])
     return 0

@@ -1,14 +1,15 @@
 """What `bertforge serve` (serve.py) does about hostile or careless requests, in front of the application.
 
-`Guard`, plain ASGI middleware before FastAPI: the request body read as it arrives and refused with a 413
-once it passes the limit, whatever its transfer encoding (a chunked body is not read to its end). `Limits`:
-the limits of a request, checked in one place. `Refused` is a typed refusal, answered as {"error",
-"error_type"} like every other error; `json_bytes` writes JSON that is always valid (NaN refused, a lone
-surrogate escaped); `scrub` makes an error message fit for a client: one line, and no absolute path of this
-machine.
+`Guard`, plain ASGI middleware before FastAPI: the Host header checked (--allowed-hosts), the API key
+required (--api-key), and the request body read as it arrives and refused with a 413 once it passes the
+limit, whatever its transfer encoding (a chunked body is not read to its end). `Limits`: the limits of a
+request, checked in one place. `Refused` is a typed refusal, answered as {"error", "error_type"} like every
+other error; `json_bytes` writes JSON that is always valid (NaN refused, a lone surrogate escaped); `scrub`
+makes an error message fit for a client: one line, and no absolute path of this machine.
 """
 
 import functools
+import hmac
 import json
 import re
 from pathlib import Path
@@ -109,23 +110,49 @@ def scrub(message: str) -> str:
 
 
 class Guard:
-    """ASGI middleware: the request body read here as it arrives, whatever its transfer encoding, and a 413 once
-    it passes MAX_BODY (or declares more), without reading the rest; the application is handed the body read.
-    Plain ASGI: Starlette's @app.middleware costs every request an extra task and stream. `refused(status, kind,
-    path)` counts a refusal."""
+    """ASGI middleware, before the application: the Host header among `hosts` (a 421 otherwise, against DNS
+    rebinding; None: any), `Authorization: Bearer KEY` on every route but /health where there is a `key` (a 401),
+    and the request body read here as it arrives, whatever its transfer encoding, with a 413 once it passes
+    MAX_BODY (or declares more), without reading the rest; the application is handed the body read. Plain ASGI:
+    Starlette's @app.middleware costs every request an extra task and stream. `refused(status, kind, path)` counts
+    a refusal."""
 
-    def __init__(self, app, refused=None, max_body: int = MAX_BODY):
+    def __init__(self, app, refused=None, max_body: int = MAX_BODY, hosts=None, key: str | None = None):
         self.app, self.refused, self.max_body = app, refused, max_body
+        self.hosts, self.key = hosts, None if key is None else key.encode("ascii")
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         try:
-            body = await self.read_body(dict(scope["headers"]), receive)
+            self.check_host(scope["headers"])
+            headers = dict(scope["headers"])
+            self.check_key(scope["path"], headers)
+            body = await self.read_body(headers, receive)
         except Refused as e:  # the rest of the body stays unread: the connection is closed after the answer
-            return await self.refuse(scope, send, e, [(b"connection", b"close")])
+            extra = {401: (b"www-authenticate", b"Bearer"), 413: (b"connection", b"close")}.get(e.status)
+            return await self.refuse(scope, send, e, [extra] if extra else [])
         if body is not None:  # None: the client went away
             await self.app(scope, replay(body, receive), send)
+
+    def check_host(self, headers: list):
+        if self.hosts is None:
+            return
+        given = [value.decode("latin-1") for name, value in headers if name == b"host"]
+        if len(given) != 1 or host_name(given[0]) not in self.hosts:
+            shown = repr(given[0][:100]) if len(given) == 1 else f"{len(given)} Host headers"
+            raise Refused(421, "misdirected", f"Host {shown}: this server answers {', '.join(sorted(self.hosts))} "
+                                              "only (--allowed-hosts)")
+
+    def check_key(self, path: str, headers: dict):
+        if self.key is None or path == "/health":
+            return
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        if not scheme:
+            raise Refused(401, "unauthorized", "no Authorization header: this server needs Authorization: Bearer KEY")
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
+            raise Refused(401, "unauthorized", "the Authorization header does not hold this server's API key "
+                                               "(Authorization: Bearer KEY)")
 
     async def read_body(self, headers: dict, receive) -> bytes | None:
         limit = f"the {self.max_body >> 20} MiB limit" if self.max_body >= 1 << 20 else f"{self.max_body} bytes"
@@ -167,3 +194,11 @@ def replay(body: bytes, receive):
         return {"type": "http.request", "body": body, "more_body": False}
 
     return replayed
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header: without the port, an IPv6 address without its brackets, lower case."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return (host.rsplit(":", 1)[0] if host.count(":") == 1 else host).rstrip(".")

@@ -171,3 +171,75 @@ def test_limits_that_cannot_hold_an_input_fail_at_start(classifier, capsys, flag
     assert main(["serve", str(classifier), *flags]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and message in error, error
+
+
+KEY = "k3y-for-tests"
+AUTHORIZED = {"Authorization": f"Bearer {KEY}"}
+
+
+@pytest.fixture(scope="module")
+def keyed(classifier):
+    """A server with an API key, answering two Host names."""
+    s = Served(classifier, "--api-key", KEY, "--allowed-hosts", "api.example,127.0.0.1").wait()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("route", ["/v1/classify", "/info", "/metrics", "/docs", "/openapi.json"])
+def test_without_the_api_key_every_route_but_health_is_a_401(keyed, route):
+    call = httpx.post if route.startswith("/v1/") else httpx.get
+    kw = {"json": {"inputs": "a"}} if route.startswith("/v1/") else {}
+    response = call(keyed.url + route, timeout=60, **kw)
+    refused(response, 401, "no Authorization header", "Bearer KEY")
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert call(keyed.url + route, headers=AUTHORIZED, timeout=60, **kw).status_code == 200
+    assert httpx.get(keyed.url + "/health").json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize("value", [f"Bearer {KEY}x", KEY, f"Basic {KEY}", "Bearer"])
+def test_a_wrong_api_key_is_a_401(keyed, value):
+    response = keyed.post("classify", {"inputs": "a"}, headers={"Authorization": value})
+    refused(response, 401, "the Authorization header does not hold this server's API key")
+    assert keyed.post("classify", {"inputs": "a"}, headers=AUTHORIZED).status_code == 200
+
+
+@pytest.mark.parametrize("source", ["--api-key-file", "BERTFORGE_API_KEY"])
+def test_the_api_key_from_a_file_or_the_environment(classifier, tmp_path, monkeypatch, source):
+    flags = []
+    if source == "--api-key-file":
+        (tmp_path / "key").write_text(f"{KEY}\n")
+        flags = ["--api-key-file", tmp_path / "key"]
+    else:
+        monkeypatch.setenv(source, KEY)
+    s = Served(classifier, *flags).wait()
+    try:
+        refused(s.post("classify", {"inputs": "a"}), 401, "Authorization")
+        assert s.post("classify", {"inputs": "a"}, headers=AUTHORIZED).status_code == 200
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("host, status", [("evil.example", 421), ("localhost:1234", 200), ("[::1]:1", 200),
+                                          ("127.0.0.1", 200), ("localhost.evil.example", 421)])
+def test_the_host_header_is_checked(server, host, status):
+    response = server.post("classify", {"inputs": "a"}, headers={"Host": host})
+    if status == 421:
+        refused(response, 421, f"Host '{host}'", "--allowed-hosts")
+        still_answers(server)
+    assert response.status_code == status
+
+
+def test_allowed_hosts_replace_the_loopback_names(keyed):
+    assert keyed.post("classify", {"inputs": "a"}, headers={**AUTHORIZED, "Host": "API.example:443"}).status_code == 200
+    refused(keyed.post("classify", {"inputs": "a"}, headers={**AUTHORIZED, "Host": "localhost"}), 421, "'localhost'")
+    refused(httpx.get(keyed.url + "/health", headers={"Host": "evil.example"}), 421, "evil.example")
+
+
+def test_listening_beyond_loopback_without_a_key_warns(classifier):
+    s = Served(classifier, "--host", "0.0.0.0").wait()
+    s.stop()
+    output = s.process.stdout.read()
+    assert "warning: listening on 0.0.0.0 without an API key" in output, output
+    assert "Host is 0.0.0.0, 127.0.0.1, ::1, localhost only" in output, output

@@ -1,6 +1,7 @@
 """`bertforge serve` stops before it listens, with a one-line error, where it could never answer (serve_start.py)."""
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -20,7 +21,7 @@ def fails_to_start(folder, *flags, port=None) -> str:
                            *map(str, flags)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     error = done.stderr.strip()
-    assert error.startswith("bertforge: error: ") and "\n" not in error, error
+    assert re.match(r"bertforge( serve)?: error: ", error) and "\n" not in error, error
     return error
 
 
@@ -63,3 +64,17 @@ def test_a_port_in_use(classifier):  # noqa: F811
 @pytest.mark.parametrize("host", ["nowhere.invalid", "192.0.2.1"])
 def test_an_address_this_machine_does_not_have(classifier, host):  # noqa: F811
     assert f"--host {host}" in fails_to_start(classifier, "--host", host)
+
+
+@pytest.mark.parametrize("flags, env, message", [
+    (["--api-key-file", "missing.key"], None, "missing.key"),
+    ([], " ", "BERTFORGE_API_KEY: the API key must be one or more printable ASCII characters"),
+    (["--api-key", "two words"], None, "argument --api-key: must be one or more printable ASCII characters"),
+    (["--api-key", "a", "--api-key-file", "f"], None, "not allowed with argument"),
+    (["--allowed-hosts", "http://x"], None, "argument --allowed-hosts: expected host names"),
+])
+def test_a_bad_api_key_or_host_list(classifier, tmp_path, monkeypatch, flags, env, message):  # noqa: F811
+    if env is not None:
+        monkeypatch.setenv("BERTFORGE_API_KEY", env)
+    monkeypatch.chdir(tmp_path)
+    assert message in fails_to_start(classifier, *flags)
