@@ -105,10 +105,10 @@ class Server:
             raise Refused(503, "loading", f"the model cannot be loaded: {self.load_error}" if self.load_error
                           else "the model is loading")
 
-    async def answer(self, endpoint: str, body) -> bytes:
+    async def answer(self, endpoint: str, body, receive) -> bytes:
         """The JSON of the results of a request to /v1/ENDPOINT, in input order; Refused for what is not answered.
         Tokenising and finishing run in the tokenising threads, never on the event loop: one huge input does not
-        hold up the other requests, nor /health."""
+        hold up the other requests, nor /health. `receive` (ASGI's, the body read) tells when the client leaves."""
         self.ready()
         if endpoint != self.endpoint:
             raise Refused(404, "not_found", f"this model ({self.pipe.task}) answers on /v1/{self.endpoint}")
@@ -118,12 +118,25 @@ class Server:
         prepared = await loop.run_in_executor(self.tokenizing, self.limits.prepare, self.pipe, inputs, truncate,
                                               options)
         try:
-            outputs = await self.batcher.submit(prepared.rows)
+            outputs = await self.outputs(self.batcher.submit(prepared.rows), receive)
         except Overloaded as e:
             raise Refused(429, "overloaded", str(e)) from None
         prepared.single = False  # always a list, in input order
         self.metrics.inc("bertforge_inputs_total", len(prepared.items), endpoint=f"/v1/{endpoint}")
         return await loop.run_in_executor(self.tokenizing, self.finish, prepared, outputs)
+
+    async def outputs(self, future: asyncio.Future, receive) -> list:
+        """The batcher's answer to a request; where its client leaves first, the request is dropped from the
+        batcher (its rows not yet run are not computed)."""
+        left = asyncio.ensure_future(client_left(receive))
+        try:
+            await asyncio.wait((future, left), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            left.cancel()
+        if not future.done():
+            self.batcher.drop(future)
+            raise Refused(499, "client_closed", "the client closed the connection before the answer")
+        return future.result()
 
     def finish(self, prepared, outputs) -> bytes:
         return result_bytes(self.pipe.finish(prepared, outputs))
@@ -157,6 +170,12 @@ class Server:
                 "limits": {"max_length": pipe.max_length, "max_input_tokens": pipe.max_length,
                            "max_batch_tokens": self.max_batch_tokens, "max_concurrent": self.max_concurrent,
                            "max_client_batch": self.max_client_batch}}
+
+
+async def client_left(receive):
+    """Returns once the client has closed the connection (ASGI's http.disconnect, after the body)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def create_app(server: Server, hosts=None, key: str | None = None):
@@ -198,6 +217,7 @@ def create_app(server: Server, hosts=None, key: str | None = None):
 
 def endpoint_handler(server: Server, endpoint: str):
     """The handler of POST /v1/ENDPOINT, with its request body's model (for validation and /docs)."""
+    from fastapi import Request
     from pydantic import Field, create_model
 
     fields = {"inputs": (Any, Field(..., description=INPUTS[endpoint])),
@@ -207,10 +227,10 @@ def endpoint_handler(server: Server, endpoint: str):
     body_model = create_model(f"{endpoint.title().replace('-', '')}Request", **fields, __config__={"extra": "forbid"})
     path = f"/v1/{endpoint}"
 
-    async def handle(body: body_model):  # type: ignore[valid-type]
+    async def handle(request: Request, body: body_model):  # type: ignore[valid-type]
         started = time.perf_counter()
         try:
-            content = await server.answer(endpoint, body)
+            content = await server.answer(endpoint, body, request.receive)
         except Refused as e:
             return server.refusal(e.status, e.kind, str(e), path)
         except Exception as e:  # a bug or a model failure: a 500, and the server goes on

@@ -243,3 +243,26 @@ def test_listening_beyond_loopback_without_a_key_warns(classifier):
     output = s.process.stdout.read()
     assert "warning: listening on 0.0.0.0 without an API key" in output, output
     assert "Host is 0.0.0.0, 127.0.0.1, ::1, localhost only" in output, output
+
+
+def test_a_request_whose_client_left_is_not_computed(classifier):
+    s = Served(classifier, "--max-wait-ms", 1000).wait()  # a lone first request waits a second for company
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(s.url + "/v1/classify", json={"inputs": "gone"}, timeout=0.3)
+        deadline = time.time() + 30
+        while not re.search(r'bertforge_errors_total\{kind="client_closed"\} 1', metrics := metrics_text(s)):
+            assert time.time() < deadline, metrics
+            time.sleep(0.1)
+        while "bertforge_queue_depth 0" not in metrics_text(s):  # the worker has seen it
+            assert time.time() < deadline
+            time.sleep(0.1)
+        assert "bertforge_batch_size_count" not in metrics_text(s)  # no batch ran it
+        assert s.post("classify", {"inputs": "here"}).status_code == 200
+        assert "bertforge_batch_size_count 1" in metrics_text(s)
+    finally:
+        s.stop()
+
+
+def metrics_text(s) -> str:
+    return httpx.get(s.url + "/metrics").text
