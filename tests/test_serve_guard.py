@@ -13,6 +13,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from bertforge.cli import main
+from bertforge.serve_guard import scrub
 from tests.test_pipelines import random_model
 from tests.test_serve import HEADS, Served, httpx
 
@@ -266,3 +267,10 @@ def test_a_request_whose_client_left_is_not_computed(classifier):
 
 def metrics_text(s) -> str:
     return httpx.get(s.url + "/metrics").text
+
+
+def test_scrub_keeps_routes_and_cuts_paths_of_this_machine(tmp_path):
+    assert scrub(f"cannot read {tmp_path}/model.safetensors:\n  bad header") == \
+        "cannot read model.safetensors: bad header"
+    assert scrub("this model answers on /v1/classify") == "this model answers on /v1/classify"
+    assert scrub("inputs is 'caf\ud800'") == "inputs is 'caf\\ud800'"
