@@ -6,7 +6,8 @@ windows at most, and no longer than the budget needs), cuts those rows into batc
 padded tokens (shortest first, see inference.plan_batches; for a runtime that computes on the padding, cut
 further by length), runs them, and completes each request's future as its last row is done. Under load,
 clients answered by one batch send their next requests together, and the sliding window gathers them into
-the next batch instead of running the first few alone. With several workers, one gathers the next batch
+the next batch instead of running the first few alone. A request whose client went away is dropped (`drop`):
+its rows that no batch has taken are not computed. With several workers, one gathers the next batch
 while the others run theirs (on 2 cores, two single-threaded batches at once ran 8% faster offline than one
 on two threads; under load the gain was not established: BENCHMARKS.md, "Serving").
 """
@@ -33,6 +34,8 @@ class Job:
     results: list = field(default_factory=list)
     left: int = 0
     failed: bool = False
+    dropped: bool = False  # its client went away: its rows not yet run are not computed
+    closed: bool = False  # done (answered, failed or dropped) and no longer counted as pending
 
     def __post_init__(self):
         self.results, self.left = [None] * len(self.rows), len(self.rows)
@@ -61,6 +64,7 @@ class Batcher:
         self.trim, self.trimmed = heap_trimmer(), 0.0
         self.company = True  # whether the last batch gathered more than its first request
         self.pending = 0  # requests queued or running
+        self.jobs: dict[asyncio.Future, Job] = {}  # by their futures, the jobs not yet done
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.work, name=f"bertforge-batcher-{i}", daemon=True)
                         for i in range(workers)]
@@ -75,11 +79,22 @@ class Batcher:
             self.pending += 1
         loop = asyncio.get_running_loop()
         job = Job(rows, loop.create_future(), loop)
+        with self.lock:
+            self.jobs[job.future] = job
         if rows:
             self.queue.put(job)
         else:  # nothing to run (a context without tokens)
             self.done(job)
         return job.future
+
+    def drop(self, future: asyncio.Future):
+        """Give up the request of `future` (from submit; its client went away): its rows that no batch has taken yet
+        are never computed, and it stops counting as pending once a worker sees it."""
+        with self.lock:
+            job = self.jobs.get(future)
+        if job is not None:
+            job.dropped = True
+        future.cancel()
 
     def close(self):
         """Stop the workers once the jobs queued so far are done (each stops at one end-of-work mark)."""
@@ -129,11 +144,15 @@ class Batcher:
             self.trimmed = time.monotonic()
 
     def run(self, jobs: list[Job]):
+        for job in jobs:
+            if job.dropped:
+                self.done(job)
+        jobs = [job for job in jobs if not job.dropped]
         rows = [(job, i) for job in jobs for i in range(len(job.rows))]
         lengths = [row_length(job.rows[i]) for job, i in rows]
         widths = [row_width(job.rows[i]) for job, i in rows]
         for batch in plan_batches(lengths, None, self.max_tokens, widths, self.call_tokens):
-            members = [rows[k] for k in batch if not rows[k][0].failed]
+            members = [rows[k] for k in batch if not (rows[k][0].failed or rows[k][0].dropped)]
             if not members:
                 continue
             try:
@@ -150,8 +169,15 @@ class Batcher:
                 job.left -= 1
                 if job.left == 0:
                     self.done(job)
+        for job in jobs:  # those dropped while their batches ran
+            if job.dropped:
+                self.done(job)
 
     def done(self, job: Job, error: BaseException | None = None):
         with self.lock:
+            if job.closed:
+                return
+            job.closed = True
             self.pending -= 1
+            del self.jobs[job.future]
         job.finish(error)

@@ -59,6 +59,23 @@ def weight_files(folder: Path) -> list[Path]:
     raise BertforgeError(f"{folder}: no {SAFETENSORS} (or {PICKLE}) in this folder")
 
 
+def pickle_refused(file: Path, folder: Path) -> BertforgeError:
+    return BertforgeError(f"{file}: pickle files can run code when loaded, so they are not read by default; convert "
+                          f"it with `bertforge convert {folder} OUT` from a source you trust, or (in Python) pass "
+                          "trust_pickle=True to from_pretrained to read it with torch.load(weights_only=True)")
+
+
+def check_weights(folder, trust_pickle: bool = False) -> None:
+    """A one-line error now, before a model is built, where the folder has no weights that read_weights would read
+    (none at all, or a pickle not trusted); a Google checkpoint's are its own module's to check."""
+    folder = Path(folder)
+    if google_checkpoint.find(folder) is not None:
+        return
+    for file in weight_files(folder):
+        if file.suffix == ".bin" and not trust_pickle:
+            raise pickle_refused(file, folder)
+
+
 def read_weights(folder, trust_pickle: bool = False, shapes: dict | None = None) -> tuple[dict, Path]:
     """The tensors of a checkpoint folder (or a weights file) and the file they came from. A Google checkpoint's
     are renamed and checked against `shapes` (name -> the model's shape) where given."""
@@ -71,10 +88,7 @@ def read_weights(folder, trust_pickle: bool = False, shapes: dict | None = None)
     for file in files:
         if file.suffix == ".bin":
             if not trust_pickle:
-                raise BertforgeError(
-                    f"{file}: pickle files can run code when loaded, so they are not read by default; convert it "
-                    f"with `bertforge convert {folder} OUT` from a source you trust, or (in Python) pass "
-                    "trust_pickle=True to from_pretrained to read it with torch.load(weights_only=True)")
+                raise pickle_refused(file, folder)
             try:
                 weights.update(torch.load(file, map_location="cpu", weights_only=True))
             except Exception as e:  # torch raises several types for bad files

@@ -90,6 +90,29 @@ def fraction_or_steps(text: str) -> float:
     return value
 
 
+def header_token(text: str) -> str:
+    """A secret sent in an HTTP header (an API key): printable ASCII without spaces."""
+    if not text or not all(33 <= ord(c) <= 126 for c in text):
+        raise argparse.ArgumentTypeError("must be one or more printable ASCII characters without spaces (it is sent "
+                                         "in a header)")
+    return text
+
+
+HOST_NAME = re.compile(r"[a-z0-9_.:-]+")
+
+
+def host_names(text: str) -> tuple[str, ...]:
+    """Host names or addresses, comma-separated, as a Host header names them (a port is not part of it); *: any."""
+    names = tuple(name.strip().lower().removeprefix("[").removesuffix("]").rstrip(".") for name in text.split(","))
+    if names == ("*",):
+        return names
+    bad = next((name for name in names if not HOST_NAME.fullmatch(name)), None)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"expected host names or addresses separated by commas (or *), not "
+                                         f"{bad!r} in {text!r}")
+    return names
+
+
 def device_problem(text: str, kinds=("cpu", "cuda")) -> str | None:
     """What makes `text` unusable as a torch device of one of these kinds on this machine, or None."""
     import torch

@@ -43,6 +43,11 @@ def check_text(value, name: str) -> str:
         raise BertforgeError(f"{name} is {type(value).__name__}, expected a text")
     if not value.strip():
         raise BertforgeError(f"{name} is empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: JSON's "\ud800" escape, which no text encoding holds
+        raise BertforgeError(f"{name} is not valid Unicode: a lone surrogate \\u{ord(value[e.start]):04x} at "
+                             f"character {e.start}") from None
     return value
 
 
@@ -102,12 +107,14 @@ class Pipeline:
         items, single = as_list(inputs, lambda x: isinstance(x, str))
         return [check_text(x, "inputs" if single else f"inputs[{i}]") for i, x in enumerate(items)], single
 
-    def encode_texts(self, texts, pairs=None, truncate=True, **kw) -> list:
-        """Tokenized rows; with truncate off, an input over max_length is a TooLong error."""
+    def encode_texts(self, texts, pairs=None, truncate=True, names=None, **kw) -> list:
+        """Tokenized rows; with truncate off, an input over max_length is a TooLong error naming it (`names`: each
+        text's name, by default inputs[i])."""
         enc = self.tokenizer(texts, pairs, truncation=truncate, max_length=self.max_length, **kw)
         for i, ids in enumerate(enc["input_ids"]):
             if len(ids) > self.max_length:
-                raise TooLong(f"inputs[{i}] is {len(ids)} tokens, over the limit of {self.max_length}")
+                raise TooLong(f"{names[i] if names else f'inputs[{i}]'} is {len(ids)} tokens, over the limit of "
+                              f"{self.max_length}")
         return enc
 
     def encode(self, items, prepared: Prepared, truncate: bool) -> list:
@@ -207,7 +214,8 @@ class TextClassification(Pipeline):
             index = [i for i, x in enumerate(items) if isinstance(x, tuple) == is_pair]
             if index:
                 texts = [items[i][0] if is_pair else items[i] for i in index]
-                enc = self.encode_texts(texts, [items[i][1] for i in index] if is_pair else None, truncate)
+                enc = self.encode_texts(texts, [items[i][1] for i in index] if is_pair else None, truncate,
+                                        [f"inputs[{i}]" for i in index])
                 for i, ids, types in zip(index, enc["input_ids"], enc["token_type_ids"]):
                     rows[i] = {"input_ids": ids, "token_type_ids": types}
         return rows
@@ -385,8 +393,9 @@ class MultipleChoice(Pipeline):
 
     def encode(self, items, prepared, truncate):
         rows = []
-        for item in items:
-            enc = self.encode_texts([item["question"]] * len(item["choices"]), item["choices"], truncate)
+        for n, item in enumerate(items):
+            enc = self.encode_texts([item["question"]] * len(item["choices"]), item["choices"], truncate,
+                                    [f"inputs[{n}].choices[{c}]" for c in range(len(item["choices"]))])
             rows.append({"input_ids": list(enc["input_ids"]), "token_type_ids": list(enc["token_type_ids"])})
         return rows
 

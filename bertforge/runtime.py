@@ -5,6 +5,7 @@ the same names from every backend (HEAD_OUTPUTS). The masked-LM head returns `ma
 vocabulary scores at the [MASK] positions only, in row-major order, not all [B, L, V].
 """
 
+import importlib.util
 import json
 import warnings
 from pathlib import Path
@@ -25,6 +26,7 @@ HEAD_OUTPUTS = {
 }
 BACKENDS = ("torch", "onnx")
 ONNX_FILES = {False: "model.onnx", True: "model_int8.onnx"}
+ONNX_MISSING = "--backend onnx needs onnxruntime: pip install -e '.[onnx]'"
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -85,7 +87,7 @@ class OnnxRuntime:
         try:
             import onnxruntime
         except ImportError:
-            raise BertforgeError("--backend onnx needs onnxruntime: pip install -e '.[onnx]'") from None
+            raise BertforgeError(ONNX_MISSING) from None
         options = onnxruntime.SessionOptions()
         # Idle threads sleep instead of spinning (as torch's under OMP_WAIT_POLICY=PASSIVE): a server shares its
         # cores with its own event loop and, on small machines, with its clients.
@@ -112,6 +114,17 @@ class OnnxRuntime:
         return out
 
 
+def onnx_file(folder: Path, int8: bool = False) -> Path:
+    """The exported model that the onnx backend runs; a one-line error where it or onnxruntime is missing."""
+    path = Path(folder) / ONNX_FILES[int8]
+    if not path.is_file():
+        raise BertforgeError(f"{path}: no such file; write it with `bertforge export onnx MODEL {folder}"
+                             f"{' --int8' if int8 else ''}`")
+    if importlib.util.find_spec("onnxruntime") is None:
+        raise BertforgeError(ONNX_MISSING)
+    return path
+
+
 def load_runtime(folder, model_class, backend: str = "torch", device: str | None = None, int8: bool = False,
                  mask_id: int = 4, threads: int | None = None):
     """The runtime of `folder` with `model_class`'s head (torch), or of the folder's exported ONNX model."""
@@ -120,10 +133,7 @@ def load_runtime(folder, model_class, backend: str = "torch", device: str | None
         raise BertforgeError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
     chosen = pick_device(device)
     if backend == "onnx":
-        path = folder / ONNX_FILES[int8]
-        if not path.is_file():
-            raise BertforgeError(f"{path}: no such file; write it with `bertforge export onnx MODEL {folder}"
-                                 f"{' --int8' if int8 else ''}`")
+        path = onnx_file(folder, int8)
         runtime = OnnxRuntime(path, chosen, threads)
         if runtime.architecture != model_class.__name__:
             raise BertforgeError(f"{path}: exported with the head {runtime.architecture}, but this task needs "

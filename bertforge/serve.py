@@ -7,12 +7,17 @@ A response is a list in input order, each item shaped as the matching `pipeline(
 
 Concurrent requests are gathered into batches by a token budget (batcher.py). Errors are typed, as
 {"error", "error_type"}: 413 over the size limits, 422 malformed input (naming the field), 429 queue full,
-503 while the model loads. SIGTERM stops accepting requests and finishes those in flight.
+500 a model failure or a bug, 503 while the model loads; what guards the server against hostile requests is
+serve_guard.py's. A server that could never answer (no weights, no model.onnx for --backend onnx, the port in
+use) stops before it listens (serve_start.py). SIGTERM stops accepting requests and finishes those in flight.
 """
 
+import asyncio
 import logging
+import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +25,9 @@ from .batcher import Batcher, Overloaded
 from .config import BertConfig
 from .errors import BertforgeError
 from .metrics_text import Registry
-from .options import count, non_negative, torch_device
+from .options import count, header_token, host_names, non_negative, old_spellings, torch_device
+from .serve_guard import Guard, Limits, Refused, json_response, result_bytes, scrub
+from .serve_start import KEY_VARIABLE, allowed_hosts, api_key, check_model, listening_socket, warn_if_open
 # pipelines and runtime (torch, the model) are imported where they are used: the command's --help does not load torch
 
 log = logging.getLogger("bertforge")
@@ -43,6 +50,7 @@ INPUTS = {"classify": "a text, a list of texts, or of [text, text_pair] / {\"tex
           "embed": "a text or a list of texts", "fill-mask": "a text with [MASK] or a list of them",
           "ner": "a text or a list of texts", "qa": "{\"question\", \"context\"} or a list of them",
           "multiple-choice": "{\"question\", \"choices\": [...]} or a list of them"}
+ROUTES = {f"/v1/{e}" for e in OPTIONS} | {"/health", "/info", "/metrics"}
 BUCKETS = {"latency": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
            "rows": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512), "tokens": (64, 256, 1024, 4096, 16384, 65536)}
 
@@ -55,7 +63,9 @@ class Server:
         self.model_dir, self.task, self.options = Path(model_dir), task, pipeline_options
         self.max_batch_tokens, self.max_concurrent, self.max_wait = max_batch_tokens, max_concurrent, max_wait_ms / 1e3
         self.max_client_batch, self.workers = max_client_batch, workers
+        self.limits = Limits(max_client_batch, max_batch_tokens)
         self.pipe = self.batcher = self.load_error = None
+        self.tokenizing = ThreadPoolExecutor(min(4, os.cpu_count() or 1), "bertforge-tokenize")
         self.metrics = Registry()
         for name, kind, text, buckets in [
                 ("bertforge_requests_total", "counter", "requests answered, by endpoint and status", None),
@@ -90,6 +100,57 @@ class Server:
         self.metrics.observe("bertforge_batch_size", rows)
         self.metrics.observe("bertforge_batch_tokens", tokens)
 
+    def ready(self):
+        if self.pipe is None:
+            raise Refused(503, "loading", f"the model cannot be loaded: {self.load_error}" if self.load_error
+                          else "the model is loading")
+
+    async def answer(self, endpoint: str, body, receive) -> bytes:
+        """The JSON of the results of a request to /v1/ENDPOINT, in input order; Refused for what is not answered.
+        Tokenising and finishing run in the tokenising threads, never on the event loop: one huge input does not
+        hold up the other requests, nor /health. `receive` (ASGI's, the body read) tells when the client leaves."""
+        self.ready()
+        if endpoint != self.endpoint:
+            raise Refused(404, "not_found", f"this model ({self.pipe.task}) answers on /v1/{self.endpoint}")
+        options = body.model_dump(exclude_unset=True)
+        inputs, truncate = options.pop("inputs"), options.pop("truncate", False)
+        loop = asyncio.get_running_loop()
+        prepared = await loop.run_in_executor(self.tokenizing, self.limits.prepare, self.pipe, inputs, truncate,
+                                              options)
+        try:
+            outputs = await self.outputs(self.batcher.submit(prepared.rows), receive)
+        except Overloaded as e:
+            raise Refused(429, "overloaded", str(e)) from None
+        prepared.single = False  # always a list, in input order
+        self.metrics.inc("bertforge_inputs_total", len(prepared.items), endpoint=f"/v1/{endpoint}")
+        return await loop.run_in_executor(self.tokenizing, self.finish, prepared, outputs)
+
+    async def outputs(self, future: asyncio.Future, receive) -> list:
+        """The batcher's answer to a request; where its client leaves first, the request is dropped from the
+        batcher (its rows not yet run are not computed)."""
+        left = asyncio.ensure_future(client_left(receive))
+        try:
+            await asyncio.wait((future, left), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            left.cancel()
+        if not future.done():
+            self.batcher.drop(future)
+            raise Refused(499, "client_closed", "the client closed the connection before the answer")
+        return future.result()
+
+    def finish(self, prepared, outputs) -> bytes:
+        return result_bytes(self.pipe.finish(prepared, outputs))
+
+    def count_refusal(self, status: int, kind: str, endpoint: str):
+        self.metrics.inc("bertforge_errors_total", kind=kind)
+        endpoint = endpoint if endpoint in ROUTES else "other"  # a client's path: few label values, bounded
+        self.metrics.inc("bertforge_requests_total", endpoint=endpoint, status=status)
+
+    def refusal(self, status: int, kind: str, message: str, endpoint: str = ""):
+        """The response to a refused or failed request ({"error", "error_type"}), counted."""
+        self.count_refusal(status, kind, endpoint)
+        return json_response({"error": scrub(message), "error_type": kind}, status)
+
     @property
     def endpoint(self) -> str:
         return ENDPOINTS[self.pipe.task]
@@ -98,7 +159,7 @@ class Server:
         pipe = self.pipe
         c = pipe.config
         model = getattr(pipe.runtime, "model", None)
-        return {"model": str(self.model_dir), "task": pipe.task, "endpoint": f"/v1/{self.endpoint}",
+        return {"model": self.model_dir.name, "task": pipe.task, "endpoint": f"/v1/{self.endpoint}",
                 "labels": [c.id2label[i] for i in range(c.num_labels)] if pipe.task == "text-classification"
                 or pipe.task == "token-classification" else None,
                 "backend": self.options.get("backend", "torch"), "int8": bool(self.options.get("int8")),
@@ -106,27 +167,25 @@ class Server:
                 "sizes": {"layers": c.num_hidden_layers, "hidden": c.hidden_size, "heads": c.num_attention_heads,
                           "vocabulary": c.vocab_size, "max_position_embeddings": c.max_position_embeddings,
                           "parameters": sum(p.numel() for p in model.parameters()) if model is not None else None},
-                "limits": {"max_length": pipe.max_length, "max_batch_tokens": self.max_batch_tokens,
-                           "max_concurrent": self.max_concurrent, "max_client_batch": self.max_client_batch}}
+                "limits": {"max_length": pipe.max_length, "max_input_tokens": pipe.max_length,
+                           "max_batch_tokens": self.max_batch_tokens, "max_concurrent": self.max_concurrent,
+                           "max_client_batch": self.max_client_batch}}
 
 
-class Refused(Exception):
-    def __init__(self, status: int, kind: str, message: str):
-        super().__init__(message)
-        self.status, self.kind = status, kind
+async def client_left(receive):
+    """Returns once the client has closed the connection (ASGI's http.disconnect, after the body)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
-def create_app(server: Server):
-    """The FastAPI application around a Server (whose model loads in a thread when the app starts)."""
-    from .pipelines import TooLong
-
+def create_app(server: Server, hosts=None, key: str | None = None):
+    """The FastAPI application around a Server (whose model loads in a thread when the app starts), answering the
+    Host names `hosts` (None: any) and, with a `key`, requests that send it (serve_guard.Guard)."""
     try:
         from contextlib import asynccontextmanager
 
-        from fastapi import FastAPI, Request
+        from fastapi import FastAPI
         from fastapi.exceptions import RequestValidationError
-        from fastapi.responses import JSONResponse, PlainTextResponse
-        from pydantic import Field, create_model
     except ImportError:
         raise BertforgeError("bertforge serve needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
 
@@ -136,117 +195,80 @@ def create_app(server: Server):
         yield
         if server.batcher is not None:
             server.batcher.close()  # uvicorn has let the requests in flight finish first
+        server.tokenizing.shutdown()
 
     app = FastAPI(title="bertforge", description=__doc__.split("\n\n")[1], lifespan=lifespan)
 
-    routes = {f"/v1/{e}" for e in OPTIONS} | {"/health", "/info", "/metrics"}
-
-    def refusal(status: int, kind: str, message: str, endpoint: str = "") -> JSONResponse:
-        server.metrics.inc("bertforge_errors_total", kind=kind)
-        endpoint = endpoint if endpoint in routes else "other"  # a client's path: few label values, bounded
-        server.metrics.inc("bertforge_requests_total", endpoint=endpoint, status=status)
-        return JSONResponse({"error": message, "error_type": kind}, status_code=status)
-
-    @app.exception_handler(RequestValidationError)
-    async def malformed(request: Request, exc: RequestValidationError):
+    async def malformed(request, exc: RequestValidationError):
         problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or 'body'}: {e['msg']}" for e in exc.errors())
-        return refusal(422, "validation", problems, request.url.path)
+        return server.refusal(422, "validation", problems, request.url.path)
 
-    class BodyLimit:
-        """A 413 for a body declared over 4 MiB, before it is read. Plain ASGI: Starlette's @app.middleware
-        costs every request an extra task and stream."""
+    async def failed(request, exc: Exception):  # a bug: JSON like every error (Starlette logs the traceback)
+        return server.refusal(500, "internal", f"{type(exc).__name__}: {exc}", request.url.path)
 
-        def __init__(self, app):
-            self.app = app
-
-        async def __call__(self, scope, receive, send):
-            if scope["type"] == "http":
-                size = dict(scope["headers"]).get(b"content-length", b"").decode("latin-1")
-                if size.isdigit() and int(size) > 4 << 20:
-                    response = refusal(413, "too_large", f"request body of {size} bytes is over the 4 MiB limit",
-                                       scope["path"])
-                    return await response(scope, receive, send)
-            await self.app(scope, receive, send)
-
-    app.add_middleware(BodyLimit)
-
-    def ready():
-        if server.pipe is None:
-            raise Refused(503, "loading", f"the model cannot be loaded: {server.load_error}" if server.load_error
-                          else "the model is loading")
-
-    async def answer(endpoint: str, body) -> list:
-        ready()
-        if endpoint != server.endpoint:
-            raise Refused(404, "not_found", f"this model ({server.pipe.task}) answers on /v1/{server.endpoint}")
-        options = body.model_dump(exclude_unset=True)
-        inputs, truncate = options.pop("inputs"), options.pop("truncate", False)
-        try:
-            prepared = server.pipe.prepare(inputs, truncate=truncate, **options)
-        except TooLong as e:
-            raise Refused(413, "too_large", f"{e} (send \"truncate\": true to cut it)") from None
-        except BertforgeError as e:
-            raise Refused(422, "validation", str(e)) from None
-        if len(prepared.items) > server.max_client_batch:
-            raise Refused(413, "too_large", f"inputs has {len(prepared.items)} items, over the limit of "
-                                            f"{server.max_client_batch}")
-        try:
-            outputs = await server.batcher.submit(prepared.rows)
-        except Overloaded as e:
-            raise Refused(429, "overloaded", str(e)) from None
-        prepared.single = False  # always a list, in input order
-        server.metrics.inc("bertforge_inputs_total", len(prepared.items), endpoint=f"/v1/{endpoint}")
-        return server.pipe.finish(prepared, outputs)
-
-    def route(endpoint: str):
-        fields = {"inputs": (Any, Field(..., description=INPUTS[endpoint])),
-                  "truncate": (bool, Field(False, description="cut inputs over --max-length instead of a 413"))}
-        fields.update({name: (kind | None, Field(None, description=text))
-                       for name, (kind, text) in OPTIONS[endpoint].items()})
-        body_model = create_model(f"{endpoint.title().replace('-', '')}Request", **fields,
-                                  __config__={"extra": "forbid"})
-
-        async def handle(body: body_model):  # type: ignore[valid-type]
-            started = time.perf_counter()
-            try:
-                result = await answer(endpoint, body)
-            except Refused as e:
-                return refusal(e.status, e.kind, str(e), f"/v1/{endpoint}")
-            except Exception as e:  # a bug or a model failure: a 500, and the server goes on
-                log.exception("bertforge: request failed")
-                return refusal(500, "backend", f"{type(e).__name__}: {e}", f"/v1/{endpoint}")
-            server.metrics.inc("bertforge_requests_total", endpoint=f"/v1/{endpoint}", status=200)
-            server.metrics.observe("bertforge_request_duration_seconds", time.perf_counter() - started,
-                                   endpoint=f"/v1/{endpoint}")
-            return JSONResponse(result)
-
-        app.post(f"/v1/{endpoint}", summary=f"{endpoint}: {INPUTS[endpoint]}")(handle)
-
+    app.add_exception_handler(RequestValidationError, malformed)
+    app.add_exception_handler(Exception, failed)
+    app.add_middleware(Guard, refused=server.count_refusal, hosts=hosts, key=key)
     for endpoint in OPTIONS:
-        route(endpoint)
+        app.post(f"/v1/{endpoint}", summary=f"{endpoint}: {INPUTS[endpoint]}")(endpoint_handler(server, endpoint))
+    add_status_routes(app, server)
+    return app
+
+
+def endpoint_handler(server: Server, endpoint: str):
+    """The handler of POST /v1/ENDPOINT, with its request body's model (for validation and /docs)."""
+    from fastapi import Request
+    from pydantic import Field, create_model
+
+    fields = {"inputs": (Any, Field(..., description=INPUTS[endpoint])),
+              "truncate": (bool, Field(False, description="cut inputs over --max-input-tokens instead of a 413"))}
+    fields.update({name: (kind | None, Field(None, description=text))
+                   for name, (kind, text) in OPTIONS[endpoint].items()})
+    body_model = create_model(f"{endpoint.title().replace('-', '')}Request", **fields, __config__={"extra": "forbid"})
+    path = f"/v1/{endpoint}"
+
+    async def handle(request: Request, body: body_model):  # type: ignore[valid-type]
+        started = time.perf_counter()
+        try:
+            content = await server.answer(endpoint, body, request.receive)
+        except Refused as e:
+            return server.refusal(e.status, e.kind, str(e), path)
+        except Exception as e:  # a bug or a model failure: a 500, and the server goes on
+            log.exception("bertforge: request failed")
+            return server.refusal(500, "backend", f"{type(e).__name__}: {e}", path)
+        server.metrics.inc("bertforge_requests_total", endpoint=path, status=200)
+        server.metrics.observe("bertforge_request_duration_seconds", time.perf_counter() - started, endpoint=path)
+        from starlette.responses import Response
+
+        return Response(content, media_type="application/json")
+
+    return handle
+
+
+def add_status_routes(app, server: Server):
+    """GET /health, /info and /metrics."""
+    from fastapi.responses import PlainTextResponse
 
     @app.get("/health")
     async def health():
         try:
-            ready()
+            server.ready()
         except Refused as e:
-            return JSONResponse({"status": e.kind, "error": str(e)}, status_code=503)
+            return json_response({"status": e.kind, "error": scrub(str(e))}, 503)
         return {"status": "ok"}
 
     @app.get("/info")
     async def info():
         try:
-            ready()
+            server.ready()
         except Refused as e:
-            return refusal(e.status, e.kind, str(e), "/info")
-        return server.info()
+            return server.refusal(e.status, e.kind, str(e), "/info")
+        return json_response(server.info())
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics():
         server.metrics.set("bertforge_queue_depth", server.batcher.pending if server.batcher else 0)
         return PlainTextResponse(server.metrics.render(), media_type="text/plain; version=0.0.4")
-
-    return app
 
 
 def add_serve_arguments(p):
@@ -258,34 +280,66 @@ def add_serve_arguments(p):
     p.add_argument("--device", type=torch_device, help="cpu, cuda, cuda:1 (default: CUDA when present)")
     p.add_argument("--backend", default="torch", choices=("torch", "onnx"), help="what runs the model")
     p.add_argument("--int8", action="store_true", help="int8 linear layers (torch) or the int8 ONNX model")
-    p.add_argument("--max-batch-tokens", type=count(1), default=8192, help="padded tokens per model batch")
+    p.add_argument("--max-input-tokens", "--max-length", type=count(1), dest="max_input_tokens",
+                   help="tokens per input: a longer one gets a 413 unless its request sends \"truncate\": true, "
+                        "which cuts it (default: the model's positions; QA: 384, the windows of a context)")
+    old_spellings(p._option_string_actions["--max-length"], "--max-length")
+    p.add_argument("--max-batch-tokens", type=count(1), default=8192, help="tokens per request, all its inputs "
+                   "together (more get a 413), and padded tokens per model batch")
     p.add_argument("--max-concurrent", type=count(1), default=512, help="requests waiting or running; more get a 429")
-    p.add_argument("--max-length", type=count(1), help="tokens per input (default: the model's positions; QA 384)")
     p.add_argument("--max-client-batch", type=count(1), default=64, help="inputs per request; more get a 413")
     p.add_argument("--max-wait-ms", type=non_negative, default=2.0, help="how long a batch waits for the next request "
                    "(each arrival restarts the wait, ten times at most)")
     p.add_argument("--threads", type=count(1), help="ONNX Runtime threads (torch: set OMP_NUM_THREADS)")
+    key = p.add_mutually_exclusive_group()
+    key.add_argument("--api-key", type=header_token, metavar="KEY", help="every request but GET /health must send "
+                     f"Authorization: Bearer KEY, else a 401 (default: the environment variable {KEY_VARIABLE}, if "
+                     "set; none: anyone who reaches the port)")
+    key.add_argument("--api-key-file", type=Path, metavar="FILE", help="--api-key read from this file (around it "
+                     "blanks and line ends are ignored), which keeps it out of the process list")
+    p.add_argument("--allowed-hosts", type=host_names, metavar="NAMES", help="the Host header names answered, "
+                   "comma-separated (a port is not part of a name), against DNS rebinding; others get a 421; *: any "
+                   "(default: localhost, 127.0.0.1, ::1 and --host)")
     p.add_argument("--workers", type=count(1), default=1, help="model batches run at once, each in its own "
                    "thread; torch's threads are divided between them (default: 1)")
 
 
 def run_serve(args) -> int:
+    """Check what can be checked before listening (the model's files, the limits, the address), then serve."""
     from .pipelines import ALIASES, head_task
 
     folder = Path(args.model)
     if not folder.is_dir():
         raise BertforgeError(f"{folder}: no such model folder")
-    task = ALIASES.get(args.task, args.task) or head_task(BertConfig.from_json_file(folder / "config.json"), folder)
+    config = BertConfig.from_json_file(folder / "config.json")
+    task = ALIASES.get(args.task, args.task) or head_task(config, folder)
     task = "sentence-embedding" if task == "feature-extraction" else task
     if task not in ENDPOINTS:
         raise BertforgeError(f"--task {task!r}: serve answers {', '.join(ENDPOINTS)}")
-    server = Server(args.model, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
-                    args.max_client_batch, args.workers, device=args.device, backend=args.backend, int8=args.int8,
-                    max_length=args.max_length, threads=args.threads, batch_size=None)
-    app = create_app(server)
+    check_limits(args, config, task)
+    check_model(folder, args.backend, args.int8)
+    key, hosts = api_key(args), allowed_hosts(args)
     try:
         import uvicorn
     except ImportError:
         raise BertforgeError("bertforge serve needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=30)
+    server = Server(args.model, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
+                    args.max_client_batch, args.workers, device=args.device, backend=args.backend, int8=args.int8,
+                    max_length=args.max_input_tokens, threads=args.threads, batch_size=None)
+    app = create_app(server, hosts, key)
+    sock = listening_socket(args.host, args.port)
+    warn_if_open(args.host, key, hosts)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=30)
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def check_limits(args, config: BertConfig, task: str):
+    """One-line errors, before the model loads, for limits that the model or each other make impossible."""
+    positions = config.max_position_embeddings
+    if args.max_input_tokens is not None and args.max_input_tokens > positions:
+        raise BertforgeError(f"--max-input-tokens {args.max_input_tokens} is over the model's {positions} positions")
+    per_input = args.max_input_tokens or min(positions, 384 if task == "question-answering" else positions)
+    if args.max_batch_tokens < per_input:
+        raise BertforgeError(f"--max-batch-tokens {args.max_batch_tokens} is below the {per_input} tokens that one "
+                             f"input may have (--max-input-tokens): such a request could never be answered")

@@ -82,6 +82,7 @@ def snapshot(folder):
     (["serve", "m", "--max-batch-tokens", "0"], "--max-batch-tokens"),
     (["serve", "m", "--max-concurrent", "-1"], "--max-concurrent"),
     (["serve", "m", "--max-length", "0"], "--max-length"),
+    (["serve", "m", "--max-input-tokens", "0"], "--max-input-tokens"),
     (["serve", "m", "--max-client-batch", "0"], "--max-client-batch"),
     (["serve", "m", "--max-wait-ms", "-2"], "--max-wait-ms"),
     (["serve", "m", "--threads", "0"], "--threads"),

@@ -167,3 +167,21 @@ def test_workers_run_batches_at_the_same_time():
 
     assert answers(2) == [[8], [8]]
     assert all(isinstance(a, threading.BrokenBarrierError) for a in answers(1))
+
+
+def test_a_dropped_request_is_not_computed():
+    """A request whose client went away (Batcher.drop) is never run, and stops counting as pending."""
+    model = Model()
+
+    async def main():
+        batcher = Batcher(model, pad_id=0, max_tokens=64, max_pending=8, max_wait=0.2)
+        try:
+            kept, dropped = batcher.submit([row(3)]), batcher.submit([row(5), row(6)])
+            batcher.drop(dropped)
+            return await kept, dropped.cancelled(), batcher.pending, batcher.jobs
+        finally:
+            batcher.close()
+
+    answer, cancelled, pending, jobs = asyncio.run(main())
+    assert answer == [3] and cancelled and pending == 0 and jobs == {}
+    assert model.shapes == [(1, 3)]

@@ -199,8 +199,11 @@ def test_sigterm_finishes_requests_in_flight(folders):
     assert "Application shutdown complete" in s.process.stdout.read()
 
 
-def test_a_model_that_cannot_load_is_503(tmp_path):
-    (tmp_path / "config.json").write_text('{"architectures": ["BertForSequenceClassification"]}')
+def test_a_model_that_cannot_load_is_503_without_paths(tmp_path, folders):
+    """Weights that fail to load after the server started (start-up checks their presence only): /health and each
+    request say why, naming the file but no absolute path of the machine."""
+    for file in folders["classify"].iterdir():
+        (tmp_path / file.name).write_bytes(b"not safetensors" if file.suffix == ".safetensors" else file.read_bytes())
     s = Served(tmp_path)
     try:
         deadline, health = time.time() + 60, None
@@ -210,8 +213,10 @@ def test_a_model_that_cannot_load_is_503(tmp_path):
                 health = httpx.get(s.url + "/health", timeout=2)
             except httpx.TransportError:
                 time.sleep(0.2)
-        assert health.status_code == 503
+        assert health.status_code == 503 and "model.safetensors: not a valid safetensors file" in health.text
         response = s.post("classify", {"inputs": "a"})
         assert response.status_code == 503 and "cannot be loaded" in response.json()["error"]
+        for text in (health.text, response.text):
+            assert str(tmp_path) not in text and f"/{tmp_path.parts[1]}/" not in text, text
     finally:
         s.stop()

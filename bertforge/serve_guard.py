@@ -1,0 +1,204 @@
+"""What `bertforge serve` (serve.py) does about hostile or careless requests, in front of the application.
+
+`Guard`, plain ASGI middleware before FastAPI: the Host header checked (--allowed-hosts), the API key
+required (--api-key), and the request body read as it arrives and refused with a 413 once it passes the
+limit, whatever its transfer encoding (a chunked body is not read to its end). `Limits`: the limits of a
+request, checked in one place. `Refused` is a typed refusal, answered as {"error", "error_type"} like every
+other error; `json_bytes` writes JSON that is always valid (NaN refused, a lone surrogate escaped); `scrub`
+makes an error message fit for a client: one line, and no absolute path of this machine.
+"""
+
+import functools
+import hmac
+import json
+import re
+from pathlib import Path
+
+MAX_BODY = 4 << 20  # bytes of request body
+
+
+class Refused(Exception):
+    """A request refused with an HTTP status and a kind (the response's error_type)."""
+
+    def __init__(self, status: int, kind: str, message: str):
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+class Limits:
+    """The limits of a request, all checked here: inputs per request (--max-client-batch, before they are
+    tokenised where the body is a list), tokens per input (--max-input-tokens: the pipeline's max_length, past
+    which an input is cut with truncate, else refused) and tokens per request, all its rows together
+    (--max-batch-tokens, as text-embeddings-inference names them)."""
+
+    def __init__(self, max_client_batch: int, max_batch_tokens: int):
+        self.max_client_batch, self.max_batch_tokens = max_client_batch, max_batch_tokens
+
+    def prepare(self, pipe, inputs, truncate: bool, options: dict):
+        """`pipe.prepare(inputs)` within the limits; Refused (413 over one, 422 malformed) otherwise."""
+        from .errors import BertforgeError
+        from .inference import row_length, row_width
+        from .pipelines import TooLong
+
+        if isinstance(inputs, list):
+            self.check_items(len(inputs))
+        try:
+            prepared = pipe.prepare(inputs, truncate=truncate, **options)
+        except TooLong as e:
+            raise Refused(413, "too_large", f"{e} (--max-input-tokens; send \"truncate\": true to cut it)") from None
+        except BertforgeError as e:
+            raise Refused(422, "validation", str(e)) from None
+        self.check_items(len(prepared.items))
+        tokens = sum(row_length(row) * row_width(row) for row in prepared.rows)
+        if tokens > self.max_batch_tokens:
+            raise Refused(413, "too_large", f"inputs are {tokens} tokens together, over the limit of "
+                                            f"{self.max_batch_tokens} per request (--max-batch-tokens)")
+        return prepared
+
+    def check_items(self, items: int):
+        if items > self.max_client_batch:
+            raise Refused(413, "too_large", f"inputs has {items} items, over the limit of {self.max_client_batch} "
+                                            "(--max-client-batch)")
+
+
+def json_bytes(content) -> bytes:
+    """JSON as Starlette's JSONResponse writes it, but a lone surrogate in a text is written as its \\u escape
+    instead of failing; NaN and infinity raise ValueError (JSON has no such numbers)."""
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode(
+        "utf-8", "backslashreplace")
+
+
+def json_response(content, status: int = 200, headers: dict | None = None):
+    """A Starlette response of `json_bytes(content)`."""
+    from starlette.responses import Response
+
+    return Response(json_bytes(content), status, headers, media_type="application/json")
+
+
+def result_bytes(results: list) -> bytes:
+    """The JSON of a request's results (a list in input order); a model output that JSON cannot carry (NaN or
+    infinity) is a 500 naming the first input it came from."""
+    try:
+        return json_bytes(results)
+    except ValueError:
+        where = next((i for i, item in enumerate(results) if not finite(item)), 0)
+        raise Refused(500, "backend", f"inputs[{where}]: the model's output is not a finite number (NaN or "
+                                      "infinity), which JSON cannot carry") from None
+
+
+def finite(item) -> bool:
+    try:
+        json_bytes(item)
+    except ValueError:
+        return False
+    return True
+
+
+@functools.cache
+def machine_path() -> re.Pattern:
+    """An absolute path that starts with a folder of this machine's root (/home/..., /tmp/...; not /v1/...)."""
+    roots = sorted((re.escape(p.name) for p in Path("/").iterdir()), key=len, reverse=True)
+    return re.compile(rf"(?<![\w.:/~-])/(?:{'|'.join(roots)})(?:/[^\s/'\"`:;,()\[\]{{}}<>]*)*")
+
+
+def scrub(message: str) -> str:
+    """An error message fit for a client: one line, a lone surrogate written as \\uXXXX, and each absolute path
+    of this machine cut to its last name (a folder's name, a file's)."""
+    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return machine_path().sub(lambda m: m.group(0).rstrip("/").rsplit("/", 1)[-1] or "/", message)
+
+
+class Guard:
+    """ASGI middleware, before the application: the Host header among `hosts` (a 421 otherwise, against DNS
+    rebinding; None: any), `Authorization: Bearer KEY` on every route but /health where there is a `key` (a 401),
+    and the request body read here as it arrives, whatever its transfer encoding, with a 413 once it passes
+    MAX_BODY (or declares more), without reading the rest; the application is handed the body read. Plain ASGI:
+    Starlette's @app.middleware costs every request an extra task and stream. `refused(status, kind, path)` counts
+    a refusal."""
+
+    def __init__(self, app, refused=None, max_body: int = MAX_BODY, hosts=None, key: str | None = None):
+        self.app, self.refused, self.max_body = app, refused, max_body
+        self.hosts, self.key = hosts, None if key is None else key.encode("ascii")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        try:
+            self.check_host(scope["headers"])
+            headers = dict(scope["headers"])
+            self.check_key(scope["path"], headers)
+            body = await self.read_body(headers, receive)
+        except Refused as e:  # the rest of the body stays unread: the connection is closed after the answer
+            extra = {401: (b"www-authenticate", b"Bearer"), 413: (b"connection", b"close")}.get(e.status)
+            return await self.refuse(scope, send, e, [extra] if extra else [])
+        if body is not None:  # None: the client went away
+            await self.app(scope, replay(body, receive), send)
+
+    def check_host(self, headers: list):
+        if self.hosts is None:
+            return
+        given = [value.decode("latin-1") for name, value in headers if name == b"host"]
+        if len(given) != 1 or host_name(given[0]) not in self.hosts:
+            shown = repr(given[0][:100]) if len(given) == 1 else f"{len(given)} Host headers"
+            raise Refused(421, "misdirected", f"Host {shown}: this server answers {', '.join(sorted(self.hosts))} "
+                                              "only (--allowed-hosts)")
+
+    def check_key(self, path: str, headers: dict):
+        if self.key is None or path == "/health":
+            return
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        if not scheme:
+            raise Refused(401, "unauthorized", "no Authorization header: this server needs Authorization: Bearer KEY")
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
+            raise Refused(401, "unauthorized", "the Authorization header does not hold this server's API key "
+                                               "(Authorization: Bearer KEY)")
+
+    async def read_body(self, headers: dict, receive) -> bytes | None:
+        limit = f"the {self.max_body >> 20} MiB limit" if self.max_body >= 1 << 20 else f"{self.max_body} bytes"
+        size = headers.get(b"content-length", b"").decode("latin-1")
+        if size.isdigit() and int(size) > self.max_body:
+            raise Refused(413, "too_large", f"request body of {size} bytes is over {limit}")
+        chunks, read = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            read += len(chunk)
+            if read > self.max_body:
+                raise Refused(413, "too_large", f"request body is over {limit} (read {read} bytes, the rest not)")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def refuse(self, scope, send, refusal: Refused, headers=()):
+        if self.refused is not None:
+            self.refused(refusal.status, refusal.kind, scope["path"])
+        body = json_bytes({"error": scrub(str(refusal)), "error_type": refusal.kind})
+        await send({"type": "http.response.start", "status": refusal.status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+                                *headers]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def replay(body: bytes, receive):
+    """An ASGI receive that gives `body` whole, then what `receive` gives (a disconnect)."""
+    given = False
+
+    async def replayed():
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header: without the port, an IPv6 address without its brackets, lower case."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return (host.rsplit(":", 1)[0] if host.count(":") == 1 else host).rstrip(".")

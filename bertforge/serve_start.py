@@ -1,0 +1,97 @@
+"""What `bertforge serve` (serve.py) checks before it listens, so that a server that could never answer stops at
+once with a one-line error instead of running: the model's files (its tokenizer, and the weights or the exported
+ONNX model the backend reads) and the address (the socket is bound here and handed to uvicorn). Also who may
+ask: the API key (--api-key, --api-key-file or BERTFORGE_API_KEY) and the Host names answered (--allowed-hosts),
+with a warning where the server listens beyond this machine without a key.
+"""
+
+import argparse
+import errno
+import ipaddress
+import logging
+import os
+import socket
+from pathlib import Path
+
+from .errors import BertforgeError
+from .io import read_text
+from .options import header_token
+
+log = logging.getLogger("bertforge")
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+KEY_VARIABLE = "BERTFORGE_API_KEY"
+
+
+def check_model(folder: Path, backend: str, int8: bool):
+    """A one-line error where the folder lacks what loading it in the background would need."""
+    from .checkpoint import check_weights
+    from .runtime import onnx_file
+    from .tokenizer import BertTokenizer
+
+    BertTokenizer.from_pretrained(folder)
+    if backend == "onnx":
+        onnx_file(folder, int8)
+    else:
+        check_weights(folder)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (not yet listening: uvicorn listens on it); a one-line error where it cannot be
+    (the port in use, an address this machine does not have)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise BertforgeError(f"--host {host}: not an address to listen on ({e.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a port in TIME_WAIT is free
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise BertforgeError(f"--port {port}: in use on {host} (another server listens there)") from None
+        raise BertforgeError(f"--host {host} --port {port}: cannot listen there ({e.strerror})") from None
+    return sock
+
+
+def api_key(args) -> str | None:
+    """The key every request but /health must send: --api-key, else --api-key-file's first line, else the
+    BERTFORGE_API_KEY environment variable; None: no key."""
+    if args.api_key is not None:
+        return args.api_key
+    if args.api_key_file is not None:
+        text, source = read_text(args.api_key_file).strip(), f"--api-key-file {args.api_key_file}"
+    elif os.environ.get(KEY_VARIABLE) is not None:
+        text, source = os.environ[KEY_VARIABLE].strip(), KEY_VARIABLE
+    else:
+        return None
+    try:
+        return header_token(text)
+    except argparse.ArgumentTypeError as e:
+        raise BertforgeError(f"{source}: the API key {e}") from None
+
+
+def allowed_hosts(args) -> frozenset[str] | None:
+    """The Host names answered (None: any): --allowed-hosts, else the loopback names and --host."""
+    if args.allowed_hosts == ("*",):
+        return None
+    return frozenset(args.allowed_hosts or (*LOOPBACK, args.host.lower().removeprefix("[").removesuffix("]")))
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
+
+
+def warn_if_open(host: str, key: str | None, hosts: frozenset[str] | None):
+    if is_loopback(host):
+        return
+    if key is None:
+        log.warning(f"bertforge: warning: listening on {host} without an API key: whoever reaches this port can "
+                    f"use the model (--api-key, --api-key-file or {KEY_VARIABLE})")
+    if hosts is not None:
+        log.warning(f"bertforge: answering requests whose Host is {', '.join(sorted(hosts))} only (--allowed-hosts "
+                    "names others; *: any)")
