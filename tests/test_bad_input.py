@@ -396,10 +396,15 @@ def test_the_pickle_refusal_names_what_exists(tmp_path, capsys, tiny_model):
     ({"num_hidden_layers": 1}, ["the weights have 2 layers, config.json says 1"]),
     ({"intermediate_size": 100}, ["intermediate.dense.weight", "config.json gives"]),
     ({"num_hidden_layers": -1}, ["num_hidden_layers must be a whole number of at least 1"]),
+    ({"num_labels": 10**9, "id2label": None}, ["config.json: num_labels 1000000000 is over"]),
+    ({"max_position_embeddings": 10**9}, ["config.json: max_position_embeddings 1000000000 is over"]),
 ])
 def test_info_checks_the_config_against_the_weights(tmp_path, capsys, tiny_model, change, words):
     folder = tmp_path / "model"
     shutil.copytree(tiny_model, folder)
     config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    config = {**config, **change}
+    if config["id2label"] is None:  # labels given by their number alone
+        del config["id2label"], config["label2id"]
+    (folder / "config.json").write_text(json.dumps(config))
     one_line_error(capsys, 2, ["info", folder], *words)

@@ -168,6 +168,51 @@ def test_config_that_contradicts_the_weights(tmp_path, changes, problem):
     assert problem in message and "config.json does not describe these weights" in message
 
 
+def built_devices(monkeypatch) -> list:
+    """The default device of every BertModel built from now on (the meta device allocates nothing)."""
+    devices, build = [], bf.BertModel.__init__
+
+    def recording(self, *args, **kwargs):
+        devices.append(torch.get_default_device().type)
+        build(self, *args, **kwargs)
+    monkeypatch.setattr(bf.BertModel, "__init__", recording)
+    return devices
+
+
+@pytest.mark.parametrize("changes,file,culprit", [
+    (dict(num_hidden_layers=1000, hidden_size=4096, num_attention_heads=16, intermediate_size=16384), "config.json",
+     "num_hidden_layers 1000 is over 256"),
+    (dict(max_position_embeddings=10**9), "config.json", "max_position_embeddings 1000000000 is over"),
+    (dict(max_position_embeddings=1e9), "config.json", "max_position_embeddings must be a whole number"),
+    (dict(num_labels=10**9, id2label=None, label2id=None), "config.json", "num_labels 1000000000 is over"),
+    (dict(num_hidden_layers=60, hidden_size=4096, num_attention_heads=16, intermediate_size=16384), "config.json",
+     "parameters, more than"),
+    (dict(num_hidden_layers=200), SAFETENSORS, "num_hidden_layers 200, the weights have 2 layers"),
+    (dict(max_position_embeddings=100_000), SAFETENSORS, "(max_position_embeddings 100000)"),
+    (dict(id2label={"0": "a", "7": "b"}), "config.json", "id2label keys must be the label ids 0 to 1"),
+])
+def test_sizes_are_checked_before_the_model_is_built(tmp_path, monkeypatch, changes, file, culprit):
+    """A config.json asking for more than its weights hold (or than any BERT) is refused before a tensor is
+    allocated: only meta-device models (no memory) are built on the way to the error."""
+    save(bf.BertForPreTraining, tmp_path)
+    config = {**json.loads((tmp_path / "config.json").read_text()), **changes}
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    devices = built_devices(monkeypatch)
+    for model_class in (bf.BertForPreTraining, bf.BertForSequenceClassification, bf.BertModel):
+        with pytest.raises(BertforgeError) as excinfo:
+            model_class.from_pretrained(tmp_path)
+        assert culprit in one_line_error(excinfo, tmp_path / file)
+    assert set(devices) <= {"meta"}
+
+
+def test_sizes_from_keywords_and_random_init(tmp_path):
+    save(bf.BertForSequenceClassification, tmp_path)
+    with pytest.raises(BertforgeError, match="num_labels 1000000000 is over"):
+        bf.BertForSequenceClassification.from_pretrained(tmp_path, num_labels=10**9, ignore_mismatched_sizes=True)
+    model = bf.BertForSequenceClassification(BertConfig.from_name("tiny", max_position_embeddings=1024))
+    assert model.bert.embeddings.position_embeddings.weight.shape == (1024, 128)  # no weights: the config's sizes
+
+
 def test_missing_embeddings_are_an_error_not_fresh(tmp_path):
     save(bf.BertModel, tmp_path)
     weights = load_file(tmp_path / SAFETENSORS)
