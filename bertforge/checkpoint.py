@@ -47,16 +47,27 @@ def weight_files(folder: Path) -> list[Path]:
     if (folder / SAFETENSORS).is_file():
         return [folder / SAFETENSORS]
     if (folder / SAFETENSORS_INDEX).is_file():
-        index = read_json(folder / SAFETENSORS_INDEX)
-        try:
-            return [folder / name for name in sorted(set(index["weight_map"].values()))]
-        except (KeyError, TypeError, AttributeError) as e:
-            raise BertforgeError(f"{folder / SAFETENSORS_INDEX}: not a valid shard index ({e!r})") from None
+        return shard_files(folder / SAFETENSORS_INDEX)
     if (folder / PICKLE).is_file():
         return [folder / PICKLE]
     if not folder.exists():
         raise BertforgeError(f"{folder}: no such checkpoint folder")
     raise BertforgeError(f"{folder}: no {SAFETENSORS} (or {PICKLE}) in this folder")
+
+
+def shard_files(index_file: Path) -> list[Path]:
+    """The shards a `model.safetensors.index.json` names: files of its own folder only (a name with a folder part,
+    `..` or an absolute path would read files outside it)."""
+    index = read_json(index_file)
+    try:
+        names = list(index["weight_map"].values())
+    except (KeyError, TypeError, AttributeError) as e:
+        raise BertforgeError(f"{index_file}: not a valid shard index ({e!r})") from None
+    for name in names:
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", "..") or "\0" in name:
+            raise BertforgeError(f"{index_file}: weight_map names {name!r}, not a file of this folder; a shard index "
+                                 "may only name files beside it")
+    return [index_file.parent / name for name in sorted(set(names))]
 
 
 def read_weights(folder, trust_pickle: bool = False, shapes: dict | None = None) -> tuple[dict, Path]:

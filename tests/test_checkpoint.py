@@ -255,6 +255,24 @@ def test_invalid_shard_index(tmp_path):
     one_line_error(excinfo, tmp_path / SAFETENSORS_INDEX)
 
 
+@pytest.mark.parametrize("shard", ["../outside/model.safetensors", "{outside}/model.safetensors",
+                                   "sub/../../outside/model.safetensors", "..", None])
+def test_shard_index_names_only_files_beside_it(tmp_path, shard):
+    """A weight_map naming a file outside its folder (a valid one, here) is refused, not read."""
+    save(bf.BertModel, tmp_path / "outside")
+    folder = tmp_path / "model"
+    save(bf.BertModel, folder)
+    weights = load_file(folder / SAFETENSORS)
+    (folder / SAFETENSORS).unlink()
+    save_file({k: v for k, v in weights.items() if "layer.1." not in k}, folder / "model-00001-of-00002.safetensors")
+    shard = None if shard is None else shard.format(outside=tmp_path / "outside")
+    index = {"weight_map": {k: shard if "layer.1." in k else "model-00001-of-00002.safetensors" for k in weights}}
+    (folder / SAFETENSORS_INDEX).write_text(json.dumps(index))
+    with pytest.raises(BertforgeError) as excinfo:
+        bf.BertModel.from_pretrained(folder)
+    assert "not a file of this folder" in one_line_error(excinfo, folder / SAFETENSORS_INDEX)
+
+
 def test_save_pretrained_round_trip_keeps_config(tmp_path):
     source = save(bf.BertForSequenceClassification, tmp_path, id2label={0: "neg", 1: "pos"}, hidden_act="gelu_new")
     model = bf.BertForSequenceClassification.from_pretrained(tmp_path)
