@@ -35,6 +35,7 @@ def run_convert(args) -> int:
                                         getattr(args, "hidden_act", None)))
         return 0
     weights, file = read_weights(src, trust_pickle=True)
+    check_vocabulary(src, weights, file)
     out.mkdir(parents=True, exist_ok=True)
     for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if (src / name).is_file():
@@ -44,6 +45,19 @@ def run_convert(args) -> int:
         save_file(tensors, tmp, metadata={"format": "pt"})
     print(f"{file} -> {out / SAFETENSORS} ({len(tensors)} tensors)")
     return 0
+
+
+def check_vocabulary(src: Path, weights: dict, file: Path) -> None:
+    """The folder's vocabulary (when it has one) fits the embedding table of its weights."""
+    from .tokenizer import BertTokenizer
+
+    rows = next((v.shape[0] for k, v in weights.items() if k.endswith("word_embeddings.weight")), None)
+    if rows is None or not any((src / name).is_file() for name in ("vocab.txt", "tokenizer.json")):
+        return
+    ids = max(BertTokenizer.from_pretrained(src).get_vocab().values()) + 1  # also against its config.json
+    if ids > rows:
+        raise BertforgeError(f"{src}: the vocabulary has {ids} tokens, more than the {rows} rows of the embedding "
+                             f"table in {file.name}; convert it with the model's own vocabulary")
 
 
 def add_export_arguments(p):

@@ -4,7 +4,7 @@ with BERT's special tokens, and whether a vocabulary is uncased."""
 from pathlib import Path
 
 from .errors import BertforgeError, where
-from .io import read_text
+from .io import read_json, read_text
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # By attribute name, in transformers' order (its all_special_tokens).
@@ -41,6 +41,9 @@ def vocab_of_pipeline(path, pipeline: dict) -> dict[str, int]:
     if model.get("continuing_subword_prefix", "##") != "##":
         raise BertforgeError(f"{path}: continuing_subword_prefix {model['continuing_subword_prefix']!r} is not '##'")
     vocab = model["vocab"]
+    ids = list(vocab.values())
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids) or len(set(ids)) != len(ids):
+        raise BertforgeError(f"{path}: the vocabulary's ids must be distinct whole numbers from 0")
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
     if missing:
         raise BertforgeError(f"{path}: vocabulary lacks the special tokens {' '.join(missing)}")
@@ -50,3 +53,18 @@ def vocab_of_pipeline(path, pipeline: dict) -> dict[str, int]:
 def looks_uncased(vocab) -> bool:
     """True when no ordinary token would change under lower-casing ([PAD], [unused0] and the like aside)."""
     return not any(t != t.lower() for t in vocab if not (t.startswith("[") and t.endswith("]")))
+
+
+def check_fits(ids: int, source, folder: Path) -> None:
+    """A vocabulary of `ids` ids (its largest + 1, added tokens included) against the embedding table of the model
+    `folder` holds (config.json's, or Google's bert_config.json's, vocab_size), when it holds one: a token past the
+    table's rows would fail inside the model."""
+    for name in ("config.json", "bert_config.json"):
+        path = Path(folder) / name
+        if path.is_file():
+            rows = read_json(path).get("vocab_size")
+            if isinstance(rows, int) and ids > rows:
+                raise BertforgeError(f"{source}: the vocabulary has {ids} tokens, more than the {rows} rows of the "
+                                     f"model's embedding table ({path.name} vocab_size); use the model's own "
+                                     "vocabulary, or resize its embeddings to the vocabulary")
+            return

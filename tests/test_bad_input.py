@@ -341,6 +341,31 @@ def test_the_wrong_model_for_the_job(tmp_path, capsys, tiny_model):
                    "no trained classifier", "fine-tune it first")
 
 
+def test_a_vocabulary_larger_than_the_embedding_table(tmp_path, capsys, tiny_model):
+    """A model folder whose vocab.txt (30522 tokens) outgrows its embedding table (1000 rows): refused when the
+    tokenizer is loaded beside the model (predict, pipeline) and by convert, which writes nothing."""
+    import torch
+
+    from bertforge import BertConfig, BertForSequenceClassification, BertTokenizer, pipeline
+    from bertforge.errors import BertforgeError
+
+    folder = tmp_path / "small-table"
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig.from_name("tiny", vocab_size=1000))
+    model.save_pretrained(folder, BertTokenizer.from_pretrained(tiny_model))
+    words = ["vocab.txt", "30522 tokens", "1000 rows"]
+    one_line_error(capsys, 2, ["predict", "sst2", "--model", folder, "--text", "fine"], *words)
+    with pytest.raises(BertforgeError, match="30522 tokens, more than the 1000 rows"):
+        pipeline("text-classification", model=folder)
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    one_line_error(capsys, 2, ["convert", folder, tmp_path / "out"], *words)
+    (folder / "config.json").unlink()  # no config to compare with: the weights' table itself
+    one_line_error(capsys, 2, ["convert", folder, tmp_path / "out"], "30522 tokens", "1000 rows",
+                   "pytorch_model.bin")
+    assert not (tmp_path / "out").exists()
+
+
 # 8. The same input gives the same output: vocabulary, data and pre-training, in any process
 
 def test_vocabulary_data_and_pretraining_repeat_byte_for_byte(corpus, tmp_path):
