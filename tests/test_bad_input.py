@@ -366,6 +366,37 @@ def test_a_vocabulary_larger_than_the_embedding_table(tmp_path, capsys, tiny_mod
     assert not (tmp_path / "out").exists()
 
 
+def test_export_and_convert_never_write_over_another_model(tmp_path, capsys, tiny_model):
+    """A destination holding another model is refused (unchanged) unless --overwrite, which replaces it as a whole:
+    no file of the old model is left beside the new one. A folder holding other files is never replaced."""
+    pytest.importorskip("onnxruntime")
+    import torch
+    from safetensors.torch import load_file
+
+    from bertforge import BertConfig, BertForSequenceClassification, BertTokenizer
+
+    pickled = tmp_path / "pickled"
+    shutil.copytree(tiny_model, pickled)
+    torch.save(load_file(pickled / "model.safetensors"), pickled / "pytorch_model.bin")
+    (pickled / "model.safetensors").unlink()
+    other, mixed = tmp_path / "other", tmp_path / "mixed"
+    BertForSequenceClassification(BertConfig.from_name("tiny", vocab_size=30522)).save_pretrained(
+        other, BertTokenizer.from_pretrained(tiny_model))
+    shutil.copytree(other, mixed)
+    (mixed / "notes.txt").write_text("mine")
+    before, mixed_before = snapshot(other), snapshot(mixed)
+    for argv in (["export", "onnx", tiny_model, other], ["convert", pickled, other]):
+        one_line_error(capsys, 2, argv, f"OUT {other}: holds another model", "--overwrite")
+        one_line_error(capsys, 2, [*argv[:-1], mixed, "--overwrite"], f"OUT {mixed}: holds other files", "notes.txt")
+        assert snapshot(other) == before and snapshot(mixed) == mixed_before
+    assert main(["export", "onnx", str(tiny_model), str(other), "--overwrite"]) == 0
+    assert "model.safetensors" not in {p.name for p in other.iterdir()} and (other / "model.onnx").is_file()
+    assert (other / "config.json").read_bytes() == (tiny_model / "config.json").read_bytes()
+    assert main(["convert", str(pickled), str(other), "--overwrite"]) == 0
+    assert sorted(p.name for p in other.iterdir()) == sorted(p.name for p in tiny_model.iterdir())
+    assert not (tmp_path / ".other.partial").exists() and not (tmp_path / ".other.old").exists()
+
+
 # 8. The same input gives the same output: vocabulary, data and pre-training, in any process
 
 def test_vocabulary_data_and_pretraining_repeat_byte_for_byte(corpus, tmp_path):
