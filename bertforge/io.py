@@ -172,6 +172,7 @@ def read_records(path):
     path = Path(path)
     text = read_text(path, "utf-8-sig")
     if path.suffix.lower() in (".csv", ".tsv"):
+        csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))  # a field may be as long as the file
         rows = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
         for row in rows:
             location = where(path, rows.line_num)

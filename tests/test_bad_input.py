@@ -397,6 +397,37 @@ def test_export_and_convert_never_write_over_another_model(tmp_path, capsys, tin
     assert not (tmp_path / ".other.partial").exists() and not (tmp_path / ".other.old").exists()
 
 
+@pytest.mark.parametrize("name, content, words", [
+    ("train.csv", "text,label\ngood,1\nbad,\n", ["train.csv:3", "the label is empty"]),
+    ("train.csv", "text,label\ngood,1\nbad,NaN\n", ["train.csv:3", "label 'NaN' is not a class"]),
+    ("train.jsonl", '{"text": "good", "label": 1}\n{"text": "bad", "label": NaN}\n', ["train.jsonl:2", "nan is not"]),
+    ("train.jsonl", '{"text": "good", "label": 1}\n{"text": "bad", "label": null}\n',
+     ["train.jsonl:2", "'label' must be a text or a number"]),
+    ("train.csv", "text,label\ngood,pos\nbad,pos\n", ["train.csv: the training split has a single class (pos)"]),
+    ("train.jsonl", '{"text": "good", "label": 1}\n{"text": "bad", "label": "1.0"}\n',
+     ["train.jsonl: the training split has a single class (1)"]),
+])
+def test_own_labels_are_read_as_meant(tiny_model, tmp_path, capsys, name, content, words):
+    """A label that is missing (empty, NaN, null) is named by file:line; a training split of one class (1 and "1.0"
+    being one) is refused; nothing is written."""
+    (tmp_path / name).write_text(content)
+    one_line_error(capsys, 2, ["finetune", "text-classification", "--model", tiny_model, "--train", tmp_path / name,
+                               "--dev", tmp_path / name, "--out", tmp_path / "run", "--no-progress"], *words)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_single_tag_and_a_long_csv_field(tiny_model, tmp_path, capsys):
+    (tmp_path / "tags.jsonl").write_text('{"tokens": ["a", "b"], "tags": ["O", "O"]}\n')
+    one_line_error(capsys, 2, ["finetune", "token-classification", "--model", tiny_model, "--train",
+                               tmp_path / "tags.jsonl", "--out", tmp_path / "run"], "tags.jsonl", "single tag (O)")
+    assert not (tmp_path / "run").exists()
+    from bertforge.io import read_records
+
+    long = "word " * 60_000  # 300,000 characters: over the csv module's default field limit of 131,072
+    (tmp_path / "long.csv").write_text(f"text,label\n{long},pos\n")
+    assert [r["text"] for _, r in read_records(tmp_path / "long.csv")] == [long]
+
+
 # 8. The same input gives the same output: vocabulary, data and pre-training, in any process
 
 def test_vocabulary_data_and_pretraining_repeat_byte_for_byte(corpus, tmp_path):
