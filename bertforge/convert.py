@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .errors import BertforgeError
 from .io import atomic_path, new_model_folder
+from .options import ONNX_OPSETS, onnx_opset
 
 
 def add_convert_arguments(parser):
@@ -70,7 +71,8 @@ def add_export_arguments(p):
     onnx.add_argument("model", help="a checkpoint folder")
     onnx.add_argument("out", help="folder to write: model.onnx, onnx.json, config and tokenizer files")
     onnx.add_argument("--int8", action="store_true", help="also model_int8.onnx, dynamically quantised")
-    onnx.add_argument("--opset", type=int, default=17, help="ONNX operator set version")
+    onnx.add_argument("--opset", type=onnx_opset, default=17,
+                      help=f"ONNX operator set version, {ONNX_OPSETS[0]} to {ONNX_OPSETS[1]}")
     onnx.add_argument("--overwrite", action="store_true",
                       help="replace OUT when it holds another model (as a whole: none of its files are kept)")
 

@@ -21,10 +21,11 @@ import torch
 from torch import nn
 
 from . import model as models
-from .io import atomic_path, new_model_folder, write_text_atomic
 from .config import BertConfig
 from .errors import BertforgeError
 from .inference import pad
+from .io import atomic_path, new_model_folder, write_text_atomic
+from .options import ONNX_OPSETS
 from .packing import Layout
 from .runtime import HEAD_OUTPUTS, ONNX_FILES, OnnxRuntime, TorchRuntime
 from .tokenizer import BertTokenizer
@@ -134,6 +135,9 @@ def export_onnx(model_dir, out, int8: bool = False, opset: int = 17, overwrite: 
         import onnxruntime  # noqa: F401
     except ImportError:
         raise BertforgeError("bertforge export onnx needs onnx and onnxruntime: pip install -e '.[onnx]'") from None
+    if not isinstance(opset, int) or not ONNX_OPSETS[0] <= opset <= ONNX_OPSETS[1]:
+        raise BertforgeError(f"opset {opset!r}: the export writes ONNX operator sets {ONNX_OPSETS[0]} to "
+                             f"{ONNX_OPSETS[1]}")
     folder, out = Path(model_dir), Path(out)
     config = BertConfig.from_json_file(folder / "config.json")
     heads = [HEADS[a] for a in config.extra.get("architectures") or [] if a in HEADS]

@@ -1,5 +1,6 @@
 """Vocabularies: vocab.txt (one token a line, id = line number) or the WordPiece model of a tokenizer.json,
-with BERT's special tokens, and whether a vocabulary is uncased."""
+with BERT's special tokens, and whether a vocabulary is uncased; the tokens a tokenizer.json adds, the length a
+tokenizer_config.json gives, and whether a vocabulary fits its model's embedding table."""
 
 from pathlib import Path
 
@@ -68,3 +69,38 @@ def check_fits(ids: int, source, folder: Path) -> None:
                                      f"model's embedding table ({path.name} vocab_size); use the model's own "
                                      "vocabulary, or resize its embeddings to the vocabulary")
             return
+
+
+def added_tokens(path, pipeline: dict | None, size: int) -> list[tuple[int, str, bool]]:
+    """(id, text, special) of the tokens a tokenizer.json adds after its vocabulary of `size`, in id order."""
+    given = (pipeline or {}).get("added_tokens") or []
+    if not isinstance(given, list):
+        raise BertforgeError(f"{path}: added_tokens must be a list, not {type(given).__name__}")
+    added = []
+    for k, token in enumerate(given):
+        token_id = token.get("id") if isinstance(token, dict) else None
+        if not isinstance(token_id, int) or isinstance(token_id, bool) or not isinstance(token.get("content"), str):
+            raise BertforgeError(f"{path}: added_tokens[{k}] needs a whole-number \"id\" and a text \"content\" "
+                                 f"({str(token)[:60]})")
+        if token_id >= size:
+            added.append((token_id, token["content"], bool(token.get("special", False))))
+    added.sort()
+    for i, (token_id, token, _) in enumerate(added):
+        if token_id != size + i:
+            raise BertforgeError(f"{path}: added token {token!r} has id {token_id}, expected {size + i}")
+    return added
+
+
+def max_length_of(path, config: dict, default: int) -> int:
+    """tokenizer_config.json's model_max_length: a whole number (or its text); transformers' int(1e30), "no
+    limit", and none given are `default`."""
+    value = config.get("model_max_length")
+    if value is None:
+        return default
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BertforgeError(f"{path}: model_max_length {value!r} is not a whole number of at least 1")
+    return default if value > 1_000_000 else value

@@ -428,6 +428,47 @@ def test_a_single_tag_and_a_long_csv_field(tiny_model, tmp_path, capsys):
     assert [r["text"] for _, r in read_records(tmp_path / "long.csv")] == [long]
 
 
+@pytest.mark.parametrize("file, change, words", [
+    ("tokenizer.json", lambda d: d["added_tokens"].append({"content": "[NEW]"}), ["added_tokens[5]", '"id"']),
+    ("tokenizer.json", lambda d: d["added_tokens"].append({"id": "x", "content": "[NEW]"}), ["added_tokens[5]"]),
+    ("tokenizer_config.json", lambda d: d.update(model_max_length="lots"), ["model_max_length 'lots'"]),
+    ("tokenizer_config.json", lambda d: d.update(model_max_length="256"), None),
+])
+def test_tokenizer_files_with_odd_values(tmp_path, tiny_model, file, change, words):
+    from bertforge import BertTokenizer
+    from bertforge.errors import BertforgeError
+
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copyfile(tiny_model / name, folder / name)
+    content = json.loads((folder / file).read_text())
+    change(content)
+    (folder / file).write_text(json.dumps(content))
+    if words is None:
+        assert BertTokenizer.from_pretrained(folder).model_max_length == 256
+        return
+    with pytest.raises(BertforgeError) as excinfo:
+        BertTokenizer.from_pretrained(folder)
+    message = str(excinfo.value)
+    assert "\n" not in message and message.startswith(str(folder / file)), message
+    assert all(word in message for word in words), message
+
+
+@pytest.mark.parametrize("opset, problem", [("5", "at least 14"), ("99", "at most 20"), ("x", "whole number")])
+def test_export_opsets_out_of_range(tmp_path, capsys, tiny_model, opset, problem):
+    one_line_error(capsys, 2, ["export", "onnx", tiny_model, tmp_path / "onnx", "--opset", opset], "argument --opset",
+                   problem)
+    assert list(tmp_path.iterdir()) == []
+    from bertforge.errors import BertforgeError
+    from bertforge.export import export_onnx
+
+    pytest.importorskip("onnxruntime")
+    with pytest.raises(BertforgeError, match="opset 5: the export writes ONNX operator sets 14 to 20"):
+        export_onnx(tiny_model, tmp_path / "onnx", opset=5)
+    assert list(tmp_path.iterdir()) == []
+
+
 # 8. The same input gives the same output: vocabulary, data and pre-training, in any process
 
 def test_vocabulary_data_and_pretraining_repeat_byte_for_byte(corpus, tmp_path):
