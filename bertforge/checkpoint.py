@@ -192,8 +192,7 @@ class PretrainedMixin:
                             " (neither its own nor BertConfig fields; pass output_attentions and the like to forward)")
         if overrides:
             config = BertConfig.from_dict({**config.to_dict(), **overrides})
-        if google is None:  # sizes checked before anything is allocated
-            check_header(cls, config, folder, ignore_mismatched_sizes)
+        check_header(cls, config, folder, ignore_mismatched_sizes)  # sizes checked before anything is allocated
         if skip_init:
             with no_random_init():
                 model = cls(config)
@@ -274,17 +273,20 @@ def check_shapes(own: dict, theirs: dict, file: Path, prefix: str, ignore_mismat
 
 
 def check_header(model_class, config: BertConfig, folder: Path, ignore_mismatched_sizes: bool) -> None:
-    """Before the model is built: its shapes (on the meta device) against the safetensors headers of `folder`
-    (a pickle's or Google checkpoint's are checked as they are read)."""
-    files = weight_files(folder)
+    """Before the model is built: its shapes (on the meta device) against those the checkpoint's headers give
+    (safetensors headers, a Google checkpoint's index; a pickle's are checked once loaded)."""
+    google = google_checkpoint.find(folder)
+    files = weight_files(folder) if google is None else []
     if any(file.suffix != ".safetensors" for file in files):
         return
     own = sizes.model_shapes(model_class, config)
     prefix = model_class.base_model_prefix
     wants_prefix = any(k.startswith(prefix + ".") for k in own)
-    theirs = normalise_keys({k: tuple(shape) for k, (shape, _) in sizes.read_header(files).items()}, prefix,
-                            wants_prefix)
-    check_shapes(own, theirs, files[0], prefix, ignore_mismatched_sizes)
+    if google is not None:
+        theirs, file = google_checkpoint.shapes_of(google, normalise_keys(own, prefix, wants_prefix=True))
+    else:
+        theirs, file = {k: tuple(shape) for k, (shape, _) in sizes.read_header(files).items()}, files[0]
+    check_shapes(own, normalise_keys(theirs, prefix, wants_prefix), file, prefix, ignore_mismatched_sizes)
 
 
 def labels_override(num_labels, id2label, label2id) -> dict:

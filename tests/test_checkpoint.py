@@ -11,7 +11,7 @@ import bertforge.model as bf
 from bertforge.checkpoint import PICKLE, SAFETENSORS, SAFETENSORS_INDEX
 from bertforge.config import BertConfig
 from bertforge.errors import BertforgeError
-from tests.conftest import one_line_error
+from tests.conftest import built_devices, one_line_error
 
 TINY = dict(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256)
 
@@ -166,17 +166,6 @@ def test_config_that_contradicts_the_weights(tmp_path, changes, problem):
         bf.BertForPreTraining.from_pretrained(tmp_path)
     message = one_line_error(excinfo, tmp_path / SAFETENSORS)
     assert problem in message and "config.json does not describe these weights" in message
-
-
-def built_devices(monkeypatch) -> list:
-    """The default device of every BertModel built from now on (the meta device allocates nothing)."""
-    devices, build = [], bf.BertModel.__init__
-
-    def recording(self, *args, **kwargs):
-        devices.append(torch.get_default_device().type)
-        build(self, *args, **kwargs)
-    monkeypatch.setattr(bf.BertModel, "__init__", recording)
-    return devices
 
 
 @pytest.mark.parametrize("changes,file,culprit", [
