@@ -3,9 +3,10 @@
 Three task names: `text-classification` (a text, a label), `text-pair-classification` (two texts, a label) and
 `regression` (one or two texts, a number). The splits are your own data's (own_data.py: files, a --data folder or
 a `datasets` data set), the columns named by --text-column, --text-pair-column and --label-column. Labels may be
-any strings or numbers: the label set is the training split's, sorted (numerically when every label is a number),
-and saved in the model's config as id2label/label2id, so that `predict`, bertforge's pipelines and transformers'
-`pipeline()` name them.
+any strings or numbers (a number and its text are one class: 1, "1", 1.0 and "1.0"; an empty or NaN label is an
+error): the label set is the training split's, two classes at least, sorted (numerically when every label is a
+number), and saved in the model's config as id2label/label2id, so that `predict`, bertforge's pipelines and
+transformers' `pipeline()` name them.
 """
 
 import math
