@@ -16,8 +16,8 @@ from torch import nn
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from . import google_checkpoint
-from .config import BertConfig
+from . import google_checkpoint, sizes
+from .config import BertConfig, check_size
 from .errors import BertforgeError
 from .io import atomic_path, read_json, write_text_atomic
 
@@ -47,11 +47,7 @@ def weight_files(folder: Path) -> list[Path]:
     if (folder / SAFETENSORS).is_file():
         return [folder / SAFETENSORS]
     if (folder / SAFETENSORS_INDEX).is_file():
-        index = read_json(folder / SAFETENSORS_INDEX)
-        try:
-            return [folder / name for name in sorted(set(index["weight_map"].values()))]
-        except (KeyError, TypeError, AttributeError) as e:
-            raise BertforgeError(f"{folder / SAFETENSORS_INDEX}: not a valid shard index ({e!r})") from None
+        return shard_files(folder / SAFETENSORS_INDEX)
     if (folder / PICKLE).is_file():
         return [folder / PICKLE]
     if not folder.exists():
@@ -74,6 +70,21 @@ def check_weights(folder, trust_pickle: bool = False) -> None:
     for file in weight_files(folder):
         if file.suffix == ".bin" and not trust_pickle:
             raise pickle_refused(file, folder)
+
+
+def shard_files(index_file: Path) -> list[Path]:
+    """The shards a `model.safetensors.index.json` names: files of its own folder only (a name with a folder part,
+    `..` or an absolute path would read files outside it)."""
+    index = read_json(index_file)
+    try:
+        names = list(index["weight_map"].values())
+    except (KeyError, TypeError, AttributeError) as e:
+        raise BertforgeError(f"{index_file}: not a valid shard index ({e!r})") from None
+    for name in names:
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", "..") or "\0" in name:
+            raise BertforgeError(f"{index_file}: weight_map names {name!r}, not a file of this folder; a shard index "
+                                 "may only name files beside it")
+    return [index_file.parent / name for name in sorted(set(names))]
 
 
 def read_weights(folder, trust_pickle: bool = False, shapes: dict | None = None) -> tuple[dict, Path]:
@@ -195,6 +206,7 @@ class PretrainedMixin:
                             " (neither its own nor BertConfig fields; pass output_attentions and the like to forward)")
         if overrides:
             config = BertConfig.from_dict({**config.to_dict(), **overrides})
+        check_header(cls, config, folder, ignore_mismatched_sizes)  # sizes checked before anything is allocated
         if skip_init:
             with no_random_init():
                 model = cls(config)
@@ -217,25 +229,12 @@ class PretrainedMixin:
         shapes = {k: v.shape for k, v in normalise_keys(own, prefix, wants_prefix=True).items()}
         weights, file = read_weights(folder, trust_pickle, shapes)
         weights = normalise_keys(weights, prefix, wants_prefix)
-        for key, value in list(weights.items()):
-            if key in own and own[key].shape != value.shape and ignore_mismatched_sizes and not encoder_parts([key],
-                                                                                                              prefix):
-                log.warning(f"{part_name(key)}: {key} is {tuple(value.shape)} in the checkpoint, "
-                            f"{tuple(own[key].shape)} here: initialised fresh")
-                del weights[key]
-            elif key in own and own[key].shape != value.shape:
-                raise BertforgeError(
-                    f"{file}: {key} has shape {tuple(value.shape)} but the config gives {tuple(own[key].shape)}; "
-                    "the config.json does not describe these weights (for a task head of another size, pass "
-                    "ignore_mismatched_sizes=True)")
-        # Only heads may be initialised fresh: an encoder part missing or left over means the config is wrong.
-        missing = encoder_parts(own.keys() - weights.keys(), prefix)
-        extra = encoder_parts(weights.keys() - own.keys(), prefix)
-        if missing or extra:
-            problems = ([f"{', '.join(missing)} not in the weights"] if missing else []) + (
-                [f"weights have {', '.join(extra)} beyond the config"] if extra else [])
-            config_name = google_checkpoint.CONFIG if file.suffix == ".index" else "config.json"
-            raise BertforgeError(f"{file}: the {config_name} does not describe these weights: {'; '.join(problems)}")
+        fresh = check_shapes({k: tuple(v.shape) for k, v in own.items()},
+                             {k: tuple(v.shape) for k, v in weights.items()}, file, prefix, ignore_mismatched_sizes)
+        for key in fresh:
+            log.warning(f"{part_name(key)}: {key} is {tuple(weights[key].shape)} in the checkpoint, "
+                        f"{tuple(own[key].shape)} here: initialised fresh")
+            del weights[key]
         result = self.load_state_dict(weights, strict=False)
         self.fresh_parts = sorted({part_name(k) for k in result.missing_keys})  # initialised, not loaded
         report = describe_mismatch(type(self).__name__, result.missing_keys, result.unexpected_keys)
@@ -258,6 +257,52 @@ class PretrainedMixin:
             tokenizer.save_pretrained(folder)
 
 
+def check_shapes(own: dict, theirs: dict, file: Path, prefix: str, ignore_mismatched_sizes: bool) -> list[str]:
+    """The checkpoint's shapes (`theirs`, under the model's names) against the model's (`own`): the heads to
+    initialise fresh (another shape, with ignore_mismatched_sizes); any other difference is an error naming the
+    config field, and so is an encoder part missing or left over (the config is wrong; only heads may be fresh)."""
+    config_name = google_checkpoint.CONFIG if file.suffix == ".index" else "config.json"
+    fresh = []
+    for key, shape in theirs.items():
+        if key not in own or own[key] == shape:
+            continue
+        if ignore_mismatched_sizes and not encoder_parts([key], prefix):
+            fresh.append(key)
+            continue
+        hint = "" if encoder_parts([key], prefix) else " (for a task head of another size, pass " \
+            "ignore_mismatched_sizes=True)"
+        raise BertforgeError(
+            f"{file}: {key} has shape {shape} but the config gives {own[key]} ({sizes.field_of(key, own[key], shape)});"
+            f" the {config_name} does not describe these weights{hint}")
+    kept = theirs.keys() - set(fresh)
+    missing, extra = encoder_parts(own.keys() - kept, prefix), encoder_parts(kept - own.keys(), prefix)
+    if missing or extra:
+        problems = ([f"{', '.join(sizes.layer_runs(missing))} not in the weights"] if missing else []) + (
+            [f"weights have {', '.join(sizes.layer_runs(extra))} beyond the config"] if extra else [])
+        if any(part.startswith("layer") for part in missing + extra):
+            problems.append(f"num_hidden_layers {sizes.layer_count(own, prefix)}, the weights have "
+                            f"{sizes.layer_count(theirs, prefix)} layers")
+        raise BertforgeError(f"{file}: the {config_name} does not describe these weights: {'; '.join(problems)}")
+    return fresh
+
+
+def check_header(model_class, config: BertConfig, folder: Path, ignore_mismatched_sizes: bool) -> None:
+    """Before the model is built: its shapes (on the meta device) against those the checkpoint's headers give
+    (safetensors headers, a Google checkpoint's index; a pickle's are checked once loaded)."""
+    google = google_checkpoint.find(folder)
+    files = weight_files(folder) if google is None else []
+    if any(file.suffix != ".safetensors" for file in files):
+        return
+    own = sizes.model_shapes(model_class, config)
+    prefix = model_class.base_model_prefix
+    wants_prefix = any(k.startswith(prefix + ".") for k in own)
+    if google is not None:
+        theirs, file = google_checkpoint.shapes_of(google, normalise_keys(own, prefix, wants_prefix=True))
+    else:
+        theirs, file = {k: tuple(shape) for k, (shape, _) in sizes.read_header(files).items()}, files[0]
+    check_shapes(own, normalise_keys(theirs, prefix, wants_prefix), file, prefix, ignore_mismatched_sizes)
+
+
 def labels_override(num_labels, id2label, label2id) -> dict:
     """The config's id2label for transformers' num_labels / id2label / label2id keywords (none given: {})."""
     if id2label is not None:
@@ -272,7 +317,7 @@ def labels_override(num_labels, id2label, label2id) -> dict:
         log.warning("label2id without id2label: the labels are taken from label2id (transformers keeps id2label)")
         return {"id2label": {int(i): label for label, i in label2id.items()}}
     if num_labels is not None:
-        return {"id2label": {i: f"LABEL_{i}" for i in range(num_labels)}}
+        return {"id2label": {i: f"LABEL_{i}" for i in range(check_size("num_labels", num_labels))}}
     return {}
 
 

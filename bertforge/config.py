@@ -19,6 +19,29 @@ SIZES = {
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 
+# Upper bounds on the sizes a config may ask for, far beyond any released BERT (checked before anything is
+# allocated, so that a careless or hostile config.json is an error, not memory taken until the machine gives out).
+LIMITS = {
+    "vocab_size": 1 << 22,
+    "hidden_size": 1 << 14,
+    "num_hidden_layers": 1 << 8,
+    "num_attention_heads": 1 << 10,
+    "intermediate_size": 1 << 16,
+    "max_position_embeddings": 1 << 17,
+    "type_vocab_size": 1 << 10,
+    "num_labels": 1 << 17,
+}
+MAX_PARAMETERS = 1 << 32  # about 4.3 billion: 17 GB of float32 weights
+
+
+def check_size(name: str, value) -> int:
+    """`value` as the config field `name`: a whole number from 1 to its LIMITS bound."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BertforgeError(f"{name} must be a whole number of at least 1, not {value!r}")
+    if value > LIMITS[name]:
+        raise BertforgeError(f"{name} {value} is over {LIMITS[name]:,}, more than any BERT model has")
+    return value
+
 
 @dataclass
 class BertConfig:
@@ -48,15 +71,34 @@ class BertConfig:
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                      "max_position_embeddings", "type_vocab_size"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise BertforgeError(f"{name} must be a whole number of at least 1, not {getattr(self, name)!r}")
+            check_size(name, getattr(self, name))
+        if not isinstance(self.id2label, dict):
+            raise BertforgeError(f"id2label must be an object of label ids to names, not {self.id2label!r}")
+        check_size("num_labels", len(self.id2label))
+        if self.parameter_count() > MAX_PARAMETERS:
+            raise BertforgeError(
+                f"num_hidden_layers {self.num_hidden_layers}, hidden_size {self.hidden_size}, intermediate_size "
+                f"{self.intermediate_size} and vocab_size {self.vocab_size} make {self.parameter_count():,} "
+                f"parameters, more than the {MAX_PARAMETERS:,} bertforge builds")
         if self.hidden_size % self.num_attention_heads:
             raise BertforgeError(
                 f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}"
             )
         if self.hidden_act not in ACTIVATIONS:
             raise BertforgeError(f"hidden_act {self.hidden_act!r} is not one of {', '.join(ACTIVATIONS)}")
-        self.id2label = {int(k): v for k, v in self.id2label.items()}
+        try:
+            self.id2label = {int(k): v for k, v in self.id2label.items()}
+        except (TypeError, ValueError):
+            raise BertforgeError(f"id2label keys must be label ids 0, 1, ..., not {list(self.id2label)[:5]}") from None
+        if sorted(self.id2label) != list(range(len(self.id2label))):
+            raise BertforgeError(f"id2label keys must be the label ids 0 to {len(self.id2label) - 1}, not "
+                                 f"{sorted(self.id2label)[:5]}{'...' if len(self.id2label) > 5 else ''}")
+
+    def parameter_count(self) -> int:
+        """About how many parameters a model of these sizes has (the encoder with its embeddings)."""
+        h, layers = self.hidden_size, self.num_hidden_layers
+        embeddings = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * h
+        return embeddings + layers * (4 * h * h + 2 * h * self.intermediate_size)
 
     @property
     def num_labels(self) -> int:
@@ -88,7 +130,7 @@ class BertConfig:
         # label2id and num_labels follow from id2label; model_type is always "bert" (to_dict writes it).
         extra = {k: v for k, v in d.items() if k not in names and k not in ("label2id", "num_labels", "model_type")}
         if "id2label" not in known and "num_labels" in d:
-            known["id2label"] = {i: f"LABEL_{i}" for i in range(d["num_labels"])}
+            known["id2label"] = {i: f"LABEL_{i}" for i in range(check_size("num_labels", d["num_labels"]))}
         return cls(**known, extra=extra)
 
     def to_dict(self) -> dict:
@@ -107,7 +149,7 @@ class BertConfig:
             raise BertforgeError(f"{path}: model_type is {d['model_type']!r}, expected 'bert'")
         try:
             return cls.from_dict(d)
-        except TypeError as e:
+        except (TypeError, BertforgeError) as e:
             raise BertforgeError(f"{path}: {e}") from None
 
     def save(self, path):

@@ -7,7 +7,8 @@ import shutil
 from pathlib import Path
 
 from .errors import BertforgeError
-from .io import atomic_path
+from .io import atomic_path, new_model_folder
+from .options import ONNX_OPSETS, onnx_opset
 
 
 def add_convert_arguments(parser):
@@ -19,6 +20,8 @@ def add_convert_arguments(parser):
     parser.add_argument("--hidden-act", choices=("gelu", "gelu_new"), default=None,
                         help="for a Google checkpoint: its `gelu` as the exact erf form (gelu, as the first release "
                         "of Google's modeling.py) or the tanh approximation (gelu_new, its current code; default)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace OUT when it holds another model (as a whole: none of its files are kept)")
 
 
 def run_convert(args) -> int:
@@ -30,20 +33,36 @@ def run_convert(args) -> int:
     from .checkpoint import SAFETENSORS, TIED_ALIASES, read_weights
 
     src, out = Path(args.src), Path(args.out)
+    overwrite = getattr(args, "overwrite", False)
     if google_checkpoint.find(src) is not None:
         print(google_checkpoint.convert(src, out, getattr(args, "do_lower_case", None),
-                                        getattr(args, "hidden_act", None)))
+                                        getattr(args, "hidden_act", None), overwrite=overwrite))
         return 0
-    weights, file = read_weights(src, trust_pickle=True)
-    out.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if (src / name).is_file():
-            shutil.copyfile(src / name, out / name)
-    tensors = {k: v.contiguous() for k, v in weights.items() if k not in TIED_ALIASES}
-    with atomic_path(out / SAFETENSORS) as tmp:
-        save_file(tensors, tmp, metadata={"format": "pt"})
+    with new_model_folder(out, "OUT", overwrite, src) as tmp:
+        weights, file = read_weights(src, trust_pickle=True)
+        check_vocabulary(src, weights, file)
+        for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json",
+                     "special_tokens_map.json"):
+            if (src / name).is_file():
+                shutil.copyfile(src / name, tmp / name)
+        tensors = {k: v.contiguous() for k, v in weights.items() if k not in TIED_ALIASES}
+        with atomic_path(tmp / SAFETENSORS) as path:
+            save_file(tensors, path, metadata={"format": "pt"})
     print(f"{file} -> {out / SAFETENSORS} ({len(tensors)} tensors)")
     return 0
+
+
+def check_vocabulary(src: Path, weights: dict, file: Path) -> None:
+    """The folder's vocabulary (when it has one) fits the embedding table of its weights."""
+    from .tokenizer import BertTokenizer
+
+    rows = next((v.shape[0] for k, v in weights.items() if k.endswith("word_embeddings.weight")), None)
+    if rows is None or not any((src / name).is_file() for name in ("vocab.txt", "tokenizer.json")):
+        return
+    ids = max(BertTokenizer.from_pretrained(src).get_vocab().values()) + 1  # also against its config.json
+    if ids > rows:
+        raise BertforgeError(f"{src}: the vocabulary has {ids} tokens, more than the {rows} rows of the embedding "
+                             f"table in {file.name}; convert it with the model's own vocabulary")
 
 
 def add_export_arguments(p):
@@ -52,13 +71,16 @@ def add_export_arguments(p):
     onnx.add_argument("model", help="a checkpoint folder")
     onnx.add_argument("out", help="folder to write: model.onnx, onnx.json, config and tokenizer files")
     onnx.add_argument("--int8", action="store_true", help="also model_int8.onnx, dynamically quantised")
-    onnx.add_argument("--opset", type=int, default=17, help="ONNX operator set version")
+    onnx.add_argument("--opset", type=onnx_opset, default=17,
+                      help=f"ONNX operator set version, {ONNX_OPSETS[0]} to {ONNX_OPSETS[1]}")
+    onnx.add_argument("--overwrite", action="store_true",
+                      help="replace OUT when it holds another model (as a whole: none of its files are kept)")
 
 
 def run_export(args) -> int:
     from .export import ONNX_FILES, export_onnx
 
-    report = export_onnx(args.model, args.out, args.int8, args.opset)
+    report = export_onnx(args.model, args.out, args.int8, args.opset, getattr(args, "overwrite", False))
     for name, difference in report.items():
         print(f"{Path(args.out) / name}: max |ONNX Runtime - PyTorch| = {difference:.2e}")
     if report[ONNX_FILES[False]] > 1e-4:

@@ -14,16 +14,18 @@ import json
 import logging
 import shutil
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from . import model as models
-from .checkpoint import write_text_atomic
 from .config import BertConfig
 from .errors import BertforgeError
 from .inference import pad
+from .io import atomic_path, new_model_folder, write_text_atomic
+from .options import ONNX_OPSETS
 from .packing import Layout
 from .runtime import HEAD_OUTPUTS, ONNX_FILES, OnnxRuntime, TorchRuntime
 from .tokenizer import BertTokenizer
@@ -125,20 +127,42 @@ def max_difference(ours: dict, reference: dict, attention_mask: torch.Tensor) ->
     return worst
 
 
-def export_onnx(model_dir, out, int8: bool = False, opset: int = 17) -> dict:
-    """Write OUT (see the module docstring); returns the checks' max differences against PyTorch."""
+def export_onnx(model_dir, out, int8: bool = False, opset: int = 17, overwrite: bool = False) -> dict:
+    """Write OUT (see the module docstring); returns the checks' max differences against PyTorch. OUT is written
+    as a whole beside itself and then swapped in (a folder holding another model: only with `overwrite`), or,
+    when it is the checkpoint folder itself, gets the ONNX files, each written atomically."""
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
         raise BertforgeError("bertforge export onnx needs onnx and onnxruntime: pip install -e '.[onnx]'") from None
+    if not isinstance(opset, int) or not ONNX_OPSETS[0] <= opset <= ONNX_OPSETS[1]:
+        raise BertforgeError(f"opset {opset!r}: the export writes ONNX operator sets {ONNX_OPSETS[0]} to "
+                             f"{ONNX_OPSETS[1]}")
     folder, out = Path(model_dir), Path(out)
     config = BertConfig.from_json_file(folder / "config.json")
     heads = [HEADS[a] for a in config.extra.get("architectures") or [] if a in HEADS]
     architecture = heads[0] if heads else "BertModel"
-    tokenizer = BertTokenizer.from_pretrained(folder)
-    model = getattr(models, architecture).from_pretrained(folder).eval()
-    graph = ExportGraph(model, tokenizer.mask_token_id)
-    out.mkdir(parents=True, exist_ok=True)
+    in_place = out.is_dir() and out.resolve() == folder.resolve()
+    with nullcontext(out) if in_place else new_model_folder(out, "OUT", overwrite, folder) as target:
+        tokenizer = BertTokenizer.from_pretrained(folder)
+        model = getattr(models, architecture).from_pretrained(folder).eval()
+        with atomic_path(target / ONNX_FILES[False]) as path:
+            write_graph(ExportGraph(model, tokenizer.mask_token_id), architecture, tokenizer, path, opset)
+        for name in COPIED:
+            if (folder / name).is_file() and not in_place:
+                shutil.copyfile(folder / name, target / name)
+        write_text_atomic(target / "onnx.json", json.dumps({"architecture": architecture, "outputs":
+                                                            list(HEAD_OUTPUTS[architecture])}) + "\n")
+        if int8:
+            with atomic_path(target / ONNX_FILES[True]) as path:
+                quantise(target / ONNX_FILES[False], path)
+        elif in_place:
+            (target / ONNX_FILES[True]).unlink(missing_ok=True)  # from an earlier export: not of this model.onnx
+        return check(model, target, tokenizer, architecture, int8)
+
+
+def write_graph(graph: ExportGraph, architecture: str, tokenizer, path: Path, opset: int) -> None:
+    """The model's graph, traced on a batch of real text, with dynamic batch and sequence axes."""
     outputs = list(HEAD_OUTPUTS[architecture])
     axes = {0: "batch", 1: "choices", 2: "sequence"} if architecture == "BertForMultipleChoice" \
         else {0: "batch", 1: "sequence"}
@@ -148,23 +172,21 @@ def export_onnx(model_dir, out, int8: bool = False, opset: int = 17) -> dict:
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(graph, (example["input_ids"], example["attention_mask"], example["token_type_ids"]),
-                          str(out / ONNX_FILES[False]), input_names=list(dynamic)[:3], output_names=outputs,
+                          str(path), input_names=list(dynamic)[:3], output_names=outputs,
                           dynamic_axes=dynamic, opset_version=opset, dynamo=False)
-    for name in COPIED:
-        if (folder / name).is_file() and folder.resolve() != out.resolve():
-            shutil.copyfile(folder / name, out / name)
-    write_text_atomic(out / "onnx.json", json.dumps({"architecture": architecture, "outputs": outputs}) + "\n")
-    if int8:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-        root = logging.getLogger()
-        level = root.level
-        root.setLevel(logging.WARNING)  # it logs a line per tensor it leaves fp32
-        try:
-            quantize_dynamic(str(out / ONNX_FILES[False]), str(out / ONNX_FILES[True]), weight_type=QuantType.QInt8,
-                             per_channel=True)
-        finally:
-            root.setLevel(level)
-    return check(model, out, tokenizer, architecture, int8)
+
+
+def quantise(source: Path, path: Path) -> None:
+    """int8 weights with a scale per output channel, activations quantised per batch."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.WARNING)  # it logs a line per tensor it leaves fp32
+    try:
+        quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8, per_channel=True)
+    finally:
+        root.setLevel(level)
 
 
 def check(model, out: Path, tokenizer, architecture: str, int8: bool) -> dict:

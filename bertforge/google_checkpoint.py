@@ -13,8 +13,9 @@ from pathlib import Path
 
 import torch
 
-from .config import BertConfig
+from .config import BertConfig, check_size
 from .errors import BertforgeError
+from .io import new_model_folder
 from .tf_checkpoint import TFCheckpoint, find_prefix
 
 log = logging.getLogger("bertforge")
@@ -88,7 +89,8 @@ def read_config(prefix: Path, checkpoint: TFCheckpoint | None = None, gelu: str 
         changes["hidden_act"] = gelu
     checkpoint = checkpoint or TFCheckpoint(prefix)
     if "output_weights" in checkpoint.entries:
-        changes["id2label"] = {i: f"LABEL_{i}" for i in range(checkpoint.entries["output_weights"].shape[0])}
+        labels = check_size("num_labels", checkpoint.entries["output_weights"].shape[0])
+        changes["id2label"] = {i: f"LABEL_{i}" for i in range(labels)}
     return dataclasses.replace(config, **changes)
 
 
@@ -119,6 +121,34 @@ def header(prefix) -> tuple[BertConfig, dict[str, tuple[list[int], str]], list[P
     return config, shapes, [checkpoint.index, *shards]
 
 
+def checked_names(checkpoint: TFCheckpoint, shapes: dict | None = None) -> dict[str, tuple[str, bool]]:
+    """Google name -> (this package's name, transposed) of the checkpoint's BERT weights, each shape checked
+    against `shapes` (name -> the model's shape) where given, from the index alone."""
+    names = {}
+    for name, entry in checkpoint.entries.items():
+        if skipped(name):
+            continue
+        key, transposed = names[name] = hf_name(name)
+        if shapes is not None and key in shapes:
+            want = tuple(shapes[key])[::-1] if transposed else tuple(shapes[key])
+            if entry.shape != want:
+                raise BertforgeError(f"{checkpoint.index}: {name} has shape {entry.shape} but "
+                                     f"{checkpoint.prefix.parent / CONFIG} gives {want}; the config does not "
+                                     "describe these weights")
+    return names
+
+
+def shapes_of(prefix, shapes: dict) -> tuple[dict[str, tuple[int, ...]], Path]:
+    """The checkpoint's shapes under this package's names, checked against `shapes` (see checked_names), and the
+    index file: what loading would find, without reading a tensor."""
+    checkpoint = TFCheckpoint(prefix)
+    found = {}
+    for name, (key, transposed) in checked_names(checkpoint, shapes).items():
+        shape = tuple(checkpoint.entries[name].shape)
+        found[key] = shape[::-1] if transposed else shape
+    return found, checkpoint.index
+
+
 def as_torch(checkpoint: TFCheckpoint, name: str) -> torch.Tensor:
     values = torch.from_numpy(checkpoint.read(name))
     return values.view(torch.bfloat16) if checkpoint.entries[name].dtype == "bfloat16" else values
@@ -129,16 +159,7 @@ def read_weights(prefix, shapes: dict | None = None) -> tuple[dict[str, torch.Te
     index file. With `shapes` (name -> the model's shape), each tensor's shape is checked against it."""
     checkpoint = TFCheckpoint(prefix)
     weights = {}
-    for name, entry in checkpoint.entries.items():
-        if skipped(name):
-            continue
-        key, transposed = hf_name(name)
-        if shapes is not None and key in shapes:
-            want = tuple(shapes[key])[::-1] if transposed else tuple(shapes[key])
-            if entry.shape != want:
-                raise BertforgeError(f"{checkpoint.index}: {name} has shape {entry.shape} but "
-                                     f"{checkpoint.prefix.parent / CONFIG} gives {want}; the config does not "
-                                     "describe these weights")
+    for name, (key, transposed) in checked_names(checkpoint, shapes).items():
         tensor = as_torch(checkpoint, name)
         weights[key] = tensor.t() if transposed else tensor
     for why, line in report(checkpoint):
@@ -165,20 +186,22 @@ def report(checkpoint: TFCheckpoint) -> list[tuple[str, str]]:
     return lines
 
 
-def convert(src, out, do_lower_case: bool | None = None, hidden_act: str | None = None) -> str:
+def convert(src, out, do_lower_case: bool | None = None, hidden_act: str | None = None,
+            overwrite: bool = False) -> str:
     """Write a Google checkpoint as a Hugging Face-layout folder (config.json, model.safetensors, tokenizer
-    files with the checkpoint's casing); the line to print (what was skipped is logged while loading)."""
+    files with the checkpoint's casing), replacing `out` as a whole (a folder holding a model: only with
+    `overwrite`); the line to print (what was skipped is logged while loading)."""
     from . import model as models  # the model classes import the checkpoint machinery, which imports this
     from .tokenizer import BertTokenizer
 
     prefix = find(src)
-    checkpoint = TFCheckpoint(prefix)
-    folder = prefix.parent
-    tokenizer = BertTokenizer.from_pretrained(folder, do_lower_case=do_lower_case)
-    model_class = getattr(models, architecture(checkpoint))
-    config = read_config(prefix, checkpoint, gelu=hidden_act or "gelu_new")
-    model = model_class.from_pretrained(prefix, config=config)
-    model.save_pretrained(out, tokenizer)
+    with new_model_folder(out, "OUT", overwrite, prefix.parent) as tmp:
+        checkpoint = TFCheckpoint(prefix)
+        tokenizer = BertTokenizer.from_pretrained(prefix.parent, do_lower_case=do_lower_case)
+        model_class = getattr(models, architecture(checkpoint))
+        config = read_config(prefix, checkpoint, gelu=hidden_act or "gelu_new")
+        model = model_class.from_pretrained(prefix, config=config)
+        model.save_pretrained(tmp, tokenizer)
     casing = "uncased" if tokenizer.do_lower_case else "cased"
     return (f"{checkpoint.index} -> {Path(out)} ({model_class.__name__}, hidden_act {model.config.hidden_act}, "
             f"{casing})")

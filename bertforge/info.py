@@ -6,11 +6,10 @@ Only the safetensors headers are read (names, shapes, dtypes), so this is instan
 from math import prod
 from pathlib import Path
 
-from safetensors import SafetensorError, safe_open
-
 from .config import BertConfig
 from .errors import BertforgeError
 from .io import read_json
+from .sizes import read_header
 from .tokenizer import looks_uncased
 
 # What each hidden_act computes: the two GELUs differ by up to 5e-4 per unit, enough to move a checkpoint's outputs.
@@ -20,25 +19,9 @@ ACTIVATIONS = {
     "gelu_pytorch_tanh": "tanh approximation of GELU, as Google's modeling.py",
 }
 
-DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64"}
-
 
 def add_info_arguments(parser):
     parser.add_argument("dir", metavar="DIR", type=Path, help="checkpoint folder (config.json, model.safetensors)")
-
-
-def read_header(files: list[Path]) -> dict[str, tuple[list[int], str]]:
-    """(shape, dtype) of each tensor, by name, without reading the tensors."""
-    header = {}
-    for file in files:
-        try:
-            with safe_open(file, "pt") as f:
-                for key in f.keys():
-                    tensor = f.get_slice(key)
-                    header[key] = tensor.get_shape(), DTYPES.get(tensor.get_dtype(), tensor.get_dtype())
-        except (SafetensorError, OSError) as e:
-            raise BertforgeError(f"{file}: not a valid safetensors file ({e})") from None
-    return header
 
 
 def vocabulary(folder: Path, config: BertConfig) -> str:

@@ -172,6 +172,7 @@ def read_records(path):
     path = Path(path)
     text = read_text(path, "utf-8-sig")
     if path.suffix.lower() in (".csv", ".tsv"):
+        csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))  # a field may be as long as the file
         rows = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
         for row in rows:
             location = where(path, rows.line_num)
@@ -265,6 +266,41 @@ def replace_folder(tmp: Path, final: Path):
         final.rename(old)
     tmp.rename(final)
     shutil.rmtree(old, ignore_errors=True)
+
+
+# What a model folder holds (a checkpoint, its tokenizer, an ONNX export): a folder of these alone may be replaced
+# by another model with --overwrite; a folder holding anything else is never replaced (those files would be lost).
+MODEL_FILES = ("config.json", "bert_config.json", "model.safetensors.index.json", "pytorch_model.bin", "onnx.json",
+               "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+MODEL_SUFFIXES = (".safetensors", ".onnx")
+
+
+@contextmanager
+def new_model_folder(out, flag: str, overwrite: bool = False, source=None):
+    """Yield an empty folder beside `out` to write a whole model in; on success it replaces `out` in one step (no
+    file of an earlier model is left beside the new one), on failure it is removed and `out` is as it was.
+    Refused before anything is written: `out` holding a model's files without `overwrite`, or other files."""
+    out = check_output(out, flag, inputs=[source] if source is not None else ())
+    found = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    others = [name for name in found if name not in MODEL_FILES and not name.endswith(MODEL_SUFFIXES)]
+    if others:
+        raise BertforgeError(f"{flag} {out}: holds other files than a model's ({', '.join(others[:3])}"
+                             f"{', ...' if len(others) > 3 else ''}), which replacing it would delete; write to a new "
+                             "or empty folder")
+    if found and not overwrite:
+        more = ", ..." if len(found) > 4 else ""
+        raise BertforgeError(f"{flag} {out}: holds another model ({', '.join(found[:4])}{more}); pass --overwrite to "
+                             "replace it, or write elsewhere")
+    with exclusive(out, flag):
+        tmp = out.with_name(f".{out.name}.partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            yield tmp
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        replace_folder(tmp, out)
 
 
 def write_text_atomic(path, text: str):

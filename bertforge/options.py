@@ -43,6 +43,16 @@ def count(minimum: int = 1, maximum: int | None = None):
     return parse
 
 
+# The ONNX operator sets `export onnx` writes: attention (scaled_dot_product_attention) needs 14; 20 is the last
+# of torch's TorchScript exporter.
+ONNX_OPSETS = (14, 20)
+
+
+def onnx_opset(text: str) -> int:
+    """An ONNX operator set version the export can write."""
+    return count(*ONNX_OPSETS)(text)
+
+
 def positive(text: str) -> float:
     """A number above 0."""
     value = _number(float, text)

@@ -18,7 +18,8 @@ from .encoding import Encoding
 from .errors import BertforgeError
 from .io import atomic_path, check_output, decoded_blocks, read_json, text_files, write_json, write_text_atomic
 from .options import add_encoding_argument, count, old_spellings
-from .vocab import SPECIAL_NAMES, SPECIAL_TOKENS, looks_uncased, read_vocab, vocab_of_pipeline
+from .vocab import (SPECIAL_NAMES, SPECIAL_TOKENS, added_tokens, check_fits, looks_uncased, max_length_of,
+                    read_vocab, vocab_of_pipeline)
 from .wordpiece import count_words, learn_vocab
 
 MAX_CHARS_PER_WORD = 100  # longer words become [UNK]
@@ -101,9 +102,9 @@ class BertTokenizer:
         json_file = vocab_file.parent / "tokenizer.json" if vocab_file.name != "tokenizer.json" else vocab_file
         pipeline = read_json(json_file) if json_file.is_file() else None
         if vocab_file.is_file() and vocab_file.name != "tokenizer.json":
-            vocab = read_vocab(vocab_file)
+            vocab, vocab_source = read_vocab(vocab_file), vocab_file
         elif pipeline is not None:
-            vocab = vocab_of_pipeline(json_file, pipeline)
+            vocab, vocab_source = vocab_of_pipeline(json_file, pipeline), json_file
         else:
             raise BertforgeError(f"{vocab_file}: vocabulary file not found (nor {json_file})")
         config_file = vocab_file.parent / "tokenizer_config.json"
@@ -124,16 +125,11 @@ class BertTokenizer:
             if config.get(option) not in (None, supported):
                 raise BertforgeError(f"{config_file}: {option}={config[option]} is not supported with "
                                      f"do_lower_case={do_lower_case}")
-        max_length = config.get("model_max_length", DEFAULT_MAX_LENGTH)
-        if max_length > 1_000_000:  # transformers writes int(1e30) for "no limit"
-            max_length = DEFAULT_MAX_LENGTH
-        tokenizer = cls(vocab, do_lower_case, max_length)
-        added = sorted((t["id"], t["content"], t.get("special", False))
-                       for t in (pipeline or {}).get("added_tokens", []) if t["id"] >= len(vocab))
-        for i, (token_id, token, special) in enumerate(added):
-            if token_id != len(vocab) + i:
-                raise BertforgeError(f"{json_file}: added token {token!r} has id {token_id}, expected {len(vocab) + i}")
+        tokenizer = cls(vocab, do_lower_case, max_length_of(config_file, config, DEFAULT_MAX_LENGTH))
+        added = added_tokens(json_file, pipeline, len(vocab))
+        for _, token, special in added:
             tokenizer.add_tokens([token], special_tokens=special)
+        check_fits(max(tokenizer._id_to_token) + 1, json_file if added else vocab_source, vocab_file.parent)
         return tokenizer
 
     def save_pretrained(self, out_dir):

@@ -32,6 +32,21 @@ def one_line_error(excinfo, *names) -> str:
     return message
 
 
+def built_devices(monkeypatch) -> list:
+    """The default device of every BertModel built from now on (the meta device allocates nothing)."""
+    import torch
+
+    from bertforge.model import BertModel
+
+    devices, build = [], BertModel.__init__
+
+    def recording(self, *args, **kwargs):
+        devices.append(torch.get_default_device().type)
+        build(self, *args, **kwargs)
+    monkeypatch.setattr(BertModel, "__init__", recording)
+    return devices
+
+
 def write_jsonl(path, rows) -> Path:
     """A JSON-lines file of the rows (objects)."""
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -342,6 +342,134 @@ def test_the_wrong_model_for_the_job(tmp_path, capsys, tiny_model):
                    "no trained classifier", "fine-tune it first")
 
 
+def test_a_vocabulary_larger_than_the_embedding_table(tmp_path, capsys, tiny_model):
+    """A model folder whose vocab.txt (30522 tokens) outgrows its embedding table (1000 rows): refused when the
+    tokenizer is loaded beside the model (predict, pipeline) and by convert, which writes nothing."""
+    import torch
+
+    from bertforge import BertConfig, BertForSequenceClassification, BertTokenizer, pipeline
+    from bertforge.errors import BertforgeError
+
+    folder = tmp_path / "small-table"
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig.from_name("tiny", vocab_size=1000))
+    model.save_pretrained(folder, BertTokenizer.from_pretrained(tiny_model))
+    words = ["vocab.txt", "30522 tokens", "1000 rows"]
+    one_line_error(capsys, 2, ["predict", "sst2", "--model", folder, "--text", "fine"], *words)
+    with pytest.raises(BertforgeError, match="30522 tokens, more than the 1000 rows"):
+        pipeline("text-classification", model=folder)
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    one_line_error(capsys, 2, ["convert", folder, tmp_path / "out"], *words)
+    (folder / "config.json").unlink()  # no config to compare with: the weights' table itself
+    one_line_error(capsys, 2, ["convert", folder, tmp_path / "out"], "30522 tokens", "1000 rows",
+                   "pytorch_model.bin")
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_and_convert_never_write_over_another_model(tmp_path, capsys, tiny_model):
+    """A destination holding another model is refused (unchanged) unless --overwrite, which replaces it as a whole:
+    no file of the old model is left beside the new one. A folder holding other files is never replaced."""
+    pytest.importorskip("onnxruntime")
+    import torch
+    from safetensors.torch import load_file
+
+    from bertforge import BertConfig, BertForSequenceClassification, BertTokenizer
+
+    pickled = tmp_path / "pickled"
+    shutil.copytree(tiny_model, pickled)
+    torch.save(load_file(pickled / "model.safetensors"), pickled / "pytorch_model.bin")
+    (pickled / "model.safetensors").unlink()
+    other, mixed = tmp_path / "other", tmp_path / "mixed"
+    BertForSequenceClassification(BertConfig.from_name("tiny", vocab_size=30522)).save_pretrained(
+        other, BertTokenizer.from_pretrained(tiny_model))
+    shutil.copytree(other, mixed)
+    (mixed / "notes.txt").write_text("mine")
+    before, mixed_before = snapshot(other), snapshot(mixed)
+    for argv in (["export", "onnx", tiny_model, other], ["convert", pickled, other]):
+        one_line_error(capsys, 2, argv, f"OUT {other}: holds another model", "--overwrite")
+        one_line_error(capsys, 2, [*argv[:-1], mixed, "--overwrite"], f"OUT {mixed}: holds other files", "notes.txt")
+        assert snapshot(other) == before and snapshot(mixed) == mixed_before
+    assert main(["export", "onnx", str(tiny_model), str(other), "--overwrite"]) == 0
+    assert "model.safetensors" not in {p.name for p in other.iterdir()} and (other / "model.onnx").is_file()
+    assert (other / "config.json").read_bytes() == (tiny_model / "config.json").read_bytes()
+    assert main(["convert", str(pickled), str(other), "--overwrite"]) == 0
+    assert sorted(p.name for p in other.iterdir()) == sorted(p.name for p in tiny_model.iterdir())
+    assert not (tmp_path / ".other.partial").exists() and not (tmp_path / ".other.old").exists()
+
+
+@pytest.mark.parametrize("name, content, words", [
+    ("train.csv", "text,label\ngood,1\nbad,\n", ["train.csv:3", "the label is empty"]),
+    ("train.csv", "text,label\ngood,1\nbad,NaN\n", ["train.csv:3", "label 'NaN' is not a class"]),
+    ("train.jsonl", '{"text": "good", "label": 1}\n{"text": "bad", "label": NaN}\n', ["train.jsonl:2", "nan is not"]),
+    ("train.jsonl", '{"text": "good", "label": 1}\n{"text": "bad", "label": null}\n',
+     ["train.jsonl:2", "'label' must be a text or a number"]),
+    ("train.csv", "text,label\ngood,pos\nbad,pos\n", ["train.csv: the training split has a single class (pos)"]),
+    ("train.jsonl", '{"text": "good", "label": 1}\n{"text": "bad", "label": "1.0"}\n',
+     ["train.jsonl: the training split has a single class (1)"]),
+])
+def test_own_labels_are_read_as_meant(tiny_model, tmp_path, capsys, name, content, words):
+    """A label that is missing (empty, NaN, null) is named by file:line; a training split of one class (1 and "1.0"
+    being one) is refused; nothing is written."""
+    (tmp_path / name).write_text(content)
+    one_line_error(capsys, 2, ["finetune", "text-classification", "--model", tiny_model, "--train", tmp_path / name,
+                               "--dev", tmp_path / name, "--out", tmp_path / "run", "--no-progress"], *words)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_single_tag_and_a_long_csv_field(tiny_model, tmp_path, capsys):
+    (tmp_path / "tags.jsonl").write_text('{"tokens": ["a", "b"], "tags": ["O", "O"]}\n')
+    one_line_error(capsys, 2, ["finetune", "token-classification", "--model", tiny_model, "--train",
+                               tmp_path / "tags.jsonl", "--out", tmp_path / "run"], "tags.jsonl", "single tag (O)")
+    assert not (tmp_path / "run").exists()
+    from bertforge.io import read_records
+
+    long = "word " * 60_000  # 300,000 characters: over the csv module's default field limit of 131,072
+    (tmp_path / "long.csv").write_text(f"text,label\n{long},pos\n")
+    assert [r["text"] for _, r in read_records(tmp_path / "long.csv")] == [long]
+
+
+@pytest.mark.parametrize("file, change, words", [
+    ("tokenizer.json", lambda d: d["added_tokens"].append({"content": "[NEW]"}), ["added_tokens[5]", '"id"']),
+    ("tokenizer.json", lambda d: d["added_tokens"].append({"id": "x", "content": "[NEW]"}), ["added_tokens[5]"]),
+    ("tokenizer_config.json", lambda d: d.update(model_max_length="lots"), ["model_max_length 'lots'"]),
+    ("tokenizer_config.json", lambda d: d.update(model_max_length="256"), None),
+])
+def test_tokenizer_files_with_odd_values(tmp_path, tiny_model, file, change, words):
+    from bertforge import BertTokenizer
+    from bertforge.errors import BertforgeError
+
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copyfile(tiny_model / name, folder / name)
+    content = json.loads((folder / file).read_text())
+    change(content)
+    (folder / file).write_text(json.dumps(content))
+    if words is None:
+        assert BertTokenizer.from_pretrained(folder).model_max_length == 256
+        return
+    with pytest.raises(BertforgeError) as excinfo:
+        BertTokenizer.from_pretrained(folder)
+    message = str(excinfo.value)
+    assert "\n" not in message and message.startswith(str(folder / file)), message
+    assert all(word in message for word in words), message
+
+
+@pytest.mark.parametrize("opset, problem", [("5", "at least 14"), ("99", "at most 20"), ("x", "whole number")])
+def test_export_opsets_out_of_range(tmp_path, capsys, tiny_model, opset, problem):
+    one_line_error(capsys, 2, ["export", "onnx", tiny_model, tmp_path / "onnx", "--opset", opset], "argument --opset",
+                   problem)
+    assert list(tmp_path.iterdir()) == []
+    from bertforge.errors import BertforgeError
+    from bertforge.export import export_onnx
+
+    pytest.importorskip("onnxruntime")
+    with pytest.raises(BertforgeError, match="opset 5: the export writes ONNX operator sets 14 to 20"):
+        export_onnx(tiny_model, tmp_path / "onnx", opset=5)
+    assert list(tmp_path.iterdir()) == []
+
+
 # 8. The same input gives the same output: vocabulary, data and pre-training, in any process
 
 def test_vocabulary_data_and_pretraining_repeat_byte_for_byte(corpus, tmp_path):
@@ -397,10 +525,15 @@ def test_the_pickle_refusal_names_what_exists(tmp_path, capsys, tiny_model):
     ({"num_hidden_layers": 1}, ["the weights have 2 layers, config.json says 1"]),
     ({"intermediate_size": 100}, ["intermediate.dense.weight", "config.json gives"]),
     ({"num_hidden_layers": -1}, ["num_hidden_layers must be a whole number of at least 1"]),
+    ({"num_labels": 10**9, "id2label": None}, ["config.json: num_labels 1000000000 is over"]),
+    ({"max_position_embeddings": 10**9}, ["config.json: max_position_embeddings 1000000000 is over"]),
 ])
 def test_info_checks_the_config_against_the_weights(tmp_path, capsys, tiny_model, change, words):
     folder = tmp_path / "model"
     shutil.copytree(tiny_model, folder)
     config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    config = {**config, **change}
+    if config["id2label"] is None:  # labels given by their number alone
+        del config["id2label"], config["label2id"]
+    (folder / "config.json").write_text(json.dumps(config))
     one_line_error(capsys, 2, ["info", folder], *words)

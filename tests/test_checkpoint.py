@@ -11,7 +11,7 @@ import bertforge.model as bf
 from bertforge.checkpoint import PICKLE, SAFETENSORS, SAFETENSORS_INDEX
 from bertforge.config import BertConfig
 from bertforge.errors import BertforgeError
-from tests.conftest import one_line_error
+from tests.conftest import built_devices, one_line_error
 
 TINY = dict(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256)
 
@@ -168,6 +168,40 @@ def test_config_that_contradicts_the_weights(tmp_path, changes, problem):
     assert problem in message and "config.json does not describe these weights" in message
 
 
+@pytest.mark.parametrize("changes,file,culprit", [
+    (dict(num_hidden_layers=1000, hidden_size=4096, num_attention_heads=16, intermediate_size=16384), "config.json",
+     "num_hidden_layers 1000 is over 256"),
+    (dict(max_position_embeddings=10**9), "config.json", "max_position_embeddings 1000000000 is over"),
+    (dict(max_position_embeddings=1e9), "config.json", "max_position_embeddings must be a whole number"),
+    (dict(num_labels=10**9, id2label=None, label2id=None), "config.json", "num_labels 1000000000 is over"),
+    (dict(num_hidden_layers=60, hidden_size=4096, num_attention_heads=16, intermediate_size=16384), "config.json",
+     "parameters, more than"),
+    (dict(num_hidden_layers=200), SAFETENSORS, "num_hidden_layers 200, the weights have 2 layers"),
+    (dict(max_position_embeddings=100_000), SAFETENSORS, "(max_position_embeddings 100000)"),
+    (dict(id2label={"0": "a", "7": "b"}), "config.json", "id2label keys must be the label ids 0 to 1"),
+])
+def test_sizes_are_checked_before_the_model_is_built(tmp_path, monkeypatch, changes, file, culprit):
+    """A config.json asking for more than its weights hold (or than any BERT) is refused before a tensor is
+    allocated: only meta-device models (no memory) are built on the way to the error."""
+    save(bf.BertForPreTraining, tmp_path)
+    config = {**json.loads((tmp_path / "config.json").read_text()), **changes}
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    devices = built_devices(monkeypatch)
+    for model_class in (bf.BertForPreTraining, bf.BertForSequenceClassification, bf.BertModel):
+        with pytest.raises(BertforgeError) as excinfo:
+            model_class.from_pretrained(tmp_path)
+        assert culprit in one_line_error(excinfo, tmp_path / file)
+    assert set(devices) <= {"meta"}
+
+
+def test_sizes_from_keywords_and_random_init(tmp_path):
+    save(bf.BertForSequenceClassification, tmp_path)
+    with pytest.raises(BertforgeError, match="num_labels 1000000000 is over"):
+        bf.BertForSequenceClassification.from_pretrained(tmp_path, num_labels=10**9, ignore_mismatched_sizes=True)
+    model = bf.BertForSequenceClassification(BertConfig.from_name("tiny", max_position_embeddings=1024))
+    assert model.bert.embeddings.position_embeddings.weight.shape == (1024, 128)  # no weights: the config's sizes
+
+
 def test_missing_embeddings_are_an_error_not_fresh(tmp_path):
     save(bf.BertModel, tmp_path)
     weights = load_file(tmp_path / SAFETENSORS)
@@ -208,6 +242,24 @@ def test_invalid_shard_index(tmp_path):
     with pytest.raises(BertforgeError) as excinfo:
         bf.BertModel.from_pretrained(tmp_path)
     one_line_error(excinfo, tmp_path / SAFETENSORS_INDEX)
+
+
+@pytest.mark.parametrize("shard", ["../outside/model.safetensors", "{outside}/model.safetensors",
+                                   "sub/../../outside/model.safetensors", "..", None])
+def test_shard_index_names_only_files_beside_it(tmp_path, shard):
+    """A weight_map naming a file outside its folder (a valid one, here) is refused, not read."""
+    save(bf.BertModel, tmp_path / "outside")
+    folder = tmp_path / "model"
+    save(bf.BertModel, folder)
+    weights = load_file(folder / SAFETENSORS)
+    (folder / SAFETENSORS).unlink()
+    save_file({k: v for k, v in weights.items() if "layer.1." not in k}, folder / "model-00001-of-00002.safetensors")
+    shard = None if shard is None else shard.format(outside=tmp_path / "outside")
+    index = {"weight_map": {k: shard if "layer.1." in k else "model-00001-of-00002.safetensors" for k in weights}}
+    (folder / SAFETENSORS_INDEX).write_text(json.dumps(index))
+    with pytest.raises(BertforgeError) as excinfo:
+        bf.BertModel.from_pretrained(folder)
+    assert "not a file of this folder" in one_line_error(excinfo, folder / SAFETENSORS_INDEX)
 
 
 def test_save_pretrained_round_trip_keeps_config(tmp_path):

@@ -14,7 +14,7 @@ from bertforge.errors import BertforgeError
 from bertforge.info import describe
 from bertforge.tf_checkpoint import TFCheckpoint
 from bertforge.tokenizer import BertTokenizer
-from tests.conftest import require_shared
+from tests.conftest import built_devices, require_shared
 from tests.tf_bundle import write_checkpoint
 
 TOL = 1e-5
@@ -270,6 +270,20 @@ def test_config_with_more_layers_than_the_checkpoint(google_dir, tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "bert_model.ckpt.index" in err and "layer 2 not in the weights" in err
     assert "bert_config.json does not describe these weights" in err
+
+
+@pytest.mark.parametrize("changes, culprit", [
+    (dict(num_hidden_layers=200), "num_hidden_layers 200, the weights have 2 layers"),
+    (dict(max_position_embeddings=100_000), "bert/embeddings/position_embeddings has shape"),
+])
+def test_sizes_are_checked_before_the_model_is_built(google_dir, tmp_path, monkeypatch, changes, culprit):
+    folder = linked_copy(google_dir, tmp_path / "google", changes)
+    devices = built_devices(monkeypatch)
+    with pytest.raises(BertforgeError) as excinfo:
+        bf.BertForPreTraining.from_pretrained(folder)
+    message = str(excinfo.value)
+    assert "\n" not in message and culprit in message and str(folder / "bert_model.ckpt.index") in message, message
+    assert set(devices) <= {"meta"}
 
 
 def test_erf_gelu_on_request_and_it_matters(google_dir, expected, tmp_path):

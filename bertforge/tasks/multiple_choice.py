@@ -11,7 +11,7 @@ from ..errors import BertforgeError
 from ..io import read_records, rounded, write_text_atomic
 from .base import SEQUENCE_INPUTS, HeadClass, Split, TaskFamily, find_file, softmax
 from .metrics import accuracy
-from .own_data import SOURCES, OwnData
+from .own_data import SOURCES, OwnData, label_text
 
 
 @dataclass
@@ -162,8 +162,8 @@ def choice_index(value, choices: list[str], location: str) -> int:
     """The right choice's index: a label that is one of the choices' texts names it, else it is its index from 0."""
     if isinstance(value, str) and value in choices:
         return choices.index(value)
-    if not isinstance(value, bool) and str(value).strip() in [str(k) for k in range(len(choices))]:
-        return int(value)
+    if not isinstance(value, bool) and label_text(value, location) in [str(k) for k in range(len(choices))]:
+        return int(label_text(value, location))
     raise BertforgeError(f"{location}: label {value!r} is not among the choices ({' | '.join(choices)}) nor an index "
                          f"0..{len(choices) - 1}")
 

@@ -10,6 +10,8 @@ A split is a file (--train, --dev, --test: CSV or TSV with a header row, JSON li
 them) are read as their names.
 """
 
+import math
+import numbers
 from pathlib import Path
 
 from ..errors import BertforgeError
@@ -21,6 +23,27 @@ SUFFIXES = ("csv", "tsv", "jsonl", "json")
 DATASET_SPLITS = {"train": ("train",), "dev": ("validation", "dev", "valid"), "test": ("test",)}
 
 
+def label_text(value, location: str, what: str = "label") -> str:
+    """A label as its user means it, one rule for CSV, JSON lines and data sets: a number and its text are one
+    class (1, "1", 1.0 and "1.0" are all "1"); an empty label, a NaN or an infinity is an error naming its location."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise BertforgeError(f"{location}: the {what} is empty")
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        number = value
+    else:
+        return str(value)
+    if not math.isfinite(number):
+        raise BertforgeError(f"{location}: {what} {value!r} is not a class (a NaN or an infinity: a missing value?)")
+    if isinstance(number, numbers.Integral) or float(number).is_integer():
+        return str(int(number))
+    return repr(float(number))
+
+
 def label_order(values) -> list[str]:
     """The distinct labels, sorted as numbers when they all are, else as text."""
     distinct = sorted(set(values))
@@ -30,10 +53,28 @@ def label_order(values) -> list[str]:
         return distinct
 
 
+def same_label(label: str) -> str:
+    """A label of a label set (a model's may come from before label_text) as label_text reads it."""
+    try:
+        return label_text(label, "")
+    except BertforgeError:
+        return label
+
+
 def label_index(value, labels: list[str], location: str, what: str = "label") -> int:
-    if str(value) not in labels:
-        raise BertforgeError(f"{location}: {what} {value!r} is not among the training split's ({', '.join(labels)})")
-    return labels.index(str(value))
+    """The index of a record's label in the label set (the training split's, or the model's)."""
+    key = label_text(value, location, what)
+    for i, label in enumerate(labels):
+        if label == key or same_label(label) == key:
+            return i
+    raise BertforgeError(f"{location}: {what} {value!r} is not among the training split's ({', '.join(labels)})")
+
+
+def single_class(labels: list[str], source, what: str = "class") -> None:
+    """A training split must hold two classes at least: a classifier of one learns nothing."""
+    if len(labels) < 2:
+        raise BertforgeError(f"{source}: the training split has a single {what} ({', '.join(labels)}); a classifier "
+                             f"needs two at least")
 
 
 def load_dataset_splits(spec: str, progress: bool = True) -> dict:
@@ -121,14 +162,18 @@ class OwnData:
             self._dataset_splits = load_dataset_splits(self.dataset, self.progress)
         return self._dataset_splits
 
+    def source(self, split: str) -> str:
+        """Where the split comes from, for errors: its file, or the data set and split."""
+        return str(self.path(split)) if self.dataset is None else f"--dataset {self.dataset}, split {split}"
+
     def records(self, split: str, columns: dict) -> list[tuple[str, dict]]:
         """The split's (location, record) pairs; every record holds the `columns` (flag -> a column name, a list
         of names, or None for none)."""
+        source = self.source(split)
         if self.dataset is None:
-            located, source = list(read_records(self.path(split))), self.path(split)
+            located = list(read_records(self.path(split)))
         else:
             located = dataset_records(self.dataset, self.dataset_splits(), split)
-            source = f"--dataset {self.dataset}, split {split}"
         if not located:
             raise BertforgeError(f"{source}: no examples")
         for location, record in located:

@@ -3,11 +3,13 @@
 Three task names: `text-classification` (a text, a label), `text-pair-classification` (two texts, a label) and
 `regression` (one or two texts, a number). The splits are your own data's (own_data.py: files, a --data folder or
 a `datasets` data set), the columns named by --text-column, --text-pair-column and --label-column. Labels may be
-any strings or numbers: the label set is the training split's, sorted (numerically when every label is a number),
-and saved in the model's config as id2label/label2id, so that `predict`, bertforge's pipelines and transformers'
-`pipeline()` name them.
+any strings or numbers (a number and its text are one class: 1, "1", 1.0 and "1.0"; an empty or NaN label is an
+error): the label set is the training split's, two classes at least, sorted (numerically when every label is a
+number), and saved in the model's config as id2label/label2id, so that `predict`, bertforge's pipelines and
+transformers' `pipeline()` name them.
 """
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,7 @@ from ..io import rounded, write_text_atomic
 from .base import HeadClass, Split, TaskFamily, softmax
 from .glue import GlueExample, encode_glue
 from .metrics import accuracy, macro_f1, pearson, spearman
-from .own_data import SOURCES, OwnData, label_index, label_order
+from .own_data import SOURCES, OwnData, label_index, label_order, label_text, single_class
 
 
 class TextClassificationFamily(OwnData, TaskFamily):
@@ -52,7 +54,9 @@ class TextClassificationFamily(OwnData, TaskFamily):
         labelled = split != "test"
         records = self.text_records(split, labelled)
         if self.labels is None:  # the training split's label set, before any example is cut off by `limit`
-            self.labels = label_order(str(r[label]) for _, r in records)
+            self.labels = label_order(label_text(r[label], location) for location, r in records)
+            if split == "train":
+                single_class(self.labels, self.source(split))
         examples = [GlueExample(f"{split}-{i}", str(r[text]), None if pair is None else str(r[pair]),
                                 self.label_id(r[label], location) if labelled else None)
                     for i, (location, r) in enumerate(records[:limit])]
@@ -65,9 +69,12 @@ class TextClassificationFamily(OwnData, TaskFamily):
     def label_id(self, value, location: str) -> int | float:
         if self.regression:
             try:
-                return float(value)
+                score = float(value)
             except ValueError:
-                raise BertforgeError(f"{location}: score {value!r} is not a number") from None
+                score = math.nan
+            if not math.isfinite(score):
+                raise BertforgeError(f"{location}: score {value!r} is not a number")
+            return score
         return label_index(value, self.labels, location)
 
     def encode(self, name: str, examples: list, tokenizer) -> Split:

@@ -16,7 +16,7 @@ from ..io import write_text_atomic
 from .base import Split, TaskFamily
 from .metrics import accuracy, ner_metrics, split_tag
 from .ner import NerFamily, NerSentence
-from .own_data import SOURCES, OwnData, label_index, label_order
+from .own_data import SOURCES, OwnData, label_index, label_order, label_text, single_class
 
 
 def words_of(value, location: str, column: str) -> list[str]:
@@ -62,13 +62,16 @@ class TokenClassificationFamily(OwnData, NerFamily):
         for location, record in self.records(split, {"--tokens-column": words_column,
                                                      "--tags-column": tags_column if labelled else None}):
             words = words_of(record[words_column], location, words_column)
-            tags = words_of(record[tags_column], location, tags_column) if labelled else None
+            tags = [label_text(tag, location, "tag") for tag in words_of(record[tags_column], location, tags_column)] \
+                if labelled else None
             if tags is not None and len(tags) != len(words):
                 raise BertforgeError(f"{location}: {len(tags)} tags ({tags_column!r}) for {len(words)} words "
                                      f"({words_column!r})")
             rows.append((location, words, tags))
         if self.labels is None:  # the training split's tag set, before any example is cut off by `limit`
             self.labels = label_order(tag for _, _, tags in rows for tag in tags)
+            if split == "train":
+                single_class(self.labels, self.source(split), "tag")
         for location, _, tags in rows[:limit] if labelled else ():
             for tag in tags:
                 label_index(tag, self.labels, location, "tag")

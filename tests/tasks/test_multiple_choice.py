@@ -208,3 +208,14 @@ def test_own_choices_bad_rows_are_one_line(tokenizer, tmp_path, row, options, me
     with pytest.raises(BertforgeError) as e:
         family.read("train", tokenizer)
     one_line_error(e, message)
+
+
+def test_the_right_choice_as_a_number_or_its_text():
+    from bertforge.tasks.multiple_choice import choice_index
+
+    choices = ["here", "there", "2"]
+    assert [choice_index(v, choices, "f:1") for v in (1, "1", 1.0, "1.0", " 0 ", "there", "2")] == [1, 1, 1, 1, 0, 1, 2]
+    for value, words in ((float("nan"), "f:2: label nan is not a class"), ("", "f:2: the label is empty"),
+                         (3, "f:2: label 3 is not among the choices")):
+        with pytest.raises(BertforgeError, match=words):
+            choice_index(value, choices, "f:2")

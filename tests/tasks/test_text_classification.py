@@ -93,6 +93,20 @@ def test_a_dev_label_unseen_in_training_is_named(tokenizer, tmp_path):
         family.read("dev", tokenizer)
 
 
+def test_numbers_and_their_texts_are_one_class(tokenizer, tmp_path):
+    """1, "1", 1.0 and "1.0" are one class in JSON lines, CSV and a model's labels alike."""
+    rows = [("a", 1), ("b", "1"), ("c", 1.0), ("d", "1.0"), ("e", 0), ("f", "0.0"), ("g", 2.5), ("h", "2.50")]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows))
+    (tmp_path / "dev.csv").write_text("text,label\nx,1.0\ny, 0\nz,2.5\n")
+    family = make_family("text-classification", options={"train": tmp_path / "train.jsonl",
+                                                          "dev": tmp_path / "dev.csv"})
+    assert [e.label for e in family.read("train", tokenizer).examples] == [1, 1, 1, 1, 0, 0, 2, 2]
+    assert family.labels == ["0", "1", "2.5"]
+    assert [e.label for e in family.read("dev", tokenizer).examples] == [1, 0, 2]
+    family.labels = ["0.0", "1.0", "2.5"]  # a model's labels, written before labels were read this way
+    assert [e.label for e in family.read("dev", tokenizer).examples] == [1, 0, 2]
+
+
 def test_missing_files_are_one_line(tiny_model, tmp_path, capsys):
     assert main(["finetune", "text-classification", "--model", str(tiny_model), "--out", str(tmp_path / "r")]) == 2
     assert "text-classification needs --train FILE" in capsys.readouterr().err
