@@ -181,15 +181,24 @@ DURATION = re.compile(r"(\d+(?:\.\d*)?)([smhd])")
 
 
 def duration(text: str) -> float:
-    """Seconds in '90s', '45m', '4h', '1h30m' or a plain number of seconds; argparse type of --time-budget."""
+    """Seconds in '90s', '45m', '4h', '1h30m' or a plain number of seconds, 0 or more; argparse type of the
+    training --time-budget, whose 0 (as its default) means no budget."""
     t = text.strip().lower()
     try:
         seconds = float(t)
     except ValueError:
         parts = DURATION.findall(t)
         seconds = sum(float(n) * UNITS[u] for n, u in parts) if "".join(n + u for n, u in parts) == t else -1
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive duration such as 90s, 45m, 4h or 1h30m")
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a duration such as 90s, 45m, 4h or 1h30m (0: none)")
+    return seconds
+
+
+def positive_duration(text: str) -> float:
+    """A `duration` above 0: the time something runs for, where none would be never-ending (the demo's budget)."""
+    seconds = duration(text)
+    if not seconds:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a duration above 0 such as 90s, 45m or 4h")
     return seconds
 
 
