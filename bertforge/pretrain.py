@@ -283,7 +283,8 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
 
     `options`: TrainArgs fields (defaults PRETRAIN_DEFAULTS). `recipe` is only recorded (the caller resolves it
     into the other arguments, see recipe.resolve). `output_bias="unigram"` starts a fresh model's masked-LM
-    output bias at the training tokens' log frequencies (`init_output_bias`); with `init_from` it is ignored.
+    output bias at the training tokens' log frequencies (`init_output_bias`); with `init_from` it is ignored, as
+    `config` is: args.json records the config used, `init_from`'s.
     `teacher`: the model whose representations `objective="distill"` learns (general_distill.py)."""
     import torch
 
@@ -302,6 +303,8 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     torch.manual_seed(options["seed"])
     model = build_model(config, tokenizer, init_from, dropout, job.train.index, causal=job.objective == "ltr")
     if teacher is not None:
+        from .general_distill import distiller
+
         model = distiller(model, teacher, job)
     elif output_bias == "unigram" and not init_from:
         init_output_bias(model, job.train.token_counts(model.config.vocab_size))
@@ -313,7 +316,7 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     masked_lm = job.objective != "distill"
     recorded = {"recipe": recipe, "objective": job.objective, "teacher": teacher,
                 "mask_prob": mask_prob or job.train.index.get("masked_lm_prob") if masked_lm else None,
-                "dropout": model.config.hidden_dropout_prob, "config": config, "init_from": init_from,
+                "dropout": model.config.hidden_dropout_prob, "config": str(init_from or config), "init_from": init_from,
                 "data": str(data), "max_length": job.train.max_seq_length, "eval_rows": eval_rows,
                 "output_bias": output_bias or "zero" if masked_lm and not init_from else None}
     args = TrainArgs(out=Path(out), **{**options, "extra": {**options.get("extra", {}), **recorded}})
@@ -327,22 +330,6 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     with exclusive(args.out, "--out"):  # from the first file written (fit holds it too)
         write_json(args.out / BASELINES_FILE, baselines)  # beside metrics.jsonl, for `bertforge plot`
         return {**fit(model, job, args, ctx), **baselines}
-
-
-def distiller(student, teacher: str, job: PretrainJob):
-    """The student wrapped with the teacher for `--objective distill`, once the teacher reads the data."""
-    from .general_distill import GeneralDistiller, load_teacher_encoder
-
-    encoder = load_teacher_encoder(teacher)
-    if encoder.config.vocab_size != student.config.vocab_size:
-        raise BertforgeError(f"--teacher {teacher}: its vocabulary has {encoder.config.vocab_size} entries, the "
-                             f"data's {student.config.vocab_size}: teacher and data must share the vocabulary")
-    if (Path(teacher) / "vocab.txt").is_file():
-        check_vocab(job.train.index, BertTokenizer.from_pretrained(teacher))
-    if job.train.max_seq_length > encoder.config.max_position_embeddings:
-        raise BertforgeError(f"--teacher {teacher}: {encoder.config.max_position_embeddings} positions, rows of "
-                             f"{job.train.max_seq_length} tokens")
-    return GeneralDistiller(student, encoder)
 
 
 def add_pretrain_arguments(p):

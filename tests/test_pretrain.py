@@ -171,3 +171,23 @@ def test_a_run_that_learnt_only_token_frequencies_is_warned_about():
     assert "always guessing the most frequent token (7.51%)" in said and "lower --lr than 0.002" in said
     assert collapse_warning({"eval_mlm_accuracy": 0.101, **baseline}, 5e-4) is None
     assert collapse_warning({"eval_mlm_accuracy": 0.0751}, 2e-3) is None  # no held-out data: nothing to say
+
+
+def test_args_json_records_the_config_of_the_init_checkpoint(data_dir, tmp_path, caplog):
+    """--init-from gives the model, its config with it: --config (mini, the default) is not what was used."""
+    import logging
+
+    from bertforge.config import BertConfig
+
+    caplog.set_level(logging.INFO, logger="bertforge")
+    first, again = tmp_path / "first", tmp_path / "again"
+    assert main(["pretrain", *cli(data_dir, first, "--keep", "1", steps=2)]) == 0  # --config tiny
+    assert main(["pretrain", *cli(data_dir, again, "--config", "mini", "--init-from", str(first / "final"),
+                                  steps=2)]) == 0
+    assert f"config {first / 'final'}," in caplog.text  # the first log line says so too
+    extra = json.loads((again / "args.json").read_text())["extra"]
+    assert extra["config"] == extra["init_from"] == str(first / "final")
+    assert extra["arguments"]["config"] == "mini"  # the command line as typed, for --args-file
+    used = BertConfig.load(str(again / "final"))
+    assert (used.num_hidden_layers, used.hidden_size) == (2, 128) == \
+        (BertConfig.load("tiny").num_hidden_layers, BertConfig.load("tiny").hidden_size)
