@@ -241,7 +241,12 @@ class TrainArgs:
     keep_checkpoints: bool = option(True, "keep the step checkpoints (model and optimizer state, for --resume) when "
                                     "the run completes; without it only best/ and final/ stay")
     patience: int = option(0, "stop early after this many evaluations without a better best metric (0: never)")
-    resume: bool = option(False, "continue from the run's latest checkpoint")
+    resume: bool = option(False, "continue from the run's latest checkpoint, as the run began: a change to its "
+                          "data, model (--config, --init-from, --model), task, --objective or --recipe, --teacher, "
+                          "length, --batch-size, --seed, --lr, --weight-decay, --adam-eps or --google-adam is "
+                          "refused (checked against RUN/args.json); --steps or --epochs (to extend), --time-budget, "
+                          "--save-every, --eval-every, --log-every, --keep, --device, --no-progress and the other "
+                          "settings may change, and args.json adds each resumption to its history")
     overwrite: bool = option(False, "start over in a run folder that holds an earlier run (its checkpoints go)")
     progress: bool = option(True, "no progress bar", flag="--no-progress", inverse=True)
     report_to: str = option("none", "also log the metrics.jsonl figures as TensorBoard event files in the run "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ from .errors import BertforgeError
 from .plot import BASELINES_FILE
 from .tokenizer import BertTokenizer
 from .recipe import RECIPES, add_recipe_arguments, recipe_notes, resolve
+from .resume import PRETRAIN_FIXED, check_resume
 from .options import TrainArgs
 
 if TYPE_CHECKING:
@@ -67,6 +69,7 @@ class PretrainJob:
     """
 
     best_metric = None
+    resume_fixed = PRETRAIN_FIXED
 
     def __init__(self, data_dir, tokenizer: BertTokenizer, batch_size: int, seed: int, eval_rows: int = 1024,
                  objective: str | None = None, mask_prob: float | None = None):
@@ -328,6 +331,7 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
         "steps": args.steps if not args.time_budget else f"until the {args.time_budget:g} s budget"}.items()))
     baselines = job.baselines()
     with exclusive(args.out, "--out"):  # from the first file written (fit holds it too)
+        check_resume(args, job.resume_fixed)  # a refused --resume writes nothing
         write_json(args.out / BASELINES_FILE, baselines)  # beside metrics.jsonl, for `bertforge plot`
         return {**fit(model, job, args, ctx), **baselines}
 
@@ -361,7 +365,7 @@ def run_pretrain(args) -> int:
         raise BertforgeError(f"--warmup {r['warmup']:g}: with --time-budget the warm-up is a fraction (< 1) of it")
     options = {**training_options(args), **{k: r[k] for k in ("lr", "warmup", "batch_size", "schedule", "bf16")}}
     options["steps"] = args.steps or (10**12 if args.time_budget else 1000)
-    options["extra"] = {"arguments": recorded_arguments(args)}
+    options["extra"] = {"arguments": recorded_arguments(args), "command": ["bertforge", *sys.argv[1:]]}
     distilling = r["objective"] == "distill"  # a recipe's masking and output bias are for masked-LM objectives
     result = pretrain(args.data, args.out, config=args.config, init_from=args.init_from, dropout=r["dropout"],
                       eval_rows=args.eval_rows, objective=r["objective"],
