@@ -17,7 +17,7 @@ from pathlib import Path
 from .config import BertConfig
 from .data.create import create_pretraining_data
 from .io import check_output
-from .options import count, duration, old_spellings, torch_device
+from .options import count, old_spellings, positive_duration, torch_device
 from .recipe import RECIPES, resolve
 from .tokenizer import BertTokenizer, train_vocab
 
@@ -182,7 +182,7 @@ def add_demo_arguments(p):
     p.add_argument("--batch-size", type=count(1), default=32, help="rows per training step")
     p.add_argument("--eval-docs", type=count(1), default=20, help="documents held out")
     p.add_argument("--recipe", choices=tuple(RECIPES), default="budget", help="pre-training recipe")
-    p.add_argument("--time-budget", type=duration, default=200.0, metavar="DURATION",
+    p.add_argument("--time-budget", type=positive_duration, default=200.0, metavar="DURATION",
                    help="pre-training time, evaluation and checkpoints excluded (default: 200s)")
     p.add_argument("--seed", type=count(0), default=0, help="random seed (data, pre-training)")
     p.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N for pre-training and fill-mask "

@@ -25,6 +25,7 @@ from .tasks import TASKS, add_family_arguments, family_options, make_family
 from .tasks.base import Split, TaskFamily, padding
 from .tokenizer import BertTokenizer
 from .options import TrainArgs
+from .resume import FINETUNE_FIXED
 
 # The paper's fine-tuning recipe (spec section 7): batch 32, lr 2e-5, 3 epochs, 10% warm-up.
 # Step checkpoints (with the optimizer state, three times the model's size) serve --resume only: one at a time,
@@ -53,6 +54,8 @@ def length_grouped_order(lengths: np.ndarray, batch_size: int, rng: np.random.Ge
 
 class FinetuneJob:
     """The training loop's view of fine-tuning on one task (see train.TrainingJob)."""
+
+    resume_fixed = FINETUNE_FIXED
 
     def __init__(self, family: TaskFamily, encoded: dict, batch_size: int, seed: int, evaluate, tokenizer,
                  group_by_length=True):

@@ -17,13 +17,19 @@ Two signals, both on the last layer of each model, both averaged over real token
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from .data.shards import check_vocab
 from .errors import BertforgeError
 from .io import atomic_path
+from .tokenizer import BertTokenizer
+
+if TYPE_CHECKING:
+    from .pretrain import PretrainJob
 
 DISTILL_LOSSES = ("hidden_loss", "relation_loss")
 PROJECTION_FILE = "distill_projection.safetensors"
@@ -114,3 +120,17 @@ def load_teacher_encoder(folder) -> nn.Module:
     if not (folder / "config.json").is_file():
         raise BertforgeError(f"--teacher {folder}: not a model folder (no config.json)")
     return BertModel.from_pretrained(folder).eval()
+
+
+def distiller(student, teacher: str, job: "PretrainJob"):
+    """The student wrapped with the teacher for `--objective distill`, once the teacher reads the data."""
+    encoder = load_teacher_encoder(teacher)
+    if encoder.config.vocab_size != student.config.vocab_size:
+        raise BertforgeError(f"--teacher {teacher}: its vocabulary has {encoder.config.vocab_size} entries, the "
+                             f"data's {student.config.vocab_size}: teacher and data must share the vocabulary")
+    if (Path(teacher) / "vocab.txt").is_file():
+        check_vocab(job.train.index, BertTokenizer.from_pretrained(teacher))
+    if job.train.max_seq_length > encoder.config.max_position_embeddings:
+        raise BertforgeError(f"--teacher {teacher}: {encoder.config.max_position_embeddings} positions, rows of "
+                             f"{job.train.max_seq_length} tokens")
+    return GeneralDistiller(student, encoder)

@@ -181,15 +181,24 @@ DURATION = re.compile(r"(\d+(?:\.\d*)?)([smhd])")
 
 
 def duration(text: str) -> float:
-    """Seconds in '90s', '45m', '4h', '1h30m' or a plain number of seconds; argparse type of --time-budget."""
+    """Seconds in '90s', '45m', '4h', '1h30m' or a plain number of seconds, 0 or more; argparse type of the
+    training --time-budget, whose 0 (as its default) means no budget."""
     t = text.strip().lower()
     try:
         seconds = float(t)
     except ValueError:
         parts = DURATION.findall(t)
         seconds = sum(float(n) * UNITS[u] for n, u in parts) if "".join(n + u for n, u in parts) == t else -1
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive duration such as 90s, 45m, 4h or 1h30m")
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a duration such as 90s, 45m, 4h or 1h30m (0: none)")
+    return seconds
+
+
+def positive_duration(text: str) -> float:
+    """A `duration` above 0: the time something runs for, where none would be never-ending (the demo's budget)."""
+    seconds = duration(text)
+    if not seconds:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a duration above 0 such as 90s, 45m or 4h")
     return seconds
 
 
@@ -232,7 +241,12 @@ class TrainArgs:
     keep_checkpoints: bool = option(True, "keep the step checkpoints (model and optimizer state, for --resume) when "
                                     "the run completes; without it only best/ and final/ stay")
     patience: int = option(0, "stop early after this many evaluations without a better best metric (0: never)")
-    resume: bool = option(False, "continue from the run's latest checkpoint")
+    resume: bool = option(False, "continue from the run's latest checkpoint, as the run began: a change to its "
+                          "data, model (--config, --init-from, --model), task, --objective or --recipe, --teacher, "
+                          "length, --batch-size, --seed, --lr, --weight-decay, --adam-eps or --google-adam is "
+                          "refused (checked against RUN/args.json); --steps or --epochs (to extend), --time-budget, "
+                          "--save-every, --eval-every, --log-every, --keep, --device, --no-progress and the other "
+                          "settings may change, and args.json adds each resumption to its history")
     overwrite: bool = option(False, "start over in a run folder that holds an earlier run (its checkpoints go)")
     progress: bool = option(True, "no progress bar", flag="--no-progress", inverse=True)
     report_to: str = option("none", "also log the metrics.jsonl figures as TensorBoard event files in the run "

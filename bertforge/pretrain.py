@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ from .errors import BertforgeError
 from .plot import BASELINES_FILE
 from .tokenizer import BertTokenizer
 from .recipe import RECIPES, add_recipe_arguments, recipe_notes, resolve
+from .resume import PRETRAIN_FIXED, check_resume
 from .options import TrainArgs
 
 if TYPE_CHECKING:
@@ -67,6 +69,7 @@ class PretrainJob:
     """
 
     best_metric = None
+    resume_fixed = PRETRAIN_FIXED
 
     def __init__(self, data_dir, tokenizer: BertTokenizer, batch_size: int, seed: int, eval_rows: int = 1024,
                  objective: str | None = None, mask_prob: float | None = None):
@@ -283,7 +286,8 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
 
     `options`: TrainArgs fields (defaults PRETRAIN_DEFAULTS). `recipe` is only recorded (the caller resolves it
     into the other arguments, see recipe.resolve). `output_bias="unigram"` starts a fresh model's masked-LM
-    output bias at the training tokens' log frequencies (`init_output_bias`); with `init_from` it is ignored.
+    output bias at the training tokens' log frequencies (`init_output_bias`); with `init_from` it is ignored, as
+    `config` is: args.json records the config used, `init_from`'s.
     `teacher`: the model whose representations `objective="distill"` learns (general_distill.py)."""
     import torch
 
@@ -302,6 +306,8 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     torch.manual_seed(options["seed"])
     model = build_model(config, tokenizer, init_from, dropout, job.train.index, causal=job.objective == "ltr")
     if teacher is not None:
+        from .general_distill import distiller
+
         model = distiller(model, teacher, job)
     elif output_bias == "unigram" and not init_from:
         init_output_bias(model, job.train.token_counts(model.config.vocab_size))
@@ -313,7 +319,7 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     masked_lm = job.objective != "distill"
     recorded = {"recipe": recipe, "objective": job.objective, "teacher": teacher,
                 "mask_prob": mask_prob or job.train.index.get("masked_lm_prob") if masked_lm else None,
-                "dropout": model.config.hidden_dropout_prob, "config": config, "init_from": init_from,
+                "dropout": model.config.hidden_dropout_prob, "config": str(init_from or config), "init_from": init_from,
                 "data": str(data), "max_length": job.train.max_seq_length, "eval_rows": eval_rows,
                 "output_bias": output_bias or "zero" if masked_lm and not init_from else None}
     args = TrainArgs(out=Path(out), **{**options, "extra": {**options.get("extra", {}), **recorded}})
@@ -325,24 +331,9 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
         "steps": args.steps if not args.time_budget else f"until the {args.time_budget:g} s budget"}.items()))
     baselines = job.baselines()
     with exclusive(args.out, "--out"):  # from the first file written (fit holds it too)
+        check_resume(args, job.resume_fixed)  # a refused --resume writes nothing
         write_json(args.out / BASELINES_FILE, baselines)  # beside metrics.jsonl, for `bertforge plot`
         return {**fit(model, job, args, ctx), **baselines}
-
-
-def distiller(student, teacher: str, job: PretrainJob):
-    """The student wrapped with the teacher for `--objective distill`, once the teacher reads the data."""
-    from .general_distill import GeneralDistiller, load_teacher_encoder
-
-    encoder = load_teacher_encoder(teacher)
-    if encoder.config.vocab_size != student.config.vocab_size:
-        raise BertforgeError(f"--teacher {teacher}: its vocabulary has {encoder.config.vocab_size} entries, the "
-                             f"data's {student.config.vocab_size}: teacher and data must share the vocabulary")
-    if (Path(teacher) / "vocab.txt").is_file():
-        check_vocab(job.train.index, BertTokenizer.from_pretrained(teacher))
-    if job.train.max_seq_length > encoder.config.max_position_embeddings:
-        raise BertforgeError(f"--teacher {teacher}: {encoder.config.max_position_embeddings} positions, rows of "
-                             f"{job.train.max_seq_length} tokens")
-    return GeneralDistiller(student, encoder)
 
 
 def add_pretrain_arguments(p):
@@ -374,7 +365,7 @@ def run_pretrain(args) -> int:
         raise BertforgeError(f"--warmup {r['warmup']:g}: with --time-budget the warm-up is a fraction (< 1) of it")
     options = {**training_options(args), **{k: r[k] for k in ("lr", "warmup", "batch_size", "schedule", "bf16")}}
     options["steps"] = args.steps or (10**12 if args.time_budget else 1000)
-    options["extra"] = {"arguments": recorded_arguments(args)}
+    options["extra"] = {"arguments": recorded_arguments(args), "command": ["bertforge", *sys.argv[1:]]}
     distilling = r["objective"] == "distill"  # a recipe's masking and output bias are for masked-LM objectives
     result = pretrain(args.data, args.out, config=args.config, init_from=args.init_from, dropout=r["dropout"],
                       eval_rows=args.eval_rows, objective=r["objective"],

@@ -1,7 +1,8 @@
 """`bertforge suite`: fine-tune one model on several tasks over several seeds, and report mean ± sd per task.
 
 Every run is `finetune.finetune` into OUT/runs/TASK/POINT/seed-S; a run whose eval_results.json exists is
-finished and not redone, so an interrupted suite continues where it stopped. The model folders of a run are
+finished and not redone, so an interrupted suite continues where it stopped (a torn one is done again, with a
+warning naming it). The model folders of a run are
 removed once it is scored (only its metrics are kept) unless --keep-models. With --grid, every point of the
 grid is run for every seed and each task reports the point with the best mean dev score over the seeds (the
 paper selects on dev the same way; the figure is optimistic by that selection). `--model random:CONFIG`
@@ -15,6 +16,7 @@ GLUE-style average (the mean over tasks of the main metric).
 import argparse
 import itertools
 import json
+import logging
 import math
 import shutil
 import statistics
@@ -25,10 +27,11 @@ from .config import BertConfig
 from .errors import BertforgeError
 from .finetune import finetune
 from .io import read_json, write_json, write_text_atomic
-from .options import torch_device
+from .options import count, torch_device
 from .tasks import TASKS, make_family
 from .tokenizer import BertTokenizer
 
+log = logging.getLogger("bertforge")
 PAPER_GRID = {"lr": [2e-5, 3e-5, 5e-5], "batch_size": [16, 32], "epochs": [2, 3, 4]}  # the paper's appendix A.3
 GRID_KEYS = {"lr": float, "batch_size": int, "epochs": float}
 
@@ -105,6 +108,41 @@ def model_cost(task: str, folder: Path, data, max_eval_examples: int | None, dev
             f"{torch.get_num_threads()} threads"}
 
 
+def check_seeds(seeds: list[int]) -> None:
+    """Each seed is one run: a seed given twice would count one run twice in the mean and sd."""
+    twice = next((seed for i, seed in enumerate(seeds) if seed in seeds[:i]), None)
+    if twice is not None:
+        raise BertforgeError(f"--seeds {' '.join(map(str, seeds))}: seed {twice} is given twice (each seed is one "
+                             "run of each task)")
+
+
+def run_result(folder: Path) -> dict | None:
+    """A finished run's eval_results.json (with its cost.json's figures, if the run has one), or None when the run
+    is not finished or its results are torn (unreadable: then a warning names the file and the run is done again)."""
+    done = folder / "eval_results.json"
+    if not done.is_file():
+        return None
+    try:
+        result = read_json(done)
+        if not isinstance(result.get("history"), list):
+            raise BertforgeError(f"{done}: not a run's results (no history)")
+        cost = read_json(folder / "cost.json") if (folder / "cost.json").is_file() else {}
+    except BertforgeError as e:
+        log.warning(f"{e}; the run is done again")
+        return None
+    return {**result, "cost": cost}
+
+
+def check_report(out: Path) -> None:
+    """An earlier suite's report that is torn is said so; it is written anew from the runs."""
+    path = out / "suite.json"
+    if path.is_file():
+        try:
+            read_json(path)
+        except BertforgeError as e:
+            log.warning(f"{e}; it is written anew from the runs")
+
+
 def summarise(runs: list[dict], tasks: list[str]) -> dict:
     """Per task: the grid point with the best mean main metric over seeds, and that point's spread. An undefined
     value (a correlation of constant predictions is NaN) counts as 0, and `undefined` says how many there were."""
@@ -153,15 +191,17 @@ def suite(model: str, tasks: list[str], seeds: list[int], out, data, points: lis
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         raise BertforgeError(f"--tasks: unknown task {unknown[0]!r}: choose from {', '.join(TASKS)}")
+    check_seeds(seeds)
     check_model(model, vocab)
     out = Path(out)
+    check_report(out)
     todo = list(itertools.product(tasks, points, seeds))
     runs, spent, fresh = [], 0.0, 0
     for i, (task, point, seed) in enumerate(todo, 1):
         folder = out / "runs" / task / point_name(point) / f"seed-{seed}"
-        done = folder / "eval_results.json"
-        if not done.is_file():
-            shutil.rmtree(folder, ignore_errors=True)  # an interrupted run starts again
+        result = run_result(folder)
+        if result is None:
+            shutil.rmtree(folder, ignore_errors=True)  # an interrupted run (or a torn result) starts again
             model_dir = random_model(model, vocab, seed, out / "init" / f"seed-{seed}") \
                 if model.startswith("random:") else model
             began = time.perf_counter()
@@ -174,9 +214,9 @@ def suite(model: str, tasks: list[str], seeds: list[int], out, data, points: lis
             if not keep_models:  # finetune removed the step checkpoints
                 for sub in [folder / "final", folder / "best"]:
                     shutil.rmtree(sub, ignore_errors=True)
-        result = json.loads(done.read_text(encoding="utf-8"))
+            result = run_result(folder)
         metrics = {k: v for k, v in result.items() if isinstance(v, float) and k != "wall_time_s"}
-        cost = read_json(folder / "cost.json") if (folder / "cost.json").is_file() else {}
+        cost = result.pop("cost")
         runs.append({"task": task, "seed": seed, "point": point, "metrics": metrics, "history": result["history"],
                      "epoch_of_best": result.get("epoch_of_best"), "wall_time_s": result.get("wall_time_s"),
                      "train_examples": result.get("train_examples"), **cost})
@@ -202,7 +242,8 @@ def add_suite_arguments(p):
     p.add_argument("--vocab", help="vocab.txt or tokenizer folder, for --model random:CONFIG")
     p.add_argument("--tasks", nargs="+", default=["sst2", "mrpc", "cola", "stsb"],
                    help="tasks to fine-tune on")
-    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3], help="fine-tuning seeds")
+    p.add_argument("--seeds", nargs="+", type=count(0), default=[1, 2, 3],
+                   help="fine-tuning seeds, each a whole number of at least 0, each once")
     p.add_argument("--data", required=True, help="the tasks' data folder (for GLUE: the folder holding SST-2/ ...)")
     p.add_argument("--out", required=True, help="suite folder: suite.json, suite.md, runs/")
     p.add_argument("--epochs", type=float, default=3.0, help="passes over each task's training data")
@@ -212,8 +253,8 @@ def add_suite_arguments(p):
                    help="run a grid instead of --lr/--batch-size/--epochs and report each task's dev-best point: "
                         "the paper's (lr 2e-5,3e-5,5e-5 x batch 16,32 x epochs 2,3,4) or a subset such as "
                         "'lr=3e-5,5e-5 epochs=3' (keys not given: the paper's values)")
-    p.add_argument("--max-train-examples", type=int, help="use only the first N training examples of each task")
-    p.add_argument("--max-eval-examples", type=int, help="evaluate on only the first N examples")
+    p.add_argument("--max-train-examples", type=count(1), help="use only the first N training examples of each task")
+    p.add_argument("--max-eval-examples", type=count(1), help="evaluate on only the first N examples")
     p.add_argument("--keep-models", action="store_true", help="keep each run's best/ model (default: metrics only)")
     p.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when present)")
     p.add_argument("--no-progress", dest="progress", action="store_false",

@@ -20,7 +20,7 @@ import shutil
 import signal
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -29,12 +29,12 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
-from . import __version__
 from .io import atomic_path, exclusive, read_text, remove_folder, replace_folder, write_text_atomic
 from .errors import BertforgeError
 from .heap import bound_heap_growth
 from .optim import TimeSchedule, make_optimizer, step_schedule
 from .options import TENSORBOARD_MISSING, TrainArgs
+from .resume import check_resume, write_record
 
 STATE_FILE = "training_state.pt"
 COMPLETE = "COMPLETE"  # written last into a checkpoint folder: a folder without it is not a checkpoint
@@ -47,6 +47,7 @@ class TrainingJob(Protocol):
 
     loss_units: dict[str, Callable[[dict], int]]  # output loss key -> units its mean is over in a batch
     best_metric: str | None  # evaluation figure that picks RUN/best (higher is better), or None
+    resume_fixed: dict[str, str]  # args.json "extra" keys --resume may not change -> the flag (resume.py); optional
 
     def batch(self, step: int, rank: int, world: int) -> dict: ...
     def evaluate(self, model: nn.Module) -> dict[str, float]: ...
@@ -305,6 +306,7 @@ def _fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist) -> dict
         log.warning("this CPU has no bf16 matrix instructions (AMX or AVX512-BF16): bf16 will be much slower than fp32")
     if ctx.main:
         check_run_folder(args)
+        previous = check_resume(args, getattr(job, "resume_fixed", {}))  # before anything is written
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed + ctx.rank)
     model.to(ctx.device)
@@ -314,9 +316,8 @@ def _fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist) -> dict
         step_schedule(optimizer, args.schedule, args.warmup_steps, args.steps)
     ckpt = Checkpointer(args, job, ctx)
     start = ckpt.restore(model, optimizer, scheduler) if args.resume else 0
-    if ctx.main:  # the device the loop used (the field may say None: the default)
-        record = {**asdict(args), "device": str(ctx.device), "bertforge": __version__}
-        write_text_atomic(args.out / "args.json", json.dumps(record, indent=2, default=str) + "\n")
+    if ctx.main:  # the device the loop used (the field may say None: the default); resumed, a part added
+        write_record(args, str(ctx.device), start, previous)
     metrics_log = MetricsLog(args.out / "metrics.jsonl", start, ctx.main, args.report_to == "tensorboard")
     trained = nn.parallel.DistributedDataParallel(model) if ctx.world > 1 else model
     stop = StopRequest()

@@ -229,3 +229,46 @@ def test_evaluate_writes_results_and_predictions_to_out(tiny_model, tmp_path, ca
     gold = [e.label for e in read_glue("sst2", data.parent, "dev")[:24]]
     assert len(rows) == 24
     assert sum(int(p) == g for (_, p), g in zip(rows, gold)) / 24 == pytest.approx(printed["accuracy"])
+
+
+@pytest.fixture(scope="module")
+def resumable(tiny_model, tmp_path_factory):
+    """A finished sst2 run whose step checkpoints stay: --resume may continue it."""
+    run = tmp_path_factory.mktemp("resumable") / "run"
+    assert main(["finetune", "sst2", "--model", str(tiny_model), "--data", str(require_shared("data", "glue", "SST-2")),
+                 "--out", str(run), "--max-train-examples", "16", "--max-eval-examples", "8", "--batch-size", "8",
+                 "--epochs", "1", "--save-every", "1", "--keep-checkpoints", "--no-progress"]) == 0
+    return run
+
+
+@pytest.mark.parametrize("change, words", [
+    (["mrpc", "--data", "GLUE/MRPC"], ["the task mrpc", "started with sst2"]),
+    (["sst2", "--data", "COPY"], ["--data COPY", "started with GLUE/SST-2"]),
+    (["sst2", "--model", "MODEL"], ["--model MODEL", "started with TINY"]),
+    (["sst2", "--max-length", "64"], ["--max-length 64", "started with 128"]),
+    (["sst2", "--batch-size", "4"], ["--batch-size 4", "started with 8"]),
+])
+def test_resume_refuses_another_task_data_model_or_length(tiny_model, resumable, tmp_path, capsys, change, words):
+    import shutil
+
+    glue = require_shared("data", "glue")
+    fill = {"GLUE": str(glue), "COPY": str(tmp_path / "copy" / "SST-2"), "MODEL": str(tmp_path / "model"),
+            "TINY": str(tiny_model)}
+    shutil.copytree(glue / "SST-2", tmp_path / "copy" / "SST-2")
+    shutil.copytree(tiny_model, tmp_path / "model")
+
+    def filled(text):
+        for key, path in fill.items():
+            text = text.replace(key, path)
+        return text
+    before = {p: p.read_bytes() for p in sorted(resumable.rglob("*")) if p.is_file()}
+    argv = ["finetune", "--model", str(tiny_model), "--data", str(glue / "SST-2"), "--out", str(resumable),
+            "--max-train-examples", "16", "--max-eval-examples", "8", "--batch-size", "8", "--epochs", "2",
+            "--no-progress", "--resume"]
+    assert main([argv[0], filled(change[0]), *argv[1:], *map(filled, change[1:])]) == 2  # the last flag wins
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if line.startswith("bertforge")]
+    assert len(said) == 1 and "Traceback" not in err, err
+    for word in [*map(filled, words), str(resumable / "args.json")]:
+        assert word in said[0], said[0]
+    assert {p: p.read_bytes() for p in sorted(resumable.rglob("*")) if p.is_file()} == before

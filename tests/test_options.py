@@ -64,3 +64,19 @@ def test_report_to_tensorboard_without_the_package_names_the_extra(capsys, monke
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
     one_line(capsys, ["pretrain", "--data", "d", "--out", "o", "--report-to", "tensorboard"],
              "argument --report-to", "pip install -e '.[tensorboard]'")
+
+
+@pytest.mark.parametrize("command", [["pretrain", "--data", "d"], ["finetune", "sst2", "--model", "m"]])
+def test_a_time_budget_of_0_is_none_as_the_help_says(command, capsys):
+    from bertforge.cli import build_parser
+
+    for text in ("0", "0s", "0m"):
+        args = build_parser(command[0]).parse_args([*command, "--out", "o", "--time-budget", text])
+        assert args.time_budget == 0
+    assert main([command[0], "--help"]) == 0
+    assert "(0: --steps decide)" in " ".join(capsys.readouterr().out.split())
+    one_line(capsys, [*command, "--out", "o", "--time-budget=-1s"], "argument --time-budget", "'-1s'", "(0: none)")
+
+
+def test_the_demo_budget_must_be_above_0(capsys):
+    one_line(capsys, ["demo", "--out", "o", "--time-budget", "0"], "argument --time-budget", "above 0")

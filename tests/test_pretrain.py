@@ -5,6 +5,7 @@ The corpus is the demo's (standard-library docstrings), so these run without ../
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -171,3 +172,101 @@ def test_a_run_that_learnt_only_token_frequencies_is_warned_about():
     assert "always guessing the most frequent token (7.51%)" in said and "lower --lr than 0.002" in said
     assert collapse_warning({"eval_mlm_accuracy": 0.101, **baseline}, 5e-4) is None
     assert collapse_warning({"eval_mlm_accuracy": 0.0751}, 2e-3) is None  # no held-out data: nothing to say
+
+
+def test_args_json_records_the_config_of_the_init_checkpoint(data_dir, tmp_path, caplog):
+    """--init-from gives the model, its config with it: --config (mini, the default) is not what was used."""
+    import logging
+
+    from bertforge.config import BertConfig
+
+    caplog.set_level(logging.INFO, logger="bertforge")
+    first, again = tmp_path / "first", tmp_path / "again"
+    assert main(["pretrain", *cli(data_dir, first, "--keep", "1", steps=2)]) == 0  # --config tiny
+    assert main(["pretrain", *cli(data_dir, again, "--config", "mini", "--init-from", str(first / "final"),
+                                  steps=2)]) == 0
+    assert f"config {first / 'final'}," in caplog.text  # the first log line says so too
+    extra = json.loads((again / "args.json").read_text())["extra"]
+    assert extra["config"] == extra["init_from"] == str(first / "final")
+    assert extra["arguments"]["config"] == "mini"  # the command line as typed, for --args-file
+    used = BertConfig.load(str(again / "final"))
+    assert (used.num_hidden_layers, used.hidden_size) == (2, 128) == \
+        (BertConfig.load("tiny").num_hidden_layers, BertConfig.load("tiny").hidden_size)
+
+
+def folder_bytes(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def stopped_run(data_dir, tmp_path_factory):
+    """A run of 4 steps of 16 with its step checkpoint and final/: --resume continues it (--keep-checkpoints)."""
+    run = tmp_path_factory.mktemp("stopped") / "run"
+    assert main(["pretrain", *cli(data_dir, run, steps=4)]) == 0
+    return run
+
+
+@pytest.mark.parametrize("change, words", [
+    (["--objective", "ltr"], ["--objective ltr", "started with mlm+nsp"]),  # causal attention mid-run, silently
+    (["--objective", "mlm"], ["--objective mlm", "started with mlm+nsp"]),
+    (["--config", "mini"], ["--config mini", "started with tiny"]),
+    (["--init-from", "RUN/final"], ["--init-from RUN/final", "started with none"]),
+    (["--data", "OTHER"], ["--data OTHER", "started with DATA"]),
+    (["--batch-size", "4"], ["--batch-size 4", "started with 8"]),
+    (["--seed", "4"], ["--seed 4", "started with 3"]),
+    (["--lr", "1e-4"], ["--lr 0.0001", "started with 0.001"]),
+    (["--recipe", "budget"], ["--recipe budget", "started with paper"]),
+])
+def test_resume_refuses_a_change_to_what_the_run_is(data_dir, stopped_run, tmp_path, capsys, change, words):
+    """One line naming the flag, the run's value and the new one; exit 2; the run folder as it was."""
+    other = tmp_path / "other"
+    if "OTHER" in change:
+        shutil.copytree(data_dir, other)
+    fill = {"RUN": str(stopped_run), "OTHER": str(other), "DATA": str(data_dir)}
+
+    def filled(text):
+        for key, path in fill.items():
+            text = text.replace(key, path)
+        return text
+    before = folder_bytes(stopped_run)
+    assert main(["pretrain", *cli(data_dir, stopped_run, "--resume", *map(filled, change), steps=8)]) == 2
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if line.startswith("bertforge")]
+    assert len(said) == 1 and "Traceback" not in err, err
+    for word in [*map(filled, words), str(stopped_run / "args.json")]:
+        assert word in said[0], said[0]
+    assert folder_bytes(stopped_run) == before  # args.json, metrics, checkpoints: nothing written
+
+
+def test_resume_refuses_data_remade_with_another_row_length(data_dir, tmp_path, capsys):
+    data = tmp_path / "data"
+    shutil.copytree(data_dir, data)
+    run = tmp_path / "run"
+    assert main(["pretrain", *cli(data, run, steps=4)]) == 0
+    shutil.rmtree(data)
+    create_pretraining_data([data_dir.parent / "corpus"], data_dir.parent / "vocab", data, max_seq_length=48,
+                            max_predictions=8, dupe_factor=1, mask=False, eval_docs=4, seed=1)
+    args = (run / "args.json").read_bytes()
+    assert main(["pretrain", *cli(data, run, "--resume", steps=8)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--data (its rows' length) 48" in err and "started with 64" in err, err
+    assert (run / "args.json").read_bytes() == args
+
+
+def test_resume_keeps_the_record_and_adds_each_part(data_dir, tmp_path, capsys):
+    """Extending the run, with other checkpoints, logging and device: allowed, and recorded as a resumption."""
+    run = tmp_path / "run"
+    assert main(["pretrain", *cli(data_dir, run, steps=4)]) == 0
+    first = json.loads((run / "args.json").read_text())
+    assert main(["pretrain", *cli(data_dir, run, "--resume", "--save-every", "2", "--log-every", "2",
+                                  "--device", "cpu", steps=6)]) == 0
+    assert main(["pretrain", *cli(data_dir, run, "--resume", steps=8)]) == 0
+    capsys.readouterr()
+    record = json.loads((run / "args.json").read_text())
+    parts = record.pop("resumed")
+    assert record == first  # the first part's record, as it was
+    assert [p["step"] for p in parts] == [4, 6]
+    assert parts[0]["changed"] == {"steps": 6, "save_every": 2, "log_every": 2}
+    assert parts[1]["changed"] == {"steps": 8}  # against the first part
+    assert all(p["time"] and p["command"][0] == "bertforge" for p in parts)
+    assert max(losses(run)) == 8

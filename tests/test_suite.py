@@ -99,3 +99,49 @@ def test_an_undefined_correlation_counts_as_zero():
     assert stsb["undefined"] == 1 and stsb["values"] == [0.2, 0.0, 0.4]
     assert stsb["mean"] == pytest.approx(0.2) and stsb["sd"] == pytest.approx(statistics.stdev([0.2, 0.0, 0.4]))
     assert "3 (1 undefined, as 0) | 20.0 ± 20.0" in suite_module.markdown("m", summary, 60.0)
+
+
+@pytest.mark.parametrize("seeds, words", [
+    (["-1"], ["argument --seeds", "at least 0", "-1"]),
+    (["1", "x"], ["argument --seeds", "whole number", "'x'"]),
+    (["1", "2", "1"], ["--seeds 1 2 1", "seed 1 is given twice"]),
+])
+def test_seeds_are_whole_numbers_of_at_least_0_each_once(tmp_path, capsys, seeds, words):
+    """Checked before any model is read (this one does not exist): one line, nothing written."""
+    out = tmp_path / "out"
+    assert main(["suite", "--model", str(tmp_path / "none"), "--data", str(tmp_path), "--out", str(out),
+                 "--seeds", *seeds]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and all(w in err for w in words), err
+    assert not out.exists()
+
+
+def test_a_torn_run_result_is_done_again_with_a_warning(tmp_path, monkeypatch, capsys, caplog):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "vocab.txt").write_text("[PAD]\n")
+    calls = []
+
+    def fake_finetune(task, model_dir, data, folder, seed, **kw):
+        calls.append(seed)
+        folder.mkdir(parents=True)
+        (folder / "eval_results.json").write_text(json.dumps({"task": task, "accuracy": seed / 10, "history": [
+            {"accuracy": seed / 10}], "wall_time_s": 1.0}))
+    monkeypatch.setattr(suite_module, "finetune", fake_finetune)
+    out = tmp_path / "suite"
+    argv = ["suite", "--model", str(model), "--data", str(tmp_path), "--out", str(out), "--tasks", "sst2",
+            "--seeds", "1", "2", "--no-progress"]
+    assert main(argv) == 0 and calls == [1, 2]
+    torn = out / "runs" / "sst2" / "lr2e-05-bs32-ep3" / "seed-1" / "eval_results.json"
+    torn.write_text('{"task": "sst2", "accur')
+    (out / "suite.json").write_text('{"model": ')
+    caplog.clear()
+    assert main(argv) == 0
+    assert calls == [1, 2, 1]  # the torn run only is done again
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2 and all("\n" not in w for w in warnings), warnings
+    assert warnings[0].startswith(str(out / "suite.json")) and "not valid JSON" in warnings[0], warnings
+    assert "written anew" in warnings[0]
+    assert warnings[1].startswith(str(torn)) and "not valid JSON" in warnings[1] and "done again" in warnings[1]
+    report = json.loads((out / "suite.json").read_text())
+    assert [r["metrics"]["accuracy"] for r in report["runs"]] == [0.1, 0.2]

@@ -25,6 +25,8 @@ a shard: sample indices at random when training.
 """
 
 import hashlib
+import numbers
+import re
 from pathlib import Path
 
 import numpy as np
@@ -69,13 +71,45 @@ class ShardWriter:
 
 INDEX_FIELDS = ("vocab_sha256", "vocab_size", "token_dtype", "special_token_ids", "max_seq_length", "masked",
                 "masked_lm_prob", "max_predictions", "shards")
+SHARD_NAME = re.compile(r"shard-\d+")  # a file name in the folder, never a path out of it
+SPECIAL_TOKENS = ("cls", "sep", "mask", "pad")
+
+
+def whole(value, minimum: int = 0) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= minimum
+
+
+def check_index(path: Path, index: dict) -> None:
+    """The index.json fields the reader uses, each of its kind: a value that is not is a one-line error naming
+    the file and the field (not a TypeError deep in numpy)."""
+    missing = [k for k in INDEX_FIELDS if k not in index]
+    if missing:
+        raise BertforgeError(f"{path}: lacks {', '.join(missing)} (damaged, or not written by bertforge)")
+    special = index["special_token_ids"]
+    problems = {
+        "vocab_size": not whole(index["vocab_size"], 1), "max_seq_length": not whole(index["max_seq_length"], 1),
+        "max_predictions": not whole(index["max_predictions"]), "masked": not isinstance(index["masked"], bool),
+        "token_dtype": index["token_dtype"] not in ("uint16", "uint32"), "vocab_sha256": not isinstance(
+            index["vocab_sha256"], str), "masked_lm_prob": not isinstance(index["masked_lm_prob"], numbers.Real),
+        "special_token_ids": not isinstance(special, dict) or not all(whole(special.get(k)) for k in SPECIAL_TOKENS),
+        "shards": not isinstance(index["shards"], list),
+        "whole_word_mask": not isinstance(index.get("whole_word_mask", False), bool),
+        "nsp": not isinstance(index.get("nsp", True), bool)}
+    bad = next((key for key, wrong in problems.items() if wrong), None)
+    if bad is not None:
+        raise BertforgeError(f"{path}: {bad} {str(index.get(bad))[:60]!r} is not what bertforge writes there (damaged)")
+    for n, entry in enumerate(index["shards"]):
+        if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and SHARD_NAME.fullmatch(entry["name"])
+                and whole(entry.get("instances")) and whole(entry.get("tokens"))):
+            raise BertforgeError(f"{path}: shards[{n}] is not a shard entry (a name shard-N, whole numbers of "
+                                 "instances and tokens): damaged")
 
 
 class _Shard:
     """One shard's arrays, memory-mapped and checked against the index."""
 
     def __init__(self, directory: Path, entry: dict, index: dict):
-        self.name = entry["name"]
+        self.name, self.index_path = entry["name"], directory / "index.json"
         n, tokens = entry["instances"], entry["tokens"]
         dtype = np.dtype(index["token_dtype"])
         self.tokens = self._load(directory, "tokens", dtype, (tokens,))
@@ -133,11 +167,11 @@ class _Shard:
         path = directory / f"{self.name}.{key}.npy"
         try:
             array = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError, EOFError) as e:
-            raise BertforgeError(f"{path}: corrupted or truncated shard ({str(e).splitlines()[0]})") from None
+        except Exception as e:  # a damaged header fails in numpy's parser: ValueError, tokenize.TokenError, ...
+            raise BertforgeError(f"{path}: corrupted or truncated shard ({first_line(e)})") from None
         if array.dtype != dtype or array.shape != shape:
-            raise BertforgeError(f"{path}: corrupted shard (expected {np.dtype(dtype)} {shape}, "
-                                 f"found {array.dtype} {array.shape})")
+            raise BertforgeError(f"{path}: holds {array.dtype} {array.shape}, but {self.index_path} says "
+                                 f"{np.dtype(dtype)} {shape}: a corrupted shard, or an index that does not match it")
         return array
 
 
@@ -157,9 +191,7 @@ class PretrainingShards:
         self.index = read_json(path)
         if self.index.get("format") != FORMAT or self.index.get("version") != VERSION:
             raise BertforgeError(f"{path}: not {FORMAT} version {VERSION}")
-        missing = [k for k in INDEX_FIELDS if k not in self.index]
-        if missing:
-            raise BertforgeError(f"{path}: lacks {', '.join(missing)} (damaged, or not written by bertforge)")
+        check_index(path, self.index)
         self.max_seq_length = self.index["max_seq_length"]
         self.vocab_sha256 = self.index["vocab_sha256"]
         self.special = self.index["special_token_ids"]
@@ -261,9 +293,16 @@ class PretrainingShards:
             path = self.directory / "continuation.npy"
             try:
                 self._continuation = np.load(path, allow_pickle=False)
-            except (OSError, ValueError) as e:
-                raise BertforgeError(f"{path}: needed for whole-word masking, unreadable ({e})") from None
+            except Exception as e:  # as _Shard._load: numpy's header parser has more ways to fail
+                raise BertforgeError(f"{path}: needed for whole-word masking, unreadable ({first_line(e)})") from None
+            if self._continuation.dtype != bool or self._continuation.shape != (self.index["vocab_size"],):
+                raise BertforgeError(f"{path}: holds {self._continuation.dtype} {self._continuation.shape}, not bool "
+                                     f"({self.index['vocab_size']},) as index.json's vocab_size (corrupted)")
         return self._continuation
+
+
+def first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def load_pretraining_data(directory, split: str = "train") -> PretrainingShards:
