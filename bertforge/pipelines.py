@@ -10,6 +10,7 @@ Every task is three steps, so that the server (serve.py) can batch rows of many 
 one result per row, `finish` turns the rows' results into predictions in input order.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,10 +33,10 @@ class TooLong(BertforgeError):
 @dataclass
 class Prepared:
     items: list  # the checked inputs
-    rows: list  # model inputs, several per item where an item is windowed
+    rows: Sequence  # model inputs, several per item where an item is windowed (inference.LazyRows)
     single: bool  # one input given, not a list
     options: dict
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # windowed tasks: "input_tokens", name -> tokens of a long input
 
 
 def check_text(value, name: str) -> str:
@@ -49,6 +50,11 @@ def check_text(value, name: str) -> str:
         raise BertforgeError(f"{name} is not valid Unicode: a lone surrogate \\u{ord(value[e.start]):04x} at "
                              f"character {e.start}") from None
     return value
+
+
+def input_name(prepared: "Prepared", i: int) -> str:
+    """How errors name the i-th input: inputs, or inputs[i] where a list was given."""
+    return "inputs" if prepared.single else f"inputs[{i}]"
 
 
 def as_list(inputs, is_one) -> tuple[list, bool]:
@@ -312,9 +318,11 @@ class QuestionAnswering(Pipeline):
 
     def encode(self, items, prepared, truncate):
         o = prepared.options
-        windows = squad.featurize(items, self.tokenizer, self.max_length, o["doc_stride"], o["max_question_len"])
+        windows = squad.squad_windows(items, self.tokenizer, self.max_length, o["doc_stride"], o["max_question_len"])
         prepared.extra["windows"] = windows
-        return [{"input_ids": w.input_ids.tolist(), "token_type_ids": w.token_type_ids.tolist()} for w in windows]
+        prepared.extra["input_tokens"] = {f"{input_name(prepared, i)}.context": n
+                                          for i, n in enumerate(windows.context_tokens)}
+        return windows.rows()  # each window made when its batch runs: memory linear in the contexts
 
     def forward(self, batch):
         out, lengths = self.outputs(batch), batch["attention_mask"].sum(1)

@@ -3,7 +3,9 @@
 Endpoints, with request bodies as text-embeddings-inference spells them ({"inputs": ...} plus options):
 POST /v1/classify, /v1/embed, /v1/fill-mask, /v1/ner, /v1/qa, /v1/multiple-choice (the one matching the
 model's task answers; the others say which does), GET /health, /info, /metrics (Prometheus text), /docs.
-A response is a list in input order, each item shaped as the matching `pipeline()` result.
+A response is a list in input order, each item shaped as the matching `pipeline()` result. A QA context
+longer than --max-input-tokens is cut into overlapping windows of that length, the whole context within
+--max-batch-tokens (a 413 naming it otherwise, before any window is run).
 
 Concurrent requests are gathered into batches by a token budget (batcher.py). Errors are typed, as
 {"error", "error_type"}: 413 over the size limits, 422 malformed input (naming the field), 429 queue full,
@@ -282,7 +284,8 @@ def add_serve_arguments(p):
     p.add_argument("--int8", action="store_true", help="int8 linear layers (torch) or the int8 ONNX model")
     p.add_argument("--max-input-tokens", "--max-length", type=count(1), dest="max_input_tokens",
                    help="tokens per input: a longer one gets a 413 unless its request sends \"truncate\": true, "
-                        "which cuts it (default: the model's positions; QA: 384, the windows of a context)")
+                        "which cuts it; QA contexts are windows of this length instead, the whole "
+                        "input within --max-batch-tokens (default: the model's positions; QA: 384)")
     old_spellings(p._option_string_actions["--max-length"], "--max-length")
     p.add_argument("--max-batch-tokens", type=count(1), default=8192, help="tokens per request, all its inputs "
                    "together (more get a 413), and padded tokens per model batch")

@@ -6,6 +6,10 @@ predictions are well apart.
 bertforge runs its inputs batched and length-sorted; transformers one at a time.
 """
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +18,7 @@ import transformers
 import bertforge
 from bertforge.errors import BertforgeError
 from bertforge.tasks import squad
+from tests.conftest import REPO
 
 transformers.logging.set_verbosity_error()
 
@@ -220,6 +225,50 @@ def test_question_answering_long_context_as_evaluate(make_model, tokenizer):
         assert answers[0]["answer"] == result.predictions[ex.id]
         assert [a["answer"] for a in answers] == [b["text"] for b in result.nbest[ex.id][:2]]
         assert answers[0]["score"] >= answers[1]["score"]
+
+
+LONG_QA = """
+import resource, sys
+import bertforge
+
+qa = bertforge.pipeline("question-answering", model=sys.argv[1])
+real, zebra = qa.runtime, qa.tokenizer.convert_tokens_to_ids("zebra")
+
+
+class Boosted:  # the model's logits, with a start and an end at "zebra": the answer wherever the windows find it
+    call_tokens = None
+
+    def __call__(self, batch):
+        out, hit = real(batch), (batch["input_ids"] == zebra).float() * 100
+        return {"start_logits": out["start_logits"] + hit, "end_logits": out["end_logits"] + hit}
+
+
+qa.runtime = Boosted()
+qa(question="Which animal?", context="A zebra is here.")  # torch's first call allocates for good
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+sentences = [f"Sentence {i} tells of the town of Ghent and its {i * 7} bridges over the Lys." for i in range(2700)]
+sentences.insert(2600, "A zebra crossed one.")
+context = " ".join(sentences)
+answer = qa(question="Which animal?", context=context)
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(len(context), context.index("zebra"), answer["start"], answer["answer"], grown >> 10)
+"""
+
+
+def test_question_answering_long_context_in_linear_memory(make_model):
+    """A 200 KB context (51,000 tokens, 397 windows) in a fresh process: its peak resident size grows by less
+    than 150 MiB (about 55 MiB, mostly a batch's attention; 490 MiB, and 1.5 GB in issue 33, when every window's
+    best-context scores were one [windows, tokens] array), and the answer near its end is found (the logits
+    boosted at one word)."""
+    folder = make_model("BertForQuestionAnswering")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", LONG_QA, str(folder)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    length, where, start, answer, grown_mib = done.stdout.split()
+    assert int(length) > 200_000 and int(where) > 190_000
+    assert (start, answer) == (where, "zebra")
+    assert int(grown_mib) < 150, f"peak resident size grew by {grown_mib} MiB"
 
 
 def test_batching_keeps_input_order(make_model):
