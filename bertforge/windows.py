@@ -1,11 +1,22 @@
 """Long inputs for pipelines and the server, linear in their length: a long text tokenized in pieces
-(`encode_long`), so that the tokenizer's working memory is a piece's, whatever the text's length.
+(`encode_long`), so that the tokenizer's working memory is a piece's, whatever the text's length; and texts to
+tag (the token-classification pipeline, so the server's /v1/ner) cut into overlapping windows as question
+answering cuts its contexts (tasks/squad.py): each window is [CLS] a stretch of the text's tokens [SEP],
+Google's doc spans (inference.doc_spans), and each token's scores are read from the window where it has the
+most context (inference.max_context_window). The rows are made when their batch runs (inference.LazyRows): what
+a text keeps is its tokens, their offsets and best windows.
+
+With truncation asked for, a text keeps its first window only, and says so (`Text.truncated`).
 """
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
+
+from .errors import BertforgeError
+from .inference import LazyRows, doc_spans, max_context_window
 
 PIECE_CHARS = 1 << 16  # characters of a long text tokenized at once: the tokenizer's working memory is some
 CALL_CHARS = 1 << 18  # 170 bytes a character (166 MB for 1 MB of text at once); and per call, all pieces together
@@ -48,3 +59,67 @@ def encode_long(backend, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndar
             ids[t].append(np.array(encoding.ids, dtype=np.int64))
             offsets[t].append(np.array(encoding.offsets, dtype=np.int64).reshape(-1, 2) + start)
     return [(np.concatenate(i), np.concatenate(o)) for i, o in zip(ids, offsets)]
+
+
+@dataclass
+class Text:
+    """One text's tokens (without [CLS] and [SEP]) and its windows."""
+    ids: np.ndarray
+    offsets: np.ndarray  # [tokens, 2] character span of each token in the text
+    spans: list[tuple[int, int]]  # (first token, tokens) of each window
+    best: np.ndarray  # [tokens] the window each token is read from
+    first: int  # the row of its first window
+    truncated: bool  # cut to its first window (truncate=True), tokens after it not tagged
+
+
+class TextWindows:
+    """The windows of texts: `rows` (lazy model inputs, in text order), and each text's `Text`."""
+
+    def __init__(self, tokenizer, texts: Sequence[str], max_length: int, stride: int | None = None,
+                 truncate: bool = False):
+        room = max_length - 2  # [CLS] and [SEP]
+        if room < 1:
+            raise BertforgeError(f"max_length {max_length} leaves no room for a text's tokens beside [CLS] and [SEP]")
+        stride = stride or max(1, room // 2)  # by default a token is in at most two windows
+        self.cls, self.sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+        self.texts, lengths, first = [], [], 0
+        for ids, offsets in encode_long(tokenizer.backend_tokenizer, texts):
+            spans = doc_spans(len(ids), room, stride) or [(0, 0)]  # no tokens: one row [CLS] [SEP]
+            truncated, spans = truncate and len(spans) > 1, spans[:1] if truncate else spans
+            best = max_context_window(spans[-1][0] + spans[-1][1], spans)
+            self.texts.append(Text(ids, offsets, spans, best, first, truncated))
+            lengths += [length + 2 for _, length in spans]
+            first += len(spans)
+        self.where = [(t, k) for t, text in enumerate(self.texts) for k in range(len(text.spans))]
+        self.rows = LazyRows(lengths, self.row)
+
+    def row(self, r: int) -> dict:
+        text, k = self.where[r]
+        start, length = self.texts[text].spans[k]
+        ids = [self.cls, *self.texts[text].ids[start:start + length].tolist(), self.sep]
+        return {"input_ids": ids, "token_type_ids": [0] * len(ids)}
+
+    def tagged(self, t: int) -> int:
+        """The tokens of text t that its windows hold (fewer than it has where it was truncated)."""
+        start, length = self.texts[t].spans[-1]
+        return start + length
+
+    def scores(self, t: int, outputs: list) -> np.ndarray:
+        """Text t's per-token outputs [tagged + 2, ...] as one row of [CLS] text [SEP] would give them: each
+        token's from its best window (`outputs`: one array [window length, ...] per row, in row order); the
+        [CLS] and [SEP] rows are zeros."""
+        text = self.texts[t]
+        n = self.tagged(t)
+        rows = outputs[text.first:text.first + len(text.spans)]
+        out = np.zeros((n + 2, *rows[0].shape[1:]), dtype=rows[0].dtype)
+        for k, ((start, length), values) in enumerate(zip(text.spans, rows)):
+            mine = np.flatnonzero(text.best[start:start + length] == k)
+            out[1 + start + mine] = values[1 + mine]
+        return out
+
+    def tokens(self, t: int, convert) -> tuple[list[str], list, list[int]]:
+        """Text t's tokens as one row [CLS] text [SEP] (`convert`: the tokenizer's convert_ids_to_tokens), their
+        character offsets ((0, 0) for the special ones) and its special tokens mask."""
+        n, text = self.tagged(t), self.texts[t]
+        tokens = convert([self.cls, *text.ids[:n].tolist(), self.sep])
+        return tokens, [(0, 0), *text.offsets[:n].tolist(), (0, 0)], [1] + [0] * n + [1]

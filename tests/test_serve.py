@@ -18,7 +18,7 @@ import transformers
 
 import bertforge
 from tests.conftest import REPO
-from tests.test_pipelines import QA, TAGS, TEXTS, assert_same, random_model
+from tests.test_pipelines import LONG_TEXT, QA, TAGS, TEXTS, assert_same, random_model
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
@@ -184,6 +184,21 @@ def test_a_megabyte_qa_context_is_refused_by_name_in_bounded_memory(servers, fol
         assert peak_resident_mib(s.process) - before < 200
     assert_same(s.post("qa", {"inputs": QA}).json(),
                 bertforge.pipeline("question-answering", model=folders["qa"], max_length=128)(QA))
+
+
+def test_ner_tags_a_long_text_in_windows(servers, folders):
+    """A 400-word text over --max-input-tokens 128 is tagged in windows to its end, as the pipeline tags it; with
+    "truncate": true its first window only, and the Truncated-Inputs header names it."""
+    s, long_text = servers["ner"], LONG_TEXT
+    pipe = bertforge.pipeline("ner", model=folders["ner"], max_length=128)
+    response = s.post("ner", {"inputs": [TEXTS[0], long_text], "aggregation_strategy": "simple"})
+    assert response.status_code == 200, response.text
+    assert "truncated-inputs" not in response.headers
+    assert_same(response.json(), pipe([TEXTS[0], long_text], aggregation_strategy="simple"))
+    assert max(e["end"] for e in response.json()[1]) > len(long_text) - 60
+    cut = s.post("ner", {"inputs": [TEXTS[0], long_text], "truncate": True})
+    assert cut.status_code == 200 and cut.headers["truncated-inputs"] == "1"
+    assert_same(cut.json(), pipe([TEXTS[0], long_text], truncate=True))
 
 
 def test_concurrent_requests_share_batches(servers, folders):
