@@ -237,6 +237,31 @@ class SquadPredictions:
     best_spans: dict[str, str] = field(default_factory=dict)  # v2: the answer at any threshold above null_odds
 
 
+def span_candidates(windows: list[SquadWindow], start_logits, end_logits, n_best: int,
+                    max_answer_length: int) -> tuple[list[tuple], tuple]:
+    """An example's answer spans over its windows, in Google's order: (score, start logit, end logit, first char,
+    end char) from each window's n best starts and ends, a span starting in its best window only; and the
+    smallest [CLS] score over the windows, with its two logits."""
+    candidates, null = [], (np.inf, 0.0, 0.0)
+    for window, start, end in zip(windows, start_logits, end_logits):
+        n = len(window.input_ids)
+        s_logit = np.asarray(start[:n], dtype=np.float64)
+        e_logit = np.asarray(end[:n], dtype=np.float64)
+        if s_logit[0] + e_logit[0] < null[0]:
+            null = (s_logit[0] + e_logit[0], s_logit[0], e_logit[0])
+        # stable sorts keep Google's order among equal scores
+        top_s = np.argsort(-s_logit, kind="stable")[:n_best]
+        top_e = np.argsort(-e_logit, kind="stable")[:n_best]
+        s, t = top_s[:, None], top_e[None, :]
+        ok = ((window.offsets[s, 0] >= 0) & (window.offsets[t, 0] >= 0) & window.is_max_context[s]
+              & (t >= s) & (t - s < max_answer_length))
+        i, j = np.nonzero(ok)  # start rank, then end rank: Google's nested loops
+        s, t = top_s[i], top_e[j]
+        candidates += zip((s_logit[s] + e_logit[t]).tolist(), s_logit[s].tolist(), e_logit[t].tolist(),
+                          window.offsets[s, 0].tolist(), window.offsets[t, 1].tolist())
+    return candidates, null
+
+
 def postprocess(examples: list[SquadExample], windows: list[SquadWindow], start_logits, end_logits,
                 version_2: bool = False, n_best: int = 20, max_answer_length: int = 30,
                 null_threshold: float = 0.0) -> SquadPredictions:
@@ -253,25 +278,9 @@ def postprocess(examples: list[SquadExample], windows: list[SquadWindow], start_
             if version_2:
                 out.null_odds[ex.id] = np.inf
             continue
-        candidates = []  # (score, start logit, end logit, first char, end char), in Google's order
-        null = (np.inf, 0.0, 0.0)  # the smallest [CLS] score over the windows, with its two logits
-        for w in by_example[e]:
-            window = windows[w]
-            n = len(window.input_ids)
-            s_logit = np.asarray(start_logits[w][:n], dtype=np.float64)
-            e_logit = np.asarray(end_logits[w][:n], dtype=np.float64)
-            if s_logit[0] + e_logit[0] < null[0]:
-                null = (s_logit[0] + e_logit[0], s_logit[0], e_logit[0])
-            # stable sorts keep Google's order among equal scores
-            top_s = np.argsort(-s_logit, kind="stable")[:n_best]
-            top_e = np.argsort(-e_logit, kind="stable")[:n_best]
-            s, t = top_s[:, None], top_e[None, :]
-            ok = ((window.offsets[s, 0] >= 0) & (window.offsets[t, 0] >= 0) & window.is_max_context[s]
-                  & (t >= s) & (t - s < max_answer_length))
-            i, j = np.nonzero(ok)  # start rank, then end rank: Google's nested loops
-            s, t = top_s[i], top_e[j]
-            candidates += zip((s_logit[s] + e_logit[t]).tolist(), s_logit[s].tolist(), e_logit[t].tolist(),
-                              window.offsets[s, 0].tolist(), window.offsets[t, 1].tolist())
+        mine = by_example[e]
+        candidates, null = span_candidates([windows[w] for w in mine], [start_logits[w] for w in mine],
+                                           [end_logits[w] for w in mine], n_best, max_answer_length)
         if version_2:  # the null candidate goes last, so it loses ties
             candidates.append((float(null[0]), float(null[1]), float(null[2]), 0, 0))
         candidates.sort(key=lambda c: c[0], reverse=True)
