@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from .heap import heap_trimmer
-from .inference import plan_batches, row_length, row_width, run_batch
+from .inference import plan_batches, row_sizes, rows_tokens, run_batch
 
 
 class Overloaded(Exception):
@@ -42,7 +42,7 @@ class Job:
 
     @property
     def tokens(self) -> int:
-        return sum(row_length(r) * row_width(r) for r in self.rows)
+        return rows_tokens(self.rows)
 
     def finish(self, error: BaseException | None = None):
         def complete():
@@ -149,8 +149,9 @@ class Batcher:
                 self.done(job)
         jobs = [job for job in jobs if not job.dropped]
         rows = [(job, i) for job in jobs for i in range(len(job.rows))]
-        lengths = [row_length(job.rows[i]) for job, i in rows]
-        widths = [row_width(job.rows[i]) for job, i in rows]
+        sizes = [row_sizes(job.rows) for job in jobs]  # lazy rows (windows) are made only when their batch runs
+        lengths = [n for job_lengths, _ in sizes for n in job_lengths]
+        widths = [w for _, job_widths in sizes for w in job_widths]
         for batch in plan_batches(lengths, None, self.max_tokens, widths, self.call_tokens):
             members = [rows[k] for k in batch if not (rows[k][0].failed or rows[k][0].dropped)]
             if not members:

@@ -11,6 +11,16 @@ import numpy as np
 STRATEGIES = ("none", "simple", "first", "max", "average")
 
 
+class Entities(list):
+    """One text's entities: a list, as transformers' pipeline returns them, that also tells whether the text was
+    cut (`truncated`: truncation was asked for and the text was longer than a window; its tokens past the first
+    window were not tagged)."""
+
+    def __init__(self, found=(), truncated: bool = False):
+        super().__init__(found)
+        self.truncated = truncated
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     exp = np.exp(logits - logits.max(-1, keepdims=True))
     return exp / exp.sum(-1, keepdims=True)

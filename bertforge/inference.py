@@ -67,16 +67,20 @@ def doc_spans(n: int, room: int, stride: int) -> list[tuple[int, int]]:
 
 
 def max_context_window(n: int, spans) -> np.ndarray:
-    """For each token, the window giving it the most context (Google's _check_is_max_context)."""
+    """For each token, the window giving it the most context (Google's _check_is_max_context). Each window
+    scores only its own tokens, so the work and memory are the windows' tokens (a few times n), never
+    windows x n: a 1 MB context has thousands of windows."""
+    best = np.zeros(n, dtype=np.intp)
     if len(spans) == 1:  # most passages: a shortcut worth seconds on the training set
-        return np.zeros(n, dtype=np.intp)
-    start = np.array([s for s, _ in spans])[:, None]
-    length = np.array([size for _, size in spans])[:, None]
-    pos = np.arange(n)[None, :]
-    end = start + length - 1
-    score = np.minimum(pos - start, end - pos) + 0.01 * length
-    score = np.where((pos >= start) & (pos <= end), score, -np.inf)
-    return score.argmax(0)  # the first of equal scores wins, as Google's strict '>'
+        return best
+    top = np.full(n, -np.inf)
+    for k, (start, length) in enumerate(spans):
+        pos = np.arange(length)
+        score = np.minimum(pos, length - 1 - pos) + 0.01 * length
+        better = score > top[start:start + length]  # strict: the first of equal scores wins, as Google's '>'
+        top[start:start + length][better] = score[better]
+        best[start:start + length][better] = k
+    return best
 
 
 def run_model(model, encoded: dict[str, list], inputs: dict, output_keys: tuple[str, ...],
@@ -133,6 +137,38 @@ def row_length(row: Row) -> int:
 def row_width(row: Row) -> int:
     """Sequences in the row: its choices, or 1."""
     return len(row["input_ids"]) if is_nested(row) else 1
+
+
+class LazyRows(Sequence):
+    """Rows made when they are read: the windows of long inputs (a QA context, a long text to tag), each built
+    only for the batch that runs it, so that what a long input keeps is linear in its tokens. `lengths`: each
+    row's tokens (one sequence a row), known without making it; `make(i)`: row i."""
+
+    def __init__(self, lengths: Sequence[int], make: Callable[[int], Row]):
+        self.lengths, self.make = np.asarray(lengths, dtype=np.int64), make
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"row {i} of {len(self)}")
+        return self.make(i % len(self))
+
+
+def row_sizes(rows: Sequence[Row]) -> tuple[list[int], list[int]]:
+    """Each row's length and width (see row_length, row_width); lazy rows' without making them."""
+    if isinstance(rows, LazyRows):
+        return rows.lengths.tolist(), [1] * len(rows)
+    return [row_length(r) for r in rows], [row_width(r) for r in rows]
+
+
+def rows_tokens(rows: Sequence[Row]) -> int:
+    """The rows' tokens together (every choice's)."""
+    lengths, widths = row_sizes(rows)
+    return sum(n * w for n, w in zip(lengths, widths))
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int | None = 32, max_tokens: int | None = None,
@@ -233,11 +269,11 @@ def run_batch(forward: Callable[[dict], list], rows: Sequence[Row], pad_id: int 
 def run(forward: Callable[[dict], list], rows: Sequence[Row], batch_size: int | None = 32,
         max_tokens: int | None = None, pad_id: int = 0, progress: str | None = None,
         call_tokens: int | None = None) -> list:
-    """forward's result for every row, in row order; batches of similar lengths (see plan_batches).
-    A `progress` label shows a bar (rows/s, ETA) on stderr."""
+    """forward's result for every row, in row order; batches of similar lengths (see plan_batches), each made
+    when it runs where the rows are lazy (LazyRows). A `progress` label shows a bar (rows/s, ETA) on stderr."""
     results = [None] * len(rows)
-    batches = plan_batches([row_length(r) for r in rows], batch_size, max_tokens, [row_width(r) for r in rows],
-                           call_tokens)
+    lengths, widths = row_sizes(rows)
+    batches = plan_batches(lengths, batch_size, max_tokens, widths, call_tokens)
     with tqdm(total=len(rows), desc=progress, unit="row", disable=progress is None, leave=False) as bar:
         for batch in batches:
             for i, result in zip(batch, run_batch(forward, [rows[i] for i in batch], pad_id)):

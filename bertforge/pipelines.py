@@ -10,6 +10,7 @@ Every task is three steps, so that the server (serve.py) can batch rows of many 
 one result per row, `finish` turns the rows' results into predictions in input order.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,12 +18,14 @@ import numpy as np
 
 from . import model as models
 from .config import BertConfig
-from .entities import STRATEGIES, entities, softmax, token_entries
+from .entities import STRATEGIES, Entities, entities, softmax, token_entries
 from .errors import BertforgeError
 from .inference import per_row, run
+from .inputs import as_list, check_count, check_text, input_name
 from .runtime import load_runtime
 from .tasks import squad
 from .tokenizer import BertTokenizer
+from .windows import TextWindows
 
 
 class TooLong(BertforgeError):
@@ -32,33 +35,10 @@ class TooLong(BertforgeError):
 @dataclass
 class Prepared:
     items: list  # the checked inputs
-    rows: list  # model inputs, several per item where an item is windowed
+    rows: Sequence  # model inputs, several per item where an item is windowed (inference.LazyRows)
     single: bool  # one input given, not a list
     options: dict
-    extra: dict = field(default_factory=dict)
-
-
-def check_text(value, name: str) -> str:
-    if not isinstance(value, str):
-        raise BertforgeError(f"{name} is {type(value).__name__}, expected a text")
-    if not value.strip():
-        raise BertforgeError(f"{name} is empty")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:  # a lone surrogate: JSON's "\ud800" escape, which no text encoding holds
-        raise BertforgeError(f"{name} is not valid Unicode: a lone surrogate \\u{ord(value[e.start]):04x} at "
-                             f"character {e.start}") from None
-    return value
-
-
-def as_list(inputs, is_one) -> tuple[list, bool]:
-    """The inputs as a list, and whether a single one was given (is_one tells a single input)."""
-    if is_one(inputs):
-        return [inputs], True
-    if not isinstance(inputs, (list, tuple)) or not inputs:
-        raise BertforgeError(f"inputs is {type(inputs).__name__ if inputs else 'empty'}, expected an input or a "
-                             f"non-empty list of them")
-    return list(inputs), False
+    extra: dict = field(default_factory=dict)  # windowed tasks: "input_tokens", name -> tokens of a long input
 
 
 class Pipeline:
@@ -248,34 +228,42 @@ class TextClassification(Pipeline):
 
 
 class TokenClassification(Pipeline):
+    """Texts longer than max_length are cut into overlapping windows (windows.py), each token tagged from the
+    window where it has the most context: a text is tagged to its end. With truncate=True, a text keeps its
+    first window only, and its result (an entities.Entities list) says it was cut."""
+
     task = "token-classification"
     model_class = models.BertForTokenClassification
-    defaults = {"aggregation_strategy": "none", "ignore_labels": ("O",)}
+    defaults = {"aggregation_strategy": "none", "ignore_labels": ("O",), "doc_stride": None}  # None: half a window
+
+    def prepare(self, inputs, truncate: bool = False, **options) -> Prepared:
+        return super().prepare(inputs, truncate, **options)
 
     def check_options(self, options):
         if options["aggregation_strategy"] not in STRATEGIES:
             raise BertforgeError(f"aggregation_strategy must be one of {', '.join(STRATEGIES)}, not "
                                  f"{options['aggregation_strategy']!r}")
+        if options["doc_stride"] is not None:
+            check_count(options, "doc_stride")
 
     def encode(self, items, prepared, truncate):
-        enc = self.encode_texts(items, truncate=truncate, return_offsets_mapping=True,
-                                return_special_tokens_mask=True)
-        prepared.extra["encoding"] = enc
-        return [{"input_ids": ids, "token_type_ids": types} for ids, types in zip(enc["input_ids"],
-                                                                                 enc["token_type_ids"])]
+        windows = TextWindows(self.tokenizer, items, self.max_length, prepared.options["doc_stride"], truncate)
+        prepared.extra["windows"] = windows
+        prepared.extra["input_tokens"] = {input_name(prepared, i): windows.tagged(i) for i in range(len(items))}
+        return windows.rows
 
     def forward(self, batch):
         return per_row(self.outputs(batch)["logits"], batch["attention_mask"].sum(1))
 
     def postprocess(self, prepared, outputs):
-        enc, options = prepared.extra["encoding"], prepared.options
+        windows, options = prepared.extra["windows"], prepared.options
         results = []
-        for i, (text, logits) in enumerate(zip(prepared.items, outputs)):
-            tokens = self.tokenizer.convert_ids_to_tokens(enc["input_ids"][i])
-            entries = token_entries(text, tokens, enc["offset_mapping"][i], enc["special_tokens_mask"][i],
-                                    softmax(logits), "[UNK]")
-            results.append(entities(entries, options["aggregation_strategy"], self.labels,
-                                    self.tokenizer.backend_tokenizer.decoder.decode, tuple(options["ignore_labels"])))
+        for i, text in enumerate(prepared.items):
+            tokens, offsets, special = windows.tokens(i, self.tokenizer.convert_ids_to_tokens)
+            entries = token_entries(text, tokens, offsets, special, softmax(windows.scores(i, outputs)), "[UNK]")
+            found = entities(entries, options["aggregation_strategy"], self.labels,
+                             self.tokenizer.backend_tokenizer.decoder.decode, tuple(options["ignore_labels"]))
+            results.append(Entities(found, truncated=windows.texts[i].truncated))
         return results
 
 
@@ -312,9 +300,11 @@ class QuestionAnswering(Pipeline):
 
     def encode(self, items, prepared, truncate):
         o = prepared.options
-        windows = squad.featurize(items, self.tokenizer, self.max_length, o["doc_stride"], o["max_question_len"])
+        windows = squad.squad_windows(items, self.tokenizer, self.max_length, o["doc_stride"], o["max_question_len"])
         prepared.extra["windows"] = windows
-        return [{"input_ids": w.input_ids.tolist(), "token_type_ids": w.token_type_ids.tolist()} for w in windows]
+        prepared.extra["input_tokens"] = {f"{input_name(prepared, i)}.context": n
+                                          for i, n in enumerate(windows.context_tokens)}
+        return windows.rows()  # each window made when its batch runs: memory linear in the contexts
 
     def forward(self, batch):
         out, lengths = self.outputs(batch), batch["attention_mask"].sum(1)
@@ -408,12 +398,6 @@ class MultipleChoice(Pipeline):
             p = softmax(logits.astype(np.float64))
             results.append({"choice": int(p.argmax()), "score": float(p.max()), "scores": p.tolist()})
         return results
-
-
-def check_count(options: dict, name: str):
-    value = options[name]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise BertforgeError(f"{name} must be a whole number of at least 1, not {value!r}")
 
 
 TASKS = {p.task: p for p in (FillMask, TextClassification, TokenClassification, QuestionAnswering,

@@ -3,7 +3,10 @@
 Endpoints, with request bodies as text-embeddings-inference spells them ({"inputs": ...} plus options):
 POST /v1/classify, /v1/embed, /v1/fill-mask, /v1/ner, /v1/qa, /v1/multiple-choice (the one matching the
 model's task answers; the others say which does), GET /health, /info, /metrics (Prometheus text), /docs.
-A response is a list in input order, each item shaped as the matching `pipeline()` result.
+A response is a list in input order, each item shaped as the matching `pipeline()` result. A QA context or a
+text to tag (/v1/ner) longer than --max-input-tokens is cut into overlapping windows of that length, the whole
+input within --max-batch-tokens (a 413 naming it otherwise, before any window is run); with "truncate": true,
+/v1/ner tags a text's first window only, and the response's Truncated-Inputs header lists the inputs cut.
 
 Concurrent requests are gathered into batches by a token budget (batcher.py). Errors are typed, as
 {"error", "error_type"}: 413 over the size limits, 422 malformed input (naming the field), 429 queue full,
@@ -105,8 +108,9 @@ class Server:
             raise Refused(503, "loading", f"the model cannot be loaded: {self.load_error}" if self.load_error
                           else "the model is loading")
 
-    async def answer(self, endpoint: str, body, receive) -> bytes:
-        """The JSON of the results of a request to /v1/ENDPOINT, in input order; Refused for what is not answered.
+    async def answer(self, endpoint: str, body, receive) -> tuple[bytes, dict]:
+        """The JSON of the results of a request to /v1/ENDPOINT, in input order, and the response's headers (see
+        finish); Refused for what is not answered.
         Tokenising and finishing run in the tokenising threads, never on the event loop: one huge input does not
         hold up the other requests, nor /health. `receive` (ASGI's, the body read) tells when the client leaves."""
         self.ready()
@@ -138,8 +142,12 @@ class Server:
             raise Refused(499, "client_closed", "the client closed the connection before the answer")
         return future.result()
 
-    def finish(self, prepared, outputs) -> bytes:
-        return result_bytes(self.pipe.finish(prepared, outputs))
+    def finish(self, prepared, outputs) -> tuple[bytes, dict]:
+        """The results' JSON, and a Truncated-Inputs header listing the inputs cut where the request asked for
+        truncation (/v1/ner: the texts longer than a window, tagged in their first one only)."""
+        results = self.pipe.finish(prepared, outputs)
+        cut = [str(i) for i, result in enumerate(results) if getattr(result, "truncated", False)]
+        return result_bytes(results), {"truncated-inputs": ",".join(cut)} if cut else {}
 
     def count_refusal(self, status: int, kind: str, endpoint: str):
         self.metrics.inc("bertforge_errors_total", kind=kind)
@@ -230,7 +238,7 @@ def endpoint_handler(server: Server, endpoint: str):
     async def handle(request: Request, body: body_model):  # type: ignore[valid-type]
         started = time.perf_counter()
         try:
-            content = await server.answer(endpoint, body, request.receive)
+            content, headers = await server.answer(endpoint, body, request.receive)
         except Refused as e:
             return server.refusal(e.status, e.kind, str(e), path)
         except Exception as e:  # a bug or a model failure: a 500, and the server goes on
@@ -240,7 +248,7 @@ def endpoint_handler(server: Server, endpoint: str):
         server.metrics.observe("bertforge_request_duration_seconds", time.perf_counter() - started, endpoint=path)
         from starlette.responses import Response
 
-        return Response(content, media_type="application/json")
+        return Response(content, headers=headers, media_type="application/json")
 
     return handle
 
@@ -282,7 +290,8 @@ def add_serve_arguments(p):
     p.add_argument("--int8", action="store_true", help="int8 linear layers (torch) or the int8 ONNX model")
     p.add_argument("--max-input-tokens", "--max-length", type=count(1), dest="max_input_tokens",
                    help="tokens per input: a longer one gets a 413 unless its request sends \"truncate\": true, "
-                        "which cuts it (default: the model's positions; QA: 384, the windows of a context)")
+                        "which cuts it; QA contexts and texts to tag are windows of this length instead, the whole "
+                        "input within --max-batch-tokens (default: the model's positions; QA: 384)")
     old_spellings(p._option_string_actions["--max-length"], "--max-length")
     p.add_argument("--max-batch-tokens", type=count(1), default=8192, help="tokens per request, all its inputs "
                    "together (more get a 413), and padded tokens per model batch")

@@ -28,8 +28,10 @@ class Refused(Exception):
 class Limits:
     """The limits of a request, all checked here: inputs per request (--max-client-batch, before they are
     tokenised where the body is a list), tokens per input (--max-input-tokens: the pipeline's max_length, past
-    which an input is cut with truncate, else refused) and tokens per request, all its rows together
-    (--max-batch-tokens, as text-embeddings-inference names them)."""
+    which an input is cut with truncate, else refused; for the inputs that are windowed, a QA context or a text
+    to tag, the windows' length) and tokens per request, all its rows together (--max-batch-tokens, as
+    text-embeddings-inference names them). A windowed input over that budget alone is refused by its name
+    before its windows are run (they hold all its tokens, and more where they overlap)."""
 
     def __init__(self, max_client_batch: int, max_batch_tokens: int):
         self.max_client_batch, self.max_batch_tokens = max_client_batch, max_batch_tokens
@@ -37,7 +39,7 @@ class Limits:
     def prepare(self, pipe, inputs, truncate: bool, options: dict):
         """`pipe.prepare(inputs)` within the limits; Refused (413 over one, 422 malformed) otherwise."""
         from .errors import BertforgeError
-        from .inference import row_length, row_width
+        from .inference import rows_tokens
         from .pipelines import TooLong
 
         if isinstance(inputs, list):
@@ -49,7 +51,11 @@ class Limits:
         except BertforgeError as e:
             raise Refused(422, "validation", str(e)) from None
         self.check_items(len(prepared.items))
-        tokens = sum(row_length(row) * row_width(row) for row in prepared.rows)
+        for name, tokens in prepared.extra.get("input_tokens", {}).items():  # a long input, before its windows
+            if tokens > self.max_batch_tokens:
+                raise Refused(413, "too_large", f"{name} is {tokens} tokens, over the limit of {self.max_batch_tokens} "
+                                                f"per request (--max-batch-tokens)")
+        tokens = rows_tokens(prepared.rows)
         if tokens > self.max_batch_tokens:
             raise Refused(413, "too_large", f"inputs are {tokens} tokens together, over the limit of "
                                             f"{self.max_batch_tokens} per request (--max-batch-tokens)")

@@ -1,13 +1,15 @@
 """The shared inference layer: batches by count and token budget, padding, results back in input order."""
 
 import itertools
+import tracemalloc
 
 import numpy as np
 import pytest
 import torch
 
 from bertforge.errors import BertforgeError
-from bertforge.inference import cut_padding, pad, per_row, plan_batches, run
+from bertforge.inference import (LazyRows, cut_padding, doc_spans, max_context_window, pad, per_row, plan_batches,
+                                 run)
 
 
 def rows_of(lengths):
@@ -104,3 +106,54 @@ def test_per_row_cuts_to_lengths():
     values = torch.arange(12.0).view(2, 3, 2)
     cut = per_row(values, torch.tensor([1, 3]))
     assert [c.shape for c in cut] == [(1, 2), (3, 2)] and cut[1].dtype == np.float32
+
+
+def brute_max_context(n, spans):
+    """Google's _check_is_max_context, token by token."""
+    best = []
+    for pos in range(n):
+        scores = [min(pos - s, s + length - 1 - pos) + 0.01 * length if s <= pos < s + length else -np.inf
+                  for s, length in spans]
+        best.append(int(np.argmax(scores)))
+    return best
+
+
+def test_max_context_window_is_googles_in_memory_linear_in_the_tokens():
+    """Each token's best window as Google's check picks it (the first of equal scores); a long passage's
+    thousands of windows cost memory of its tokens, not windows x tokens (issue 33: 9.7 GiB for 1 MB of text)."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n, room, stride = (int(x) for x in rng.integers(1, [120, 40, 50]))
+        spans = doc_spans(n, room, stride)
+        assert max_context_window(n, spans).tolist() == brute_max_context(n, spans)
+    n = 50_000
+    spans = doc_spans(n, 317, 128)  # 390 windows: [windows, tokens] float64 would be 156 MB
+    tracemalloc.start()
+    best = max_context_window(n, spans)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 5 << 20, f"{peak >> 20} MiB"
+    assert best[0] == 0 and best[-1] == len(spans) - 1
+
+
+def test_lazy_rows_are_made_only_for_their_batch():
+    made = []
+
+    def make(i):
+        made.append(i)
+        return {"input_ids": [100 + i] * (i + 1), "token_type_ids": [0] * (i + 1)}
+
+    rows = LazyRows([i + 1 for i in range(6)], make)
+    assert len(rows) == 6 and rows[-1]["input_ids"] == [105] * 6 and rows[1:3][0]["input_ids"] == [101, 101]
+    with pytest.raises(IndexError):
+        rows[6]
+    made.clear()
+    batches = []
+
+    def forward(batch):
+        batches.append(list(made))
+        made.clear()
+        return [int(x) for x in batch["input_ids"][:, 0]]
+
+    assert run(forward, rows, batch_size=2) == [100 + i for i in range(6)]
+    assert batches == [[0, 1], [2, 3], [4, 5]]  # each row made once, for its own batch

@@ -6,6 +6,10 @@ predictions are well apart.
 bertforge runs its inputs batched and length-sorted; transformers one at a time.
 """
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +18,7 @@ import transformers
 import bertforge
 from bertforge.errors import BertforgeError
 from bertforge.tasks import squad
+from tests.conftest import REPO
 
 transformers.logging.set_verbosity_error()
 
@@ -129,6 +134,49 @@ def test_token_classification(make_model, strategy):
             assert entity["end"] > entity["start"] and text[entity["start"]:entity["end"]].strip()
 
 
+LONG_TEXT = " ".join(f"On day {i} Angela Merkel flew from Reykjavík to Washington with Zuckerberg." for i in range(36))
+
+
+def test_token_classification_tags_a_long_text_to_its_end(make_model, tokenizer):
+    """A 400-word text (about 600 tokens) in windows of 128 tokens: every token tagged as transformers' model tags
+    it in the window where it has the most context (the one of the best min(left, right) context), entities
+    found to the text's end; with truncate=True, the first window only, and the result says the text was cut.
+    A text that fits in one window is tagged as transformers' pipeline tags it."""
+    folder = make_model("BertForTokenClassification", id2label=dict(enumerate(TAGS)))
+    ner = bertforge.pipeline("ner", model=folder, max_length=128)
+    assert len(LONG_TEXT.split()) >= 400
+    found = ner(LONG_TEXT)
+    enc = tokenizer(LONG_TEXT, add_special_tokens=False, return_offsets_mapping=True)
+    ids, n, room = enc["input_ids"], len(enc["input_ids"]), 126
+    assert n > 4 * room
+    model = transformers.BertForTokenClassification.from_pretrained(folder).eval()
+    expected, first = {}, {}
+    for start in range(0, n - room // 2, room // 2):  # the default stride: half a window
+        window = ids[start:start + room]
+        with torch.no_grad():
+            logits = model(torch.tensor([[tokenizer.cls_token_id, *window, tokenizer.sep_token_id]])).logits[0, 1:-1]
+        for j, p in enumerate(logits.softmax(-1).numpy()):
+            first.update({} if start else {j + 1: (TAGS[int(p.argmax())], float(p.max()))})
+            context = min(j, len(window) - 1 - j) + 0.01 * len(window)
+            if start + j not in expected or context > expected[start + j][0]:
+                expected[start + j] = (context, p)
+    tagged = {t + 1: (TAGS[int(p.argmax())], float(p.max())) for t, (_, p) in expected.items()
+              if TAGS[int(p.argmax())] != "O"}
+    assert {e["index"]: (e["entity"], e["score"]) for e in found}.keys() == tagged.keys()
+    for e in found:
+        assert e["entity"] == tagged[e["index"]][0] and abs(e["score"] - tagged[e["index"]][1]) <= TOL
+        assert (e["start"], e["end"]) == tuple(enc["offset_mapping"][e["index"] - 1])
+    assert max(e["end"] for e in found) > len(LONG_TEXT) - 60 and not found.truncated
+    grouped = ner(LONG_TEXT, aggregation_strategy="simple")
+    assert max(e["end"] for e in grouped) > len(LONG_TEXT) - 60
+
+    cut = ner([LONG_TEXT, TEXTS[0]], truncate=True)
+    assert cut[0].truncated and not cut[1].truncated
+    assert {e["index"]: (e["entity"], pytest.approx(e["score"], abs=TOL)) for e in cut[0]} == {
+        i: tag for i, tag in first.items() if tag[0] != "O"}  # the first window's tags, to its end
+    assert_same(ner(TEXTS), [reference("ner", folder)(text) for text in TEXTS])  # one window each
+
+
 def test_feature_extraction_and_sentence_embedding(make_model):
     folder = make_model("BertModel")
     theirs = reference("feature-extraction", folder)
@@ -220,6 +268,50 @@ def test_question_answering_long_context_as_evaluate(make_model, tokenizer):
         assert answers[0]["answer"] == result.predictions[ex.id]
         assert [a["answer"] for a in answers] == [b["text"] for b in result.nbest[ex.id][:2]]
         assert answers[0]["score"] >= answers[1]["score"]
+
+
+LONG_QA = """
+import resource, sys
+import bertforge
+
+qa = bertforge.pipeline("question-answering", model=sys.argv[1])
+real, zebra = qa.runtime, qa.tokenizer.convert_tokens_to_ids("zebra")
+
+
+class Boosted:  # the model's logits, with a start and an end at "zebra": the answer wherever the windows find it
+    call_tokens = None
+
+    def __call__(self, batch):
+        out, hit = real(batch), (batch["input_ids"] == zebra).float() * 100
+        return {"start_logits": out["start_logits"] + hit, "end_logits": out["end_logits"] + hit}
+
+
+qa.runtime = Boosted()
+qa(question="Which animal?", context="A zebra is here.")  # torch's first call allocates for good
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+sentences = [f"Sentence {i} tells of the town of Ghent and its {i * 7} bridges over the Lys." for i in range(2700)]
+sentences.insert(2600, "A zebra crossed one.")
+context = " ".join(sentences)
+answer = qa(question="Which animal?", context=context)
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(len(context), context.index("zebra"), answer["start"], answer["answer"], grown >> 10)
+"""
+
+
+def test_question_answering_long_context_in_linear_memory(make_model):
+    """A 200 KB context (51,000 tokens, 397 windows) in a fresh process: its peak resident size grows by less
+    than 150 MiB (about 55 MiB, mostly a batch's attention; 490 MiB, and 1.5 GB in issue 33, when every window's
+    best-context scores were one [windows, tokens] array), and the answer near its end is found (the logits
+    boosted at one word)."""
+    folder = make_model("BertForQuestionAnswering")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", LONG_QA, str(folder)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    length, where, start, answer, grown_mib = done.stdout.split()
+    assert int(length) > 200_000 and int(where) > 190_000
+    assert (start, answer) == (where, "zebra")
+    assert int(grown_mib) < 150, f"peak resident size grew by {grown_mib} MiB"
 
 
 def test_batching_keeps_input_order(make_model):

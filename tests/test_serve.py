@@ -18,7 +18,7 @@ import transformers
 
 import bertforge
 from tests.conftest import REPO
-from tests.test_pipelines import QA, TAGS, TEXTS, assert_same, random_model
+from tests.test_pipelines import LONG_TEXT, QA, TAGS, TEXTS, assert_same, random_model
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
@@ -154,6 +154,51 @@ def test_other_errors(servers):
     huge = httpx.post(s.url + "/v1/classify", content=b" " * (5 << 20), headers={"content-type": "application/json"})
     assert huge.status_code == 413
     assert s.post("classify", {"inputs": "still here"}).status_code == 200
+
+
+def peak_resident_mib(process) -> int | None:
+    """The process's peak resident size (Linux's VmHWM), or None where /proc does not tell."""
+    try:
+        status = open(f"/proc/{process.pid}/status").read()
+    except OSError:
+        return None
+    found = re.search(r"VmHWM:\s+(\d+) kB", status)
+    return int(found.group(1)) >> 10 if found else None
+
+
+def test_a_megabyte_qa_context_is_refused_by_name_in_bounded_memory(servers, folders):
+    """A 1 MB context is refused before its windows exist (issue 33: it made a 9.7 GiB array): a typed 413 naming
+    the input and the limit it passes, with the server's peak resident size grown by less than 200 MiB; the
+    server answers the next request."""
+    s = servers["qa"]
+    before = peak_resident_mib(s.process)
+    context = " ".join(f"Sentence {i} tells of the town of Ghent and its bridges." for i in range(18_000))
+    assert len(context) > 1_000_000
+    response = s.post("qa", {"inputs": [QA[0], {"question": "How many bridges?", "context": context}]})
+    assert response.status_code == 413, response.text
+    body = response.json()
+    assert body["error_type"] == "too_large"
+    assert re.fullmatch(r"inputs\[1\]\.context is \d+ tokens, over the limit of 8192 per request "
+                        r"\(--max-batch-tokens\)", body["error"]), body
+    if before is not None:
+        assert peak_resident_mib(s.process) - before < 200
+    assert_same(s.post("qa", {"inputs": QA}).json(),
+                bertforge.pipeline("question-answering", model=folders["qa"], max_length=128)(QA))
+
+
+def test_ner_tags_a_long_text_in_windows(servers, folders):
+    """A 400-word text over --max-input-tokens 128 is tagged in windows to its end, as the pipeline tags it; with
+    "truncate": true its first window only, and the Truncated-Inputs header names it."""
+    s, long_text = servers["ner"], LONG_TEXT
+    pipe = bertforge.pipeline("ner", model=folders["ner"], max_length=128)
+    response = s.post("ner", {"inputs": [TEXTS[0], long_text], "aggregation_strategy": "simple"})
+    assert response.status_code == 200, response.text
+    assert "truncated-inputs" not in response.headers
+    assert_same(response.json(), pipe([TEXTS[0], long_text], aggregation_strategy="simple"))
+    assert max(e["end"] for e in response.json()[1]) > len(long_text) - 60
+    cut = s.post("ner", {"inputs": [TEXTS[0], long_text], "truncate": True})
+    assert cut.status_code == 200 and cut.headers["truncated-inputs"] == "1"
+    assert_same(cut.json(), pipe([TEXTS[0], long_text], truncate=True))
 
 
 def test_concurrent_requests_share_batches(servers, folders):

@@ -10,6 +10,7 @@ import json
 import logging
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,8 +18,9 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from ..errors import BertforgeError, where
-from ..inference import doc_spans, max_context_window
+from ..inference import LazyRows, doc_spans, max_context_window
 from ..options import count, open_fraction
+from ..windows import encode_long
 from ..io import check_output, read_json, rounded, write_json, write_text_atomic
 from .base import HeadClass, Split, TaskFamily, find_file
 from .metrics import squad_metrics
@@ -115,6 +117,67 @@ class SquadWindow:
     end_position: int = 0
 
 
+@dataclass
+class _Passage:
+    """One example's part of its windows: the passage's tokens (shared by the questions on it), the question's,
+    the spans, each token's best window, the first answer's tokens, and where its windows start."""
+    example_index: int
+    ids: np.ndarray
+    offsets: np.ndarray
+    query: list[int]
+    spans: list[tuple[int, int]]
+    best: np.ndarray
+    answer: tuple[int, int] | None
+    first: int
+
+
+class SquadWindows(Sequence):
+    """Google's windows of examples (a sequence of SquadWindow), each made when it is read: what is kept is per
+    example its passage's tokens and their best windows, linear in the passages, never a window's arrays
+    beyond its use (a 1 MB context has thousands of windows). `lengths`: each window's tokens; `rows()`:
+    the windows as the model inputs of pipelines (inference.LazyRows)."""
+
+    def __init__(self, passages: list[_Passage], cls: int, sep: int, context_tokens: list[int]):
+        self.passages, self.cls, self.sep, self.context_tokens = passages, cls, sep, context_tokens
+        self.passage_of = np.repeat(np.arange(len(passages)), [len(p.spans) for p in passages]).astype(np.int64)
+        self.lengths = np.array([len(p.query) + 3 + length for p in passages for _, length in p.spans],
+                                dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, w):
+        if isinstance(w, slice):
+            return [self[i] for i in range(*w.indices(len(self)))]
+        if not -len(self) <= w < len(self):
+            raise IndexError(f"window {w} of {len(self)}")
+        p = self.passages[self.passage_of[w]]
+        k = w % len(self) - p.first
+        s, length = p.spans[k]
+        c0 = len(p.query) + 2  # where the passage begins in the input
+        size = c0 + length + 1
+        ids = np.concatenate([[self.cls], p.query, [self.sep], p.ids[s:s + length], [self.sep]]).astype(np.int32)
+        window = SquadWindow(
+            example_index=p.example_index,
+            input_ids=ids,
+            token_type_ids=(np.arange(size) >= c0).astype(np.int8),
+            offsets=np.full((size, 2), -1, dtype=np.int32),
+            is_max_context=np.zeros(size, dtype=bool),
+        )
+        window.offsets[c0:c0 + length] = p.offsets[s:s + length]
+        window.is_max_context[c0:c0 + length] = p.best[s:s + length] == k
+        if p.answer is not None and s <= p.answer[0] <= p.answer[1] < s + length:
+            window.start_position = int(p.answer[0] - s + c0)
+            window.end_position = int(p.answer[1] - s + c0)
+        return window
+
+    def rows(self) -> LazyRows:
+        def row(w: int) -> dict:
+            window = self[w]
+            return {"input_ids": window.input_ids.tolist(), "token_type_ids": window.token_type_ids.tolist()}
+        return LazyRows(self.lengths, row)
+
+
 def featurize(examples: list[SquadExample], tokenizer, max_length: int = 384, doc_stride: int = 128,
               max_query_length: int = 64) -> list[SquadWindow]:
     """Cut every example into Google's windows, in example order.
@@ -122,6 +185,12 @@ def featurize(examples: list[SquadExample], tokenizer, max_length: int = 384, do
     `tokenizer` is a BertTokenizer (or a `tokenizers.Tokenizer`). Answer positions come from the first
     gold answer, as Google trains on; a window that does not hold all of it points at [CLS].
     """
+    return list(squad_windows(examples, tokenizer, max_length, doc_stride, max_query_length))
+
+
+def squad_windows(examples: list[SquadExample], tokenizer, max_length: int = 384, doc_stride: int = 128,
+                  max_query_length: int = 64) -> SquadWindows:
+    """featurize's windows, made when read (see SquadWindows): linear in the passages' tokens however long."""
     if max_length - max_query_length - 3 < 1:
         raise BertforgeError(f"max_length {max_length} leaves no room for the passage after a "
                              f"{max_query_length}-token question and 3 special tokens")
@@ -132,45 +201,29 @@ def featurize(examples: list[SquadExample], tokenizer, max_length: int = 384, do
     backend = Tokenizer.from_str(getattr(tokenizer, "backend_tokenizer", tokenizer).to_str())
     backend.no_truncation()
     backend.no_padding()
-    cls, sep = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
 
     contexts = list(dict.fromkeys(ex.context for ex in examples))
     context_index = {c: i for i, c in enumerate(contexts)}
-    passages = [(np.array(e.ids, dtype=np.int32), np.array(e.offsets, dtype=np.int32).reshape(-1, 2))
-                for e in backend.encode_batch(contexts, add_special_tokens=False)]
+    passages = [(ids.astype(np.int32), offsets.astype(np.int32)) for ids, offsets in encode_long(backend, contexts)]
     questions = [e.ids[:max_query_length]
                  for e in backend.encode_batch([ex.question for ex in examples], add_special_tokens=False)]
 
-    windows = []
+    parts, first = [], 0
     for i, ex in enumerate(examples):
         ids, offsets = passages[context_index[ex.context]]
         query = questions[i]
         spans = doc_spans(len(ids), max_length - len(query) - 3, doc_stride)
         if not spans:
             continue
-        best = max_context_window(len(ids), spans)
         answer = None
         if ex.answer_texts:
-            first, last = ex.answer_starts[0], ex.answer_starts[0] + len(ex.answer_texts[0])
-            answer = (np.searchsorted(offsets[:, 1], first, side="right"),  # first token ending after it
-                      np.searchsorted(offsets[:, 0], last, side="left") - 1)  # last token starting before
-        c0 = len(query) + 2  # where the passage begins in the input
-        for k, (s, length) in enumerate(spans):
-            size = c0 + length + 1
-            window = SquadWindow(
-                example_index=i,
-                input_ids=np.concatenate([[cls], query, [sep], ids[s:s + length], [sep]]).astype(np.int32),
-                token_type_ids=(np.arange(size) >= c0).astype(np.int8),
-                offsets=np.full((size, 2), -1, dtype=np.int32),
-                is_max_context=np.zeros(size, dtype=bool),
-            )
-            window.offsets[c0:c0 + length] = offsets[s:s + length]
-            window.is_max_context[c0:c0 + length] = best[s:s + length] == k
-            if answer is not None and s <= answer[0] <= answer[1] < s + length:
-                window.start_position = int(answer[0] - s + c0)
-                window.end_position = int(answer[1] - s + c0)
-            windows.append(window)
-    return windows
+            start, end = ex.answer_starts[0], ex.answer_starts[0] + len(ex.answer_texts[0])
+            answer = (int(np.searchsorted(offsets[:, 1], start, side="right")),  # first token ending after it
+                      int(np.searchsorted(offsets[:, 0], end, side="left") - 1))  # last token starting before
+        parts.append(_Passage(i, ids, offsets, query, spans, max_context_window(len(ids), spans), answer, first))
+        first += len(spans)
+    context_tokens = [len(passages[context_index[ex.context]][0]) for ex in examples]
+    return SquadWindows(parts, backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]"), context_tokens)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -182,6 +235,31 @@ class SquadPredictions:
     nbest: dict[str, list[dict]]  # id -> [{text, offsets, probability, start_logit, end_logit}], best first
     null_odds: dict[str, float] = field(default_factory=dict)  # v2: null score minus best span score
     best_spans: dict[str, str] = field(default_factory=dict)  # v2: the answer at any threshold above null_odds
+
+
+def span_candidates(windows: list[SquadWindow], start_logits, end_logits, n_best: int,
+                    max_answer_length: int) -> tuple[list[tuple], tuple]:
+    """An example's answer spans over its windows, in Google's order: (score, start logit, end logit, first char,
+    end char) from each window's n best starts and ends, a span starting in its best window only; and the
+    smallest [CLS] score over the windows, with its two logits."""
+    candidates, null = [], (np.inf, 0.0, 0.0)
+    for window, start, end in zip(windows, start_logits, end_logits):
+        n = len(window.input_ids)
+        s_logit = np.asarray(start[:n], dtype=np.float64)
+        e_logit = np.asarray(end[:n], dtype=np.float64)
+        if s_logit[0] + e_logit[0] < null[0]:
+            null = (s_logit[0] + e_logit[0], s_logit[0], e_logit[0])
+        # stable sorts keep Google's order among equal scores
+        top_s = np.argsort(-s_logit, kind="stable")[:n_best]
+        top_e = np.argsort(-e_logit, kind="stable")[:n_best]
+        s, t = top_s[:, None], top_e[None, :]
+        ok = ((window.offsets[s, 0] >= 0) & (window.offsets[t, 0] >= 0) & window.is_max_context[s]
+              & (t >= s) & (t - s < max_answer_length))
+        i, j = np.nonzero(ok)  # start rank, then end rank: Google's nested loops
+        s, t = top_s[i], top_e[j]
+        candidates += zip((s_logit[s] + e_logit[t]).tolist(), s_logit[s].tolist(), e_logit[t].tolist(),
+                          window.offsets[s, 0].tolist(), window.offsets[t, 1].tolist())
+    return candidates, null
 
 
 def postprocess(examples: list[SquadExample], windows: list[SquadWindow], start_logits, end_logits,
@@ -200,25 +278,9 @@ def postprocess(examples: list[SquadExample], windows: list[SquadWindow], start_
             if version_2:
                 out.null_odds[ex.id] = np.inf
             continue
-        candidates = []  # (score, start logit, end logit, first char, end char), in Google's order
-        null = (np.inf, 0.0, 0.0)  # the smallest [CLS] score over the windows, with its two logits
-        for w in by_example[e]:
-            window = windows[w]
-            n = len(window.input_ids)
-            s_logit = np.asarray(start_logits[w][:n], dtype=np.float64)
-            e_logit = np.asarray(end_logits[w][:n], dtype=np.float64)
-            if s_logit[0] + e_logit[0] < null[0]:
-                null = (s_logit[0] + e_logit[0], s_logit[0], e_logit[0])
-            # stable sorts keep Google's order among equal scores
-            top_s = np.argsort(-s_logit, kind="stable")[:n_best]
-            top_e = np.argsort(-e_logit, kind="stable")[:n_best]
-            s, t = top_s[:, None], top_e[None, :]
-            ok = ((window.offsets[s, 0] >= 0) & (window.offsets[t, 0] >= 0) & window.is_max_context[s]
-                  & (t >= s) & (t - s < max_answer_length))
-            i, j = np.nonzero(ok)  # start rank, then end rank: Google's nested loops
-            s, t = top_s[i], top_e[j]
-            candidates += zip((s_logit[s] + e_logit[t]).tolist(), s_logit[s].tolist(), e_logit[t].tolist(),
-                              window.offsets[s, 0].tolist(), window.offsets[t, 1].tolist())
+        mine = by_example[e]
+        candidates, null = span_candidates([windows[w] for w in mine], [start_logits[w] for w in mine],
+                                           [end_logits[w] for w in mine], n_best, max_answer_length)
         if version_2:  # the null candidate goes last, so it loses ties
             candidates.append((float(null[0]), float(null[1]), float(null[2]), 0, 0))
         candidates.sort(key=lambda c: c[0], reverse=True)
