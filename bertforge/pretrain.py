@@ -325,8 +325,9 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     args = TrainArgs(out=Path(out), **{**options, "extra": {**options.get("extra", {}), **recorded}})
     if not ctx.main:
         return fit(model, job, args, ctx)
+    shown = {k: v for k, v in recorded.items() if v is not None or k not in ("teacher", "mask_prob")}
     log.info("pre-training: " + ", ".join(f"{k} {v}" for k, v in {
-        **recorded, "lr": args.lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": args.batch_size,
+        **shown, "lr": args.lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": args.batch_size,
         "bf16": args.bf16,
         "steps": args.steps if not args.time_budget else f"until the {args.time_budget:g} s budget"}.items()))
     baselines = job.baselines()
