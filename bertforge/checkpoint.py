@@ -9,10 +9,8 @@ import json
 import logging
 from pathlib import Path
 
-from contextlib import contextmanager
 
 import torch
-from torch import nn
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
@@ -158,21 +156,6 @@ def encoder_parts(keys, prefix: str) -> list[str]:
     return sorted(tables) + [f"layer {i}" for i in sorted(layers)]
 
 
-@contextmanager
-def no_random_init():
-    """torch.nn.init's initialisers as no-ops (as transformers' no_init_weights): the checkpoint overwrites them."""
-    names = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
-             "xavier_normal_", "zeros_", "ones_", "constant_")
-    saved = {name: getattr(nn.init, name) for name in names}
-    try:
-        for name in names:
-            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
-        yield
-    finally:
-        for name, function in saved.items():
-            setattr(nn.init, name, function)
-
-
 class PretrainedMixin:
     """`from_pretrained` / `save_pretrained` for the model classes (which define `base_model_prefix`)."""
 
@@ -208,7 +191,7 @@ class PretrainedMixin:
             config = BertConfig.from_dict({**config.to_dict(), **overrides})
         check_header(cls, config, folder, ignore_mismatched_sizes)  # sizes checked before anything is allocated
         if skip_init:
-            with no_random_init():
+            with sizes.no_random_init():
                 model = cls(config)
             with torch.no_grad():
                 for parameter in model.parameters():

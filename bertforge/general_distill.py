@@ -17,7 +17,6 @@ Two signals, both on the last layer of each model, both averaged over real token
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -28,8 +27,6 @@ from .errors import BertforgeError
 from .io import atomic_path
 from .tokenizer import BertTokenizer
 
-if TYPE_CHECKING:
-    from .pretrain import PretrainJob
 
 DISTILL_LOSSES = ("hidden_loss", "relation_loss")
 PROJECTION_FILE = "distill_projection.safetensors"
@@ -122,7 +119,7 @@ def load_teacher_encoder(folder) -> nn.Module:
     return BertModel.from_pretrained(folder).eval()
 
 
-def distiller(student, teacher: str, job: "PretrainJob"):
+def distiller(student, teacher: str, job):
     """The student wrapped with the teacher for `--objective distill`, once the teacher reads the data."""
     encoder = load_teacher_encoder(teacher)
     if encoder.config.vocab_size != student.config.vocab_size:

@@ -212,7 +212,7 @@ def truncated_normal_(weight: torch.Tensor, std: float) -> torch.Tensor:
     times as long (seconds per table at Base size)."""
     bound = math.erf(2 / math.sqrt(2))  # the normal CDF at +-2 std, as erf
     with torch.no_grad():
-        # through nn.init, so that checkpoint.no_random_init can switch it off
+        # through nn.init, so that sizes.no_random_init can switch it off
         return nn.init.uniform_(weight, -bound, bound).erfinv_().mul_(std * math.sqrt(2)).clamp_(-2 * std, 2 * std)
 
 

@@ -6,6 +6,7 @@ layers beside weights of 2, a billion positions) is a one-line error instead of 
 gives out; `config.LIMITS` bounds every config, weights or not.
 """
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
@@ -35,11 +36,26 @@ def read_header(files: list[Path]) -> dict[str, tuple[list[int], str]]:
     return header
 
 
+@contextmanager
+def no_random_init():
+    """torch.nn.init's initialisers as no-ops (as transformers' no_init_weights): the checkpoint overwrites them."""
+    from torch import nn
+
+    names = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
+             "xavier_normal_", "zeros_", "ones_", "constant_")
+    saved = {name: getattr(nn.init, name) for name in names}
+    try:
+        for name in names:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(nn.init, name, function)
+
+
 def model_shapes(model_class, config) -> dict[str, tuple[int, ...]]:
     """The state dict's shapes of `model_class(config)`, built on the meta device (nothing allocated)."""
     import torch
-
-    from .checkpoint import no_random_init
 
     with torch.device("meta"), no_random_init():
         return {key: tuple(value.shape) for key, value in model_class(config).state_dict().items()}
