@@ -178,7 +178,7 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     `finetune`'s. `options`: TrainArgs fields (defaults DISTILL_DEFAULTS) and the task family's options."""
     import torch
 
-    from .distill_data import augmented, default_cache, read_unlabelled, teacher_outputs
+    from .distill_data import default_cache
 
     started = time.perf_counter()
     check_distill_options(temperature, alpha, student, student_layers)
@@ -201,7 +201,30 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     model = build_student(student, student_layers, teacher, teacher_dir, tokenizer, family)
     model.config.extra.update(family.config_entries())
     regression = head == "BertForSequenceClassification" and teacher.config.num_labels == 1
-    train = splits.train
+    cache = Path(cache_dir) if cache_dir else default_cache()
+    encoded, cached = distill_rows(family, splits.train, tokenizer, teacher, teacher_dir, augment, unlabelled,
+                                   regression, cache, train_options)
+    run = {"task": task, "model": student if student_layers is None else
+           f"{teacher_dir} layers {','.join(map(str, student_layers))}", "teacher": str(teacher_dir),
+           "data": None if data is None else str(data), "family_options": family_record(options),
+           "temperature": temperature, "alpha": alpha,
+           "augment": augment, "unlabelled": [str(p) for p in unlabelled or []],
+           "distill_rows": len(encoded["labelled"]),
+           "teacher_outputs_cached": cached, "epochs": epochs, "max_length": family.max_length,
+           "max_train_examples": max_train_examples, "max_eval_examples": max_eval_examples,
+           "group_by_length": group_by_length, "command": command, "arguments": arguments}
+    del teacher
+    return train_on_task(family, make_distiller(model, temperature, alpha, regression), tokenizer, splits, encoded,
+                         out, train_options, run, started, batch_keys={"teacher_logits": None, "labelled": None},
+                         loss_units={"distill_loss": rows, "label_loss": labelled_rows})
+
+
+def distill_rows(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Path, augment: int, unlabelled,
+                 regression: bool, cache: Path, train_options: dict) -> tuple[dict, bool]:
+    """The rows the student learns from (the training split's, then the augmented and unlabelled ones), each with
+    the teacher's outputs and whether it is labelled; and whether the teacher's outputs came from the cache."""
+    from .distill_data import augmented, read_unlabelled, teacher_outputs
+
     extra = augmented(train.examples, augment, train_options["seed"]) if augment else []
     if unlabelled:
         extra += read_unlabelled(unlabelled, family, pairs=train.examples[0].text_b is not None)
@@ -212,23 +235,11 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
         for key in encoded:
             encoded[key] += more.get(key, [0.0 if regression else 0] * len(extra))
         labelled += [0] * len(extra)
-    cache = Path(cache_dir) if cache_dir else default_cache()
     logits, cached = teacher_outputs(teacher, teacher_dir, family, encoded, tokenizer.pad_token_id, cache,
                                      train_options["batch_size"] * 2, train_options.get("progress", True))
     print(f"teacher outputs of {len(logits)} rows {'read from' if cached else 'written to'} {cache}", file=sys.stderr)
     encoded["teacher_logits"], encoded["labelled"] = logits.tolist(), labelled
-    run = {"task": task, "model": student if student_layers is None else
-           f"{teacher_dir} layers {','.join(map(str, student_layers))}", "teacher": str(teacher_dir),
-           "data": None if data is None else str(data), "family_options": family_record(options),
-           "temperature": temperature, "alpha": alpha,
-           "augment": augment, "unlabelled": [str(p) for p in unlabelled or []], "distill_rows": len(labelled),
-           "teacher_outputs_cached": cached, "epochs": epochs, "max_length": family.max_length,
-           "max_train_examples": max_train_examples, "max_eval_examples": max_eval_examples,
-           "group_by_length": group_by_length, "command": command, "arguments": arguments}
-    del teacher
-    return train_on_task(family, make_distiller(model, temperature, alpha, regression), tokenizer, splits, encoded,
-                         out, train_options, run, started, batch_keys={"teacher_logits": None, "labelled": None},
-                         loss_units={"distill_loss": rows, "label_loss": labelled_rows})
+    return encoded, cached
 
 
 def rows(batch: dict) -> int:
