@@ -161,4 +161,7 @@ class BertConfig:
         if name_or_path in SIZES:
             return cls.from_name(name_or_path)
         path = Path(name_or_path)
+        if not path.exists():
+            raise BertforgeError(f"{name_or_path}: neither a model size ({', '.join(SIZES)}) nor a config.json file "
+                                 "or a folder holding one")
         return cls.from_json_file(path / "config.json" if path.is_dir() else path)

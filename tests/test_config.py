@@ -123,4 +123,8 @@ def test_bad_config_files(tmp_path, text, problem):
 
 def test_missing_config_file(tmp_path):
     with pytest.raises(BertforgeError, match="config file not found"):
+        BertConfig.load(str(tmp_path))  # a folder without config.json
+    with pytest.raises(BertforgeError) as excinfo:  # neither a size nor a path: the sizes are listed
         BertConfig.load(str(tmp_path / "nowhere.json"))
+    message = str(excinfo.value)
+    assert "nowhere.json: neither a model size (tiny, mini, small, medium, base, large)" in message
