@@ -88,25 +88,29 @@ def start(name: str, args, port: int) -> subprocess.Popen:
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def http_request(method: str, path: str, payload=None) -> bytes:
-    """The bytes of an HTTP/1.1 request with a JSON body (`payload` as is when it is bytes already)."""
+def http_request(method: str, path: str, payload=None, headers: dict | None = None) -> bytes:
+    """The bytes of an HTTP/1.1 request with a JSON body (`payload` as is when it is bytes already); `headers`
+    added to or replacing the usual ones (lower-case names; a value None drops that header)."""
     body = payload if isinstance(payload, bytes) else b"" if payload is None else json.dumps(payload).encode()
-    return (f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n\r\n").encode() + body
+    fields = {"host": "127.0.0.1", "content-type": "application/json", "content-length": str(len(body)),
+              **(headers or {})}
+    head = "".join(f"{name}: {value}\r\n" for name, value in fields.items() if value is not None)
+    return f"{method} {path} HTTP/1.1\r\n{head}\r\n".encode() + body
 
 
 class Connection:
     """One client's HTTP/1.1 connection, kept alive between requests (reopened when the server closes it, as
-    the HTTP/1.0 plain server does after each answer): JSON POSTs and GETs, nothing else."""
+    the HTTP/1.0 plain server does after each answer): JSON POSTs and GETs, nothing else; `headers` are sent with
+    each request (see http_request)."""
 
-    def __init__(self, port: int):
-        self.port, self.reader, self.writer = port, None, None
+    def __init__(self, port: int, headers: dict | None = None):
+        self.port, self.headers, self.reader, self.writer = port, headers, None, None
 
     async def request(self, method: str, path: str, payload=None) -> tuple[int, bytes]:
         reused = self.writer is not None
         if not reused:
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        self.writer.write(http_request(method, path, payload))
+        self.writer.write(http_request(method, path, payload, self.headers))
         try:
             status_line = await self.reader.readline()
             if not status_line and reused:  # the server closed the idle connection: once more on a new one
@@ -128,7 +132,7 @@ class Connection:
     async def hang_up(self, path: str, payload):
         """Send a request and close the connection before the answer comes."""
         _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        writer.write(http_request("POST", path, payload))
+        writer.write(http_request("POST", path, payload, self.headers))
         await writer.drain()
         writer.close()
 

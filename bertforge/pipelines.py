@@ -25,7 +25,7 @@ from .inputs import as_list, check_count, check_text, input_name
 from .runtime import load_runtime
 from .tasks import squad
 from .tokenizer import BertTokenizer
-from .windows import TextWindows
+from .windows import TextWindows, text_head
 
 
 class TooLong(BertforgeError):
@@ -89,13 +89,22 @@ class Pipeline:
 
     def encode_texts(self, texts, pairs=None, truncate=True, names=None, **kw) -> list:
         """Tokenized rows; with truncate off, an input over max_length is a TooLong error naming it (`names`: each
-        text's name, by default inputs[i])."""
-        enc = self.tokenizer(texts, pairs, truncation=truncate, max_length=self.max_length, **kw)
+        text's name, by default inputs[i]). Of a long text, only the beginning that gives its first max_length
+        tokens is tokenized (windows.text_head): a refused one's length is then a lower bound ("more than")."""
+        heads = [self.heads(part) for part in (texts, pairs)]
+        enc = self.tokenizer(*heads, truncation=truncate, max_length=self.max_length, **kw)
         for i, ids in enumerate(enc["input_ids"]):
             if len(ids) > self.max_length:
-                raise TooLong(f"{names[i] if names else f'inputs[{i}]'} is {len(ids)} tokens, over the limit of "
-                              f"{self.max_length}")
+                cut = any(part is not None and head[i] is not part[i] for head, part in zip(heads, (texts, pairs)))
+                raise TooLong(f"{names[i] if names else f'inputs[{i}]'} is {'more than ' if cut else ''}{len(ids)} "
+                              f"tokens, over the limit of {self.max_length}")
         return enc
+
+    def heads(self, texts):
+        """Each text's beginning that holds its first max_length tokens, or the text (windows.text_head)."""
+        if texts is None:
+            return None
+        return [text_head(self.tokenizer.backend_tokenizer, text, self.max_length) for text in texts]
 
     def encode(self, items, prepared: Prepared, truncate: bool) -> list:
         enc = self.encode_texts(items, truncate=truncate)

@@ -128,9 +128,10 @@ def test_a_chunked_body_under_the_limit_is_answered(server):
 
 
 def test_a_huge_input_is_tokenised_off_the_event_loop(server):
-    """An input near the body limit, with truncate: /health answers at once while it is tokenised."""
+    """An input near the body limit, with truncate: /health answers at once while it is tokenised. One word of 4
+    million letters: its first token needs all of it (of a text of words, only the beginning is read)."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        big = pool.submit(server.post, "classify", {"inputs": "word " * 700_000, "truncate": True})
+        big = pool.submit(server.post, "classify", {"inputs": "x" * 4_000_000, "truncate": True})
         waits = []
         while not big.done():
             started = time.perf_counter()
@@ -141,6 +142,39 @@ def test_a_huge_input_is_tokenised_off_the_event_loop(server):
     # tokenising it takes seconds: on the event loop, /health would wait for all of it, once; on a shared, loaded
     # machine single answers can be slow, so the typical one is what is asserted
     assert len(waits) > 3 and statistics.median(waits) < 0.5, waits
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory since its last reset (reset_peak)."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+
+
+def reset_peak(pid: int):
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
+@pytest.mark.parametrize("text", ["word " * 838_000, "." * 4_190_000], ids=["words", "full-stops"])
+def test_an_input_near_the_body_limit_costs_its_first_tokens_only(server, text):
+    """4 MiB of words or of full stops, alone or as a pair's second text, cut to --max-input-tokens: answered as
+    its beginning is, without tokenizing the rest (that took seconds and 0.6 or 2 GB of the tokenizer's memory);
+    without truncate, a 413 that counts the tokens of the beginning read."""
+    pid = server.process.pid
+    reset_peak(pid)
+    before = peak_rss_mb(pid)
+    for inputs in (text, [["what is it?", text]]):
+        response = server.post("classify", {"inputs": inputs, "truncate": True, "top_k": None})
+        head = inputs[:3000] if isinstance(inputs, str) else [["what is it?", text[:3000]]]
+        expected = server.post("classify", {"inputs": head, "truncate": True, "top_k": None}).json()
+        assert response.status_code == 200, response.text
+        (got,), (wanted,) = response.json(), expected
+        assert [d["label"] for d in got] == [d["label"] for d in wanted]
+        assert [d["score"] for d in got] == pytest.approx([d["score"] for d in wanted], abs=1e-5)
+    error = refused(server.post("classify", {"inputs": text}), 413, "--max-input-tokens", "truncate")
+    assert re.match(r"inputs\[0\] is more than \d+ tokens, over the limit of 128", error), error
+    assert peak_rss_mb(pid) - before < 150
+    still_answers(server)
 
 
 @pytest.mark.parametrize("inputs, name, tokens", [
