@@ -32,7 +32,8 @@ from .metrics_text import Registry
 from .options import count, header_token, host_names, non_negative, old_spellings, torch_device
 from .serve_guard import Guard, Limits, Refused, json_response, result_bytes, scrub
 from .serve_connections import add_connection_arguments, protocol_class
-from .serve_start import KEY_VARIABLE, allowed_hosts, api_key, check_model, listening_socket, warn_if_open
+from .serve_start import (KEY_VARIABLE, allowed_hosts, api_key, check_model, listening_socket, raise_file_limit,
+                          warn_if_open)
 # pipelines and runtime (torch, the model) are imported where they are used: the command's --help does not load torch
 
 log = logging.getLogger("bertforge")
@@ -342,7 +343,8 @@ def run_serve(args) -> int:
     app = create_app(server, hosts, key, args.body_timeout)
     sock = listening_socket(args.host, args.port)
     warn_if_open(args.host, key, hosts)
-    http = protocol_class(args.header_timeout)
+    raise_file_limit(args.max_connections)
+    http = protocol_class(args.header_timeout, args.max_connections, server.count_refusal)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=30,
                             http=http)
     uvicorn.Server(config).run(sockets=[sock])
