@@ -7,6 +7,7 @@ stalls is a 408 in JSON; connections over --max-connections are refused at once 
 """
 
 import json
+import re
 import socket
 import threading
 import time
@@ -247,3 +248,17 @@ def test_serve_refuses_connections_over_max_connections(served):
         sock.close()
     time.sleep(0.2)
     assert classifies(served)
+
+
+def test_the_deadlines_and_the_limit_are_in_help_and_range_checked(capsys):
+    from bertforge.cli import main
+
+    assert main(["serve", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for flag, default in (("--header-timeout SECONDS", 10), ("--body-timeout SECONDS", 10),
+                          ("--max-connections MAX_CONNECTIONS", 1024)):
+        assert re.search(rf"{flag} [^-]*\(default: {default}\)", text), text
+    for flags in (["--header-timeout", "0"], ["--body-timeout", "-1"], ["--max-connections", "0"]):
+        assert main(["serve", "model", *flags]) == 2
+        error = capsys.readouterr().err
+        assert flags[0] in error and error.count("\n") == 1, error
