@@ -11,8 +11,9 @@ input within --max-batch-tokens (a 413 naming it otherwise, before any window is
 Concurrent requests are gathered into batches by a token budget (batcher.py). Errors are typed, as
 {"error", "error_type"}: 413 over the size limits, 422 malformed input (naming the field), 429 queue full,
 500 a model failure or a bug, 503 while the model loads; what guards the server against hostile requests is
-serve_guard.py's. A server that could never answer (no weights, no model.onnx for --backend onnx, the port in
-use) stops before it listens (serve_start.py). SIGTERM stops accepting requests and finishes those in flight.
+serve_guard.py's, against stalled connections serve_connections.py's (a 408 for a body that stalls). A server
+that could never answer (no weights, no model.onnx for --backend onnx, the port in use) stops before it listens
+(serve_start.py). SIGTERM stops accepting requests and finishes those in flight.
 """
 
 import asyncio
@@ -30,7 +31,9 @@ from .errors import BertforgeError
 from .metrics_text import Registry
 from .options import count, header_token, host_names, non_negative, old_spellings, torch_device
 from .serve_guard import Guard, Limits, Refused, json_response, result_bytes, scrub
-from .serve_start import KEY_VARIABLE, allowed_hosts, api_key, check_model, listening_socket, warn_if_open
+from .serve_connections import add_connection_arguments, protocol_class
+from .serve_start import (KEY_VARIABLE, allowed_hosts, api_key, check_model, listening_socket, raise_file_limit,
+                          warn_if_open)
 # pipelines and runtime (torch, the model) are imported where they are used: the command's --help does not load torch
 
 log = logging.getLogger("bertforge")
@@ -186,9 +189,10 @@ async def client_left(receive):
         pass
 
 
-def create_app(server: Server, hosts=None, key: str | None = None):
+def create_app(server: Server, hosts=None, key: str | None = None, body_timeout: float | None = None):
     """The FastAPI application around a Server (whose model loads in a thread when the app starts), answering the
-    Host names `hosts` (None: any) and, with a `key`, requests that send it (serve_guard.Guard)."""
+    Host names `hosts` (None: any) and, with a `key`, requests that send it, their body whole within
+    `body_timeout` seconds (serve_guard.Guard)."""
     try:
         from contextlib import asynccontextmanager
 
@@ -216,7 +220,7 @@ def create_app(server: Server, hosts=None, key: str | None = None):
 
     app.add_exception_handler(RequestValidationError, malformed)
     app.add_exception_handler(Exception, failed)
-    app.add_middleware(Guard, refused=server.count_refusal, hosts=hosts, key=key)
+    app.add_middleware(Guard, refused=server.count_refusal, hosts=hosts, key=key, body_timeout=body_timeout)
     for endpoint in OPTIONS:
         app.post(f"/v1/{endpoint}", summary=f"{endpoint}: {INPUTS[endpoint]}")(endpoint_handler(server, endpoint))
     add_status_routes(app, server)
@@ -311,6 +315,7 @@ def add_serve_arguments(p):
                    "(default: localhost, 127.0.0.1, ::1 and --host)")
     p.add_argument("--workers", type=count(1), default=1, help="model batches run at once, each in its own "
                    "thread; torch's threads are divided between them (default: 1)")
+    add_connection_arguments(p)
 
 
 def run_serve(args) -> int:
@@ -335,10 +340,13 @@ def run_serve(args) -> int:
     server = Server(args.model, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
                     args.max_client_batch, args.workers, device=args.device, backend=args.backend, int8=args.int8,
                     max_length=args.max_input_tokens, threads=args.threads, batch_size=None)
-    app = create_app(server, hosts, key)
+    app = create_app(server, hosts, key, args.body_timeout)
     sock = listening_socket(args.host, args.port)
     warn_if_open(args.host, key, hosts)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=30)
+    raise_file_limit(args.max_connections)
+    http = protocol_class(args.header_timeout, args.max_connections, server.count_refusal)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=30,
+                            http=http)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 

@@ -2,12 +2,15 @@
 
 `Guard`, plain ASGI middleware before FastAPI: the Host header checked (--allowed-hosts), the API key
 required (--api-key), and the request body read as it arrives and refused with a 413 once it passes the
-limit, whatever its transfer encoding (a chunked body is not read to its end). `Limits`: the limits of a
+limit, whatever its transfer encoding (a chunked body is not read to its end), or with a 408 where it has not
+arrived whole --body-timeout seconds after the headers (its connection then closed; the headers' deadline is
+serve_connections.py's). `Limits`: the limits of a
 request, checked in one place. `Refused` is a typed refusal, answered as {"error", "error_type"} like every
 other error; `json_bytes` writes JSON that is always valid (NaN refused, a lone surrogate escaped); `scrub`
 makes an error message fit for a client: one line, and no absolute path of this machine.
 """
 
+import asyncio
 import functools
 import hmac
 import json
@@ -119,12 +122,14 @@ class Guard:
     """ASGI middleware, before the application: the Host header among `hosts` (a 421 otherwise, against DNS
     rebinding; None: any), `Authorization: Bearer KEY` on every route but /health where there is a `key` (a 401),
     and the request body read here as it arrives, whatever its transfer encoding, with a 413 once it passes
-    MAX_BODY (or declares more), without reading the rest; the application is handed the body read. Plain ASGI:
+    MAX_BODY (or declares more), without reading the rest, or a 408 where it has not arrived whole `body_timeout`
+    seconds after the headers (None: no limit); the application is handed the body read. Plain ASGI:
     Starlette's @app.middleware costs every request an extra task and stream. `refused(status, kind, path)` counts
     a refusal."""
 
-    def __init__(self, app, refused=None, max_body: int = MAX_BODY, hosts=None, key: str | None = None):
-        self.app, self.refused, self.max_body = app, refused, max_body
+    def __init__(self, app, refused=None, max_body: int = MAX_BODY, hosts=None, key: str | None = None,
+                 body_timeout: float | None = None):
+        self.app, self.refused, self.max_body, self.body_timeout = app, refused, max_body, body_timeout
         self.hosts, self.key = hosts, None if key is None else key.encode("ascii")
 
     async def __call__(self, scope, receive, send):
@@ -136,7 +141,8 @@ class Guard:
             self.check_key(scope["path"], headers)
             body = await self.read_body(headers, receive)
         except Refused as e:  # the rest of the body stays unread: the connection is closed after the answer
-            extra = {401: (b"www-authenticate", b"Bearer"), 413: (b"connection", b"close")}.get(e.status)
+            extra = {401: (b"www-authenticate", b"Bearer"), 413: (b"connection", b"close"),
+                     408: (b"connection", b"close")}.get(e.status)
             return await self.refuse(scope, send, e, [extra] if extra else [])
         if body is not None:  # None: the client went away
             await self.app(scope, replay(body, receive), send)
@@ -161,22 +167,29 @@ class Guard:
                                                "(Authorization: Bearer KEY)")
 
     async def read_body(self, headers: dict, receive) -> bytes | None:
+        """The whole body, within the size limit and the deadline (Refused otherwise); None if the client left."""
         limit = f"the {self.max_body >> 20} MiB limit" if self.max_body >= 1 << 20 else f"{self.max_body} bytes"
         size = headers.get(b"content-length", b"").decode("latin-1")
         if size.isdigit() and int(size) > self.max_body:
             raise Refused(413, "too_large", f"request body of {size} bytes is over {limit}")
         chunks, read = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            read += len(chunk)
-            if read > self.max_body:
-                raise Refused(413, "too_large", f"request body is over {limit} (read {read} bytes, the rest not)")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return None
+                    chunk = message.get("body", b"")
+                    read += len(chunk)
+                    if read > self.max_body:
+                        raise Refused(413, "too_large", f"request body is over {limit} (read {read} bytes, the rest "
+                                                        "not)")
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        return b"".join(chunks)
+        except TimeoutError:
+            raise Refused(408, "timeout", f"the request body did not arrive whole within {self.body_timeout:g} s "
+                                          f"(--body-timeout; {read} bytes read)") from None
 
     async def refuse(self, scope, send, refusal: Refused, headers=()):
         if self.refused is not None:

@@ -2,7 +2,8 @@
 once with a one-line error instead of running: the model's files (its tokenizer, and the weights or the exported
 ONNX model the backend reads) and the address (the socket is bound here and handed to uvicorn). Also who may
 ask: the API key (--api-key, --api-key-file or BERTFORGE_API_KEY) and the Host names answered (--allowed-hosts),
-with a warning where the server listens beyond this machine without a key.
+with a warning where the server listens beyond this machine without a key. And the soft limit on open files,
+raised to hold --max-connections (serve_connections.py).
 """
 
 import argparse
@@ -19,6 +20,7 @@ from .options import header_token
 
 log = logging.getLogger("bertforge")
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
+FILE_MARGIN = 256  # open files beside the connections: the model's, the listening socket, the threads', the logs
 KEY_VARIABLE = "BERTFORGE_API_KEY"
 
 
@@ -95,3 +97,23 @@ def warn_if_open(host: str, key: str | None, hosts: frozenset[str] | None):
     if hosts is not None:
         log.warning(f"bertforge: answering requests whose Host is {', '.join(sorted(hosts))} only (--allowed-hosts "
                     "names others; *: any)")
+
+
+def raise_file_limit(connections: int):
+    """The soft limit on open files raised, within the hard limit, to hold `connections` and FILE_MARGIN more (a
+    server that runs out of them can accept no connection, not even its own health check); a warning where the
+    hard limit is lower."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + FILE_MARGIN
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if raised > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+    if raised < wanted:
+        log.warning(f"bertforge: warning: {raised} open files at most (ulimit -n), too few for --max-connections "
+                    f"{connections} and the server's own {FILE_MARGIN}: lower --max-connections or raise the limit")
