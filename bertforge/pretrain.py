@@ -330,6 +330,9 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
         **shown, "lr": args.lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": args.batch_size,
         "bf16": args.bf16,
         "steps": args.steps if not args.time_budget else f"until the {args.time_budget:g} s budget"}.items()))
+    if args.eval_every and job.eval is None:
+        log.warning(f"{data}: no held-out documents, so no held-out figures or baselines; make the data with "
+                    "`bertforge data create --eval-docs N` (auto by default) to have them")
     baselines = job.baselines()
     with exclusive(args.out, "--out"):  # from the first file written (fit holds it too)
         check_resume(args, job.resume_fixed)  # a refused --resume writes nothing

@@ -270,3 +270,18 @@ def test_resume_keeps_the_record_and_adds_each_part(data_dir, tmp_path, capsys):
     assert parts[1]["changed"] == {"steps": 8}  # against the first part
     assert all(p["time"] and p["command"][0] == "bertforge" for p in parts)
     assert max(losses(run)) == 8
+
+
+def test_data_without_held_out_documents_is_said_at_the_start(data_dir, tmp_path, caplog):
+    root = data_dir.parent
+    create_pretraining_data([root / "corpus"], root / "vocab", tmp_path / "data", max_seq_length=64,
+                            max_predictions=10, dupe_factor=1, mask=False, eval_docs=0, seed=1)
+    with caplog.at_level("WARNING", logger="bertforge"):
+        assert main(["pretrain", *cli(tmp_path / "data", tmp_path / "run", "--eval-every", "2", steps=2)]) == 0
+    warned = [r.getMessage() for r in caplog.records if "no held-out documents" in r.getMessage()]
+    assert len(warned) == 1 and "--eval-docs" in warned[0]
+    assert json.loads((tmp_path / "run" / "baselines.json").read_text()) == {}
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bertforge"):
+        assert main(["pretrain", *cli(data_dir, tmp_path / "run2", "--eval-every", "2", steps=2)]) == 0
+    assert not [r for r in caplog.records if "no held-out documents" in r.getMessage()]

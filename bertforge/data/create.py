@@ -49,9 +49,9 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
 
     ``tokenizer`` is a :class:`~bertforge.tokenizer.BertTokenizer`, or a vocab.txt or tokenizer folder; it is
     saved in ``out`` (vocab.txt and the Hugging Face tokenizer files). ``eval_docs``: that many documents (or
-    that fraction of them, when below 1) are held out and made into ``out/eval`` (one pass, never used for
-    training pairs). ``mask=False`` writes unmasked instances for dynamic masking. ``nsp=False`` writes
-    single-segment rows filled with consecutive sentences instead of Google's pairs
+    that fraction of them, when below 1; "auto": 1%, at least one, of 10 or more) are held out and made into
+    ``out/eval`` (one pass, never used for training pairs). ``mask=False`` writes unmasked instances for dynamic
+    masking. ``nsp=False`` writes single-segment rows filled with consecutive sentences instead of Google's pairs
     (:func:`~bertforge.data.instances.iter_full_rows`).
     """
     if not isinstance(tokenizer, BertTokenizer):
@@ -63,7 +63,7 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
             ("--masked-lm-prob", masked_lm_prob, 0 < masked_lm_prob < 1, "above 0 and below 1"),
             ("--dupe-factor", dupe_factor, dupe_factor >= 1, "at least 1"),
             ("--max-predictions", max_predictions, max_predictions >= 1, "at least 1"),
-            ("--eval-docs", eval_docs, eval_docs >= 0, "0 or more")):
+            ("--eval-docs", eval_docs, eval_docs == AUTO or eval_docs >= 0, "0 or more, or auto")):
         if not ok:
             raise BertforgeError(f"{flag} {value}: must be {rule}")
     final = Path(out)
@@ -77,7 +77,7 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
         try:
             corpus, read_stats = read_corpus(inputs, tokenizer, token_file, fmt, encoding, progress)
             n_docs = corpus.num_documents
-            n_eval = int(eval_docs) if eval_docs >= 1 else int(np.ceil(eval_docs * n_docs))
+            n_eval = held_out_documents(eval_docs, n_docs)
             if n_eval >= n_docs:
                 raise BertforgeError(f"--eval-docs {eval_docs}: the corpus has only {n_docs} documents")
             held_out = np.random.default_rng([seed, 0]).choice(n_docs, n_eval, replace=False)
@@ -94,7 +94,7 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
                 "whole_word_mask": whole_word_mask,
             }
             continuation = continuation_table(tokenizer.vocab)
-            stats = {"corpus": {**read_stats, "eval_documents": n_eval}}
+            stats = {"corpus": {**read_stats, "eval_documents": n_eval, "eval_docs": eval_docs}}
             train = {**header, "split": "train", "dupe_factor": dupe_factor}
             stats["train"] = _write_split(corpus, np.flatnonzero(~is_eval), out, train, continuation, [seed, 1],
                                           progress)
@@ -228,7 +228,10 @@ def format_report(stats: dict) -> str:
     lines = [f"corpus: {c['files']:,} files ({c['formats']['lines']} lines format, {c['formats']['raw']} raw text, "
              f"{c['empty_files']} empty, {c['skipped_files']} skipped: not .txt/.raw/.text), "
              f"{c['documents']:,} documents, {c['sentences']:,} sentences, {c['tokens']:,} tokens; "
-             f"{c['eval_documents']} documents held out"]
+             f"{c['eval_documents']} documents held out" + (
+                 f" (--eval-docs auto holds out none of fewer than {AUTO_MIN_DOCS} documents: pre-training on this "
+                 "data reports no held-out figures; give --eval-docs N to have them)"
+                 if c.get("eval_docs") == AUTO and not c["eval_documents"] else "")]
     for split in ("train", "eval"):
         if split in stats:
             s = stats[split]
@@ -250,7 +253,20 @@ def format_report(stats: dict) -> str:
     return "\n".join(lines)
 
 
-def _eval_docs(text: str) -> float:
+AUTO = "auto"  # --eval-docs default: AUTO_SHARE of the documents, at least 1, from AUTO_MIN_DOCS documents on
+AUTO_SHARE, AUTO_MIN_DOCS = 0.01, 10
+
+
+def held_out_documents(eval_docs: float | str, n_docs: int) -> int:
+    """How many documents --eval-docs holds out of `n_docs`."""
+    if eval_docs == AUTO:
+        return max(1, int(np.ceil(AUTO_SHARE * n_docs))) if n_docs >= AUTO_MIN_DOCS else 0
+    return int(eval_docs) if eval_docs >= 1 else int(np.ceil(eval_docs * n_docs))
+
+
+def _eval_docs(text: str) -> float | str:
+    if text == AUTO:
+        return AUTO
     try:
         value = float(text)
     except ValueError:
@@ -284,9 +300,10 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-nsp", action="store_true",
                         help="single-segment rows filled to --max-length with consecutive sentences (RoBERTa's "
                              "FULL-SENTENCES; [SEP] between documents) instead of next-sentence pairs")
-    parser.add_argument("--eval-docs", type=_eval_docs, default=0, metavar="N",
-                        help="hold out N documents (or this fraction, if below 1) for evaluation: one pass, "
-                             "written to OUT/eval, never used in training pairs")
+    parser.add_argument("--eval-docs", type=_eval_docs, default=AUTO, metavar="N",
+                        help=f"hold out N documents (or this fraction, if below 1) for evaluation: one pass, "
+                             f"written to OUT/eval, never used in training pairs; auto: {AUTO_SHARE:.0%} of them, at "
+                             f"least one, when there are {AUTO_MIN_DOCS} or more (0: none, as Google's script)")
     add_encoding_argument(parser)
     parser.add_argument("--format", choices=("auto", "lines", "raw"), default="auto",
                         help="lines: one sentence per line, blank line between documents (Google's); "

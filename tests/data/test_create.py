@@ -220,3 +220,26 @@ def test_no_nsp_rows_filled_and_joins_never_masked(corpus, tokenizer, tmp_path, 
     assert joins.sum() > 0 and (b["special_tokens_mask"] | ~joins).all()  # a join is special
     labels = b["mlm_labels"]
     assert (labels[labels != -100] != sep).all() and (labels != -100).sum(1).min() >= 1
+
+
+def test_documents_are_held_out_by_default(corpus, tmp_path, capsys):
+    """auto: 1% of the documents, at least one, once there are 10; fewer: none, and the report says what that means."""
+    parser = argparse.ArgumentParser()
+    add_data_create_arguments(parser)
+    vocab = require_shared("models", "all-MiniLM-L6-v2")
+    for i in range(6, 12):  # 12 stories + the 3 documents of google.txt
+        (corpus / f"story{i}.txt").write_text(f"Chapter {i}.\n\n" + STORY * 2 + "\n", encoding="utf-8")
+    args = parser.parse_args(["--input", str(corpus), "--vocab", str(vocab), "--out", str(tmp_path / "many"),
+                              "--dupe-factor", "1", "--no-progress"])
+    assert args.eval_docs == "auto"
+    run_data_create(args)
+    stats = json.loads((tmp_path / "many" / "stats.json").read_text())["corpus"]
+    assert (stats["documents"], stats["eval_documents"], stats["eval_docs"]) == (15, 1, "auto")
+    assert len(load_pretraining_data(tmp_path / "many", "eval")) > 0
+    capsys.readouterr()
+    args = parser.parse_args(["--input", str(corpus / "google.txt"), "--vocab", str(vocab), "--out",
+                              str(tmp_path / "few"), "--dupe-factor", "1", "--no-progress"])
+    run_data_create(args)
+    report = capsys.readouterr().out
+    assert "0 documents held out (--eval-docs auto holds out none of fewer than 10 documents" in report
+    assert not (tmp_path / "few" / "eval").exists()
