@@ -56,7 +56,7 @@ class HelpFormatter(argparse.HelpFormatter):
         text = action.help or ""
         default = action.default
         if (not action.option_strings or default is None or isinstance(default, bool) or default == argparse.SUPPRESS
-                or "default" in text):
+                or (isinstance(default, (list, tuple, str)) and not default) or "default" in text):
             return text
         return f"{text} (default: {shown_default(default).replace('%', '%%')})".lstrip()
 

@@ -294,6 +294,8 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     from .train import fit, setup_distributed
 
     options = {**PRETRAIN_DEFAULTS, **options}
+    if not Path(data).is_dir():
+        raise BertforgeError(f"--data {data}: no such folder; make pre-training data with `bertforge data create`")
     if not (Path(data) / "index.json").is_file():
         raise BertforgeError(f"{data}: not pre-training data (no index.json); make it with `bertforge data create`")
     ctx = setup_distributed(options.get("device"))
@@ -377,6 +379,8 @@ def run_pretrain(args) -> int:
                       output_bias=None if distilling else r["output_bias"], teacher=args.teacher, **options)
     for key, value in result.items():
         print(f"{key}: {value:.4f}")
+    print(f"saved: {Path(args.out) / 'final'} (a checkpoint folder: bertforge finetune TASK --model "
+          f"{Path(args.out) / 'final'} ...)")
     collapsed = collapse_warning(result, r["lr"])
     if collapsed:
         log.warning(collapsed)

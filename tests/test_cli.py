@@ -73,10 +73,12 @@ def test_every_option_has_help_and_shows_its_default():
             assert action.help, f"bertforge {' '.join(words)} {action.option_strings[0]}: no help text"
             assert action.help.count("default") <= 1, f"{action.option_strings[0]}: its default said twice"
             default = action.default
-            if default is not None and not isinstance(default, bool):
+            empty = isinstance(default, (list, tuple, str)) and not default  # nothing to show
+            if default is not None and not isinstance(default, bool) and not empty:
                 assert f"(default: {shown_default(default)})" in flat or "default" in action.help, \
                     f"bertforge {' '.join(words)} {action.option_strings[0]}: default {default!r} not shown"
             checked += 1
+        assert "(default: )" not in flat, f"bertforge {' '.join(words)}: an empty default shown"
     assert checked > 100
 
 

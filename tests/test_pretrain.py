@@ -285,3 +285,10 @@ def test_data_without_held_out_documents_is_said_at_the_start(data_dir, tmp_path
     with caplog.at_level("WARNING", logger="bertforge"):
         assert main(["pretrain", *cli(data_dir, tmp_path / "run2", "--eval-every", "2", steps=2)]) == 0
     assert not [r for r in caplog.records if "no held-out documents" in r.getMessage()]
+
+
+def test_a_missing_data_folder_is_named_and_a_finished_run_says_where_it_saved(data_dir, tmp_path, capsys):
+    assert main(["pretrain", *cli(tmp_path / "nowhere", tmp_path / "run")]) == 2
+    assert f"--data {tmp_path / 'nowhere'}: no such folder" in capsys.readouterr().err
+    assert main(["pretrain", *cli(data_dir, tmp_path / "run", steps=2)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"saved: {tmp_path / 'run' / 'final'} ")

@@ -302,8 +302,8 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
                              "FULL-SENTENCES; [SEP] between documents) instead of next-sentence pairs")
     parser.add_argument("--eval-docs", type=_eval_docs, default=AUTO, metavar="N",
                         help=f"hold out N documents (or this fraction, if below 1) for evaluation: one pass, "
-                             f"written to OUT/eval, never used in training pairs; auto: {AUTO_SHARE * 100:g}%% of them, at "
-                             f"least one, when there are {AUTO_MIN_DOCS} or more (0: none, as Google's script)")
+                             f"written to OUT/eval, never used in training pairs; auto: {AUTO_SHARE * 100:g}%% of "
+                             f"them, at least one, when there are {AUTO_MIN_DOCS} or more (0: none, as Google's)")
     add_encoding_argument(parser)
     parser.add_argument("--format", choices=("auto", "lines", "raw"), default="auto",
                         help="lines: one sentence per line, blank line between documents (Google's); "
