@@ -173,8 +173,9 @@ def markdown(model: str, summary: dict, wall_s: float) -> str:
     for task, s in summary["tasks"].items():
         undefined = f" ({s['undefined']} undefined, as 0)" if s.get("undefined") else ""
         size = f"{s['parameters'] / 1e6:.1f} M" if "parameters" in s else ""
-        lines.append(f"| {task} | {s['metric']} | {s['point']} | {s['seeds']}{undefined} | {100 * s['mean']:.1f} ± "
-                     f"{100 * s['sd']:.1f} | {100 * s['min']:.1f} | {100 * s['max']:.1f} | {size} | "
+        spread = f" ± {100 * s['sd']:.1f}" if s["seeds"] > 1 else " (one seed: no spread)"
+        lines.append(f"| {task} | {s['metric']} | {s['point']} | {s['seeds']}{undefined} | {100 * s['mean']:.1f}"
+                     f"{spread} | {100 * s['min']:.1f} | {100 * s['max']:.1f} | {size} | "
                      f"{s.get('examples_per_s', '')} |")
     if summary["average"] is not None:
         lines.append(f"| **average** | | | | **{100 * summary['average']:.1f}** | | | | |")

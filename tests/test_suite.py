@@ -73,6 +73,7 @@ def test_grid_reports_the_dev_best_point(glue, tmp_path):
     best = max(report["runs"], key=lambda r: r["metrics"]["accuracy"])
     assert report["summary"]["tasks"]["sst2"]["point"] == suite_module.point_name(best["point"])
     assert suite_module.parse_grid("paper") == suite_module.PAPER_GRID
+    assert "(one seed: no spread)" in (out / "suite.md").read_text() and " ± 0.0" not in (out / "suite.md").read_text()
 
 
 @pytest.mark.parametrize("extra, model, vocab, words", [
