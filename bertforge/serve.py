@@ -61,6 +61,9 @@ BUCKETS = {"latency": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
            "rows": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512), "tokens": (64, 256, 1024, 4096, 16384, 65536)}
 
 
+RETRY_AFTER = "1"  # seconds: the Retry-After of a 429 (queue full; a 503 over --max-connections says the same)
+
+
 class Server:
     """The model (loaded in the background), its batcher and metrics."""
 
@@ -160,7 +163,8 @@ class Server:
     def refusal(self, status: int, kind: str, message: str, endpoint: str = ""):
         """The response to a refused or failed request ({"error", "error_type"}), counted."""
         self.count_refusal(status, kind, endpoint)
-        return json_response({"error": scrub(message), "error_type": kind}, status)
+        retry = {"Retry-After": RETRY_AFTER} if status == 429 else None  # the queue is full: try again soon
+        return json_response({"error": scrub(message), "error_type": kind}, status, retry)
 
     @property
     def endpoint(self) -> str:

@@ -35,8 +35,9 @@ def add_connection_arguments(p):
 def refusal_bytes(status: int, reason: str, kind: str, message: str) -> bytes:
     """A whole HTTP/1.1 response of a typed refusal ({"error", "error_type"}), closing the connection."""
     body = json_bytes({"error": message, "error_type": kind})
-    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
-            % (status, reason.encode("ascii"), len(body), body))
+    retry = b"retry-after: 1\r\n" if status in (429, 503) else b""
+    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%sconnection: close\r\n\r\n%s"
+            % (status, reason.encode("ascii"), len(body), retry, body))
 
 
 class Deadlines:

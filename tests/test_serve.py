@@ -223,8 +223,11 @@ def test_queue_full_is_429(folders):
     s = Served(folders["classify"], "--max-concurrent", 1, "--max-wait-ms", 200).wait()
     try:
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
-            codes = [r.status_code for r in pool.map(lambda _: s.post("classify", {"inputs": "hi"}), range(6))]
+            answers = list(pool.map(lambda _: s.post("classify", {"inputs": "hi"}), range(6)))
+        codes = [r.status_code for r in answers]
         assert 200 in codes and 429 in codes and set(codes) <= {200, 429}
+        busy = next(r for r in answers if r.status_code == 429)
+        assert busy.headers["retry-after"] == "1" and busy.json()["error_type"] == "overloaded"
         assert s.post("classify", {"inputs": "hi"}).status_code == 200  # free again
     finally:
         s.stop()

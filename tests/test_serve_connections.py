@@ -240,8 +240,9 @@ def test_serve_refuses_connections_over_max_connections(served):
         sock.sendall(b"GET /health HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
         assert response(sock)[0] == 200
     with connect(served.port) as extra:
-        status, _, body = response(extra)
+        status, headers, body = response(extra)
         assert status == 503 and json.loads(body)["error_type"] == "too_many_connections", body
+        assert headers.get("retry-after") == "1", headers
     for sock in held:
         sock.sendall(b"GET /health HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
         assert response(sock)[0] == 200
