@@ -39,10 +39,12 @@ def relation_heads(teacher_width: int, student_width: int, teacher_heads: int) -
 def relation_log_probs(vectors: torch.Tensor, mask: torch.Tensor, heads: int) -> torch.Tensor:
     """[B, L, H] vectors -> [B, R, L, L] log-softmax of the scaled dot products over the real tokens (keys)."""
     batch, length, width = vectors.shape
-    split = vectors.float().view(batch, length, heads, width // heads).transpose(1, 2)
-    scores = split @ split.transpose(-1, -2) / math.sqrt(width // heads)
-    scores = scores.masked_fill(~mask[:, None, None, :], torch.finfo(scores.dtype).min)
-    return torch.log_softmax(scores, -1)
+    # fp32 even under bf16 autocast: the loss is a small difference of these log-probabilities
+    with torch.autocast(vectors.device.type, enabled=False):
+        split = vectors.float().view(batch, length, heads, width // heads).transpose(1, 2)
+        scores = split @ split.transpose(-1, -2) / math.sqrt(width // heads)
+        scores = scores.masked_fill(~mask[:, None, None, :], torch.finfo(scores.dtype).min)
+        return torch.log_softmax(scores, -1)
 
 
 def relation_kl(teacher: torch.Tensor, student: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -72,6 +72,15 @@ def test_relation_loss_matches_a_hand_computation_on_two_heads():
         < 1e-6
 
 
+def test_relations_are_fp32_under_bf16_autocast():
+    torch.manual_seed(0)
+    vectors, mask = torch.randn(2, 5, 8), torch.ones(2, 5, dtype=torch.bool)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        relations = relation_log_probs(vectors, mask, 2)
+    assert relations.dtype == torch.float32
+    assert torch.allclose(relations, relation_log_probs(vectors, mask, 2))
+
+
 def test_relation_heads_divide_both_widths():
     assert relation_heads(384, 256, 12) == 8
     assert relation_heads(384, 384, 12) == 12
