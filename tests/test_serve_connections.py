@@ -18,6 +18,7 @@ from bertforge.serve_connections import protocol_class
 from bertforge.serve_guard import Guard
 from tests.test_pipelines import random_model
 from tests.test_serve import HEADS, Served, httpx
+from tests.test_serve_guard import raw_response as response
 
 uvicorn = pytest.importorskip("uvicorn")
 HEADER_TIMEOUT = BODY_TIMEOUT = 1.0
@@ -75,21 +76,6 @@ def local(implementation):
 
 def connect(port: int) -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=10)
-
-
-def response(sock) -> tuple[int, dict, bytes]:
-    """Status, headers and body of one HTTP/1.1 response read from `sock` (a body of Content-Length bytes)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"the connection closed before a response: {data!r}"
-        data += chunk
-    head, body = data.split(b"\r\n\r\n", 1)
-    lines = head.decode("latin-1").split("\r\n")
-    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
-    while len(body) < int(headers["content-length"]):
-        body += sock.recv(65536)
-    return int(lines[0].split()[1]), headers, body
 
 
 def closed(sock) -> bool:
