@@ -10,7 +10,6 @@ import json
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,7 +130,7 @@ class _Passage:
     first: int
 
 
-class SquadWindows(Sequence):
+class SquadWindows(LazyRows):
     """Google's windows of examples (a sequence of SquadWindow), each made when it is read: what is kept is per
     example its passage's tokens and their best windows, linear in the passages, never a window's arrays
     beyond its use (a 1 MB context has thousands of windows). `lengths`: each window's tokens; `rows()`:
@@ -140,19 +139,12 @@ class SquadWindows(Sequence):
     def __init__(self, passages: list[_Passage], cls: int, sep: int, context_tokens: list[int]):
         self.passages, self.cls, self.sep, self.context_tokens = passages, cls, sep, context_tokens
         self.passage_of = np.repeat(np.arange(len(passages)), [len(p.spans) for p in passages]).astype(np.int64)
-        self.lengths = np.array([len(p.query) + 3 + length for p in passages for _, length in p.spans],
-                                dtype=np.int64)
+        super().__init__([len(p.query) + 3 + length for p in passages for _, length in p.spans], self.window)
 
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def __getitem__(self, w):
-        if isinstance(w, slice):
-            return [self[i] for i in range(*w.indices(len(self)))]
-        if not -len(self) <= w < len(self):
-            raise IndexError(f"window {w} of {len(self)}")
+    def window(self, w: int) -> SquadWindow:
+        """Window w (from 0), made now."""
         p = self.passages[self.passage_of[w]]
-        k = w % len(self) - p.first
+        k = w - p.first
         s, length = p.spans[k]
         c0 = len(p.query) + 2  # where the passage begins in the input
         size = c0 + length + 1
