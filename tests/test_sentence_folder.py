@@ -108,6 +108,7 @@ def test_written_folder_loads_in_sentence_transformers(tmp_path, pooling, normal
     names = [type(module).__name__ for module in model]
     assert names == ["Transformer", "Pooling"] + (["Normalize"] if normalize else [])
     assert model[1].pooling_mode == pooling and model.max_seq_length == 64
+    assert_same_embeddings(folder, sst2_sentences(8) + ["a text " * 100])
     write_sentence_folder(folder, pooling, normalize=not normalize)  # a second declaration replaces the first
     assert read_sentence_folder(folder).normalize is not normalize
 
@@ -169,3 +170,53 @@ def test_malformed_files_give_one_line_naming_file_and_key(tmp_path, name, value
     with pytest.raises(BertforgeError) as e:
         read_sentence_folder(folder)
     one_line_error(e, name, "not valid JSON")
+
+
+def sst2_sentences(count=None) -> list[str]:
+    lines = require_shared("data", "glue", "SST-2", "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    return [line.split("\t")[0] for line in lines][:count]
+
+
+def cosine_distances(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(ours, axis=1) * np.linalg.norm(theirs, axis=1)
+    return 1 - (ours.astype(np.float64) * theirs).sum(1) / norms
+
+
+def assert_same_embeddings(folder: Path, texts: list[str], **options) -> float:
+    """bertforge's pipeline (its task from the folder) against SentenceTransformer(folder).encode; the largest
+    cosine distance."""
+    from sentence_transformers import SentenceTransformer
+
+    import bertforge
+
+    theirs = SentenceTransformer(str(folder), device="cpu").encode(texts, batch_size=32, convert_to_numpy=True)
+    ours = np.array(bertforge.pipeline(model=folder)(texts, **options), dtype=np.float32)
+    worst = float(cosine_distances(ours, theirs).max())
+    assert worst < 1e-5
+    np.testing.assert_allclose(ours, theirs, atol=2e-5 * float(np.abs(theirs).max()))
+    return worst
+
+
+SETTINGS = [(pooling, normalize) for pooling in ("mean", "cls", "max", "lasttoken") for normalize in (True, False)]
+
+
+@pytest.mark.parametrize("pooling,normalize", SETTINGS)
+def test_embeddings_equal_sentence_transformers(tmp_path, pooling, normalize):
+    sentence_transformers()
+    folder = st_folder(tmp_path / "st", pooling, normalize, legacy=normalize)
+    assert_same_embeddings(folder, sst2_sentences(12) + ["a text " * 300])  # and one over max_seq_length
+
+
+def test_default_prompt_left_out_of_the_pooling(tmp_path):
+    sentence_transformers()
+    for include_prompt in (False, True):
+        folder = st_folder(tmp_path / str(include_prompt), "mean", include_prompt=include_prompt, prompt="query: ")
+        assert_same_embeddings(folder, sst2_sentences(8))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pooling,normalize", SETTINGS)
+def test_embeddings_equal_sentence_transformers_on_sst2_dev(tmp_path, pooling, normalize):
+    sentence_transformers()
+    folder = st_folder(tmp_path / "st", pooling, normalize, legacy=normalize)
+    assert_same_embeddings(folder, sst2_sentences())
