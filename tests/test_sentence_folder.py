@@ -220,3 +220,35 @@ def test_embeddings_equal_sentence_transformers_on_sst2_dev(tmp_path, pooling, n
     sentence_transformers()
     folder = st_folder(tmp_path / "st", pooling, normalize, legacy=normalize)
     assert_same_embeddings(folder, sst2_sentences())
+
+
+@pytest.mark.parametrize("pooling,normalize", [("max", False), ("lasttoken", True)])
+def test_features_take_the_declaration_as_defaults(tmp_path, pooling, normalize):
+    """`bertforge features --level sentence` on a sentence-transformers folder: the last layer, its pooling and
+    Normalize, as SentenceTransformer.encode; a flag given wins."""
+    sentence_transformers()
+    from sentence_transformers import SentenceTransformer
+
+    from bertforge.cli import main
+
+    folder = st_folder(tmp_path / "st", pooling, normalize, include_prompt=False, prompt="query: ")
+    texts = sst2_sentences(10)
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    arguments = ["features", "--model", str(folder), "--input", str(tmp_path / "in.txt"), "--level", "sentence",
+                 "--no-progress", "--out"]
+    assert main([*arguments, str(tmp_path / "declared.npy")]) == 0
+    ours = np.load(tmp_path / "declared.npy")
+    theirs = SentenceTransformer(str(folder), device="cpu").encode(texts, convert_to_numpy=True)
+    assert ours.shape == theirs.shape and cosine_distances(ours, theirs).max() < 1e-5
+    np.testing.assert_allclose(ours, theirs, atol=2e-5 * float(np.abs(theirs).max()))
+    assert main([*arguments, str(tmp_path / "cls.npy"), "--pooling", "cls", "--no-normalize", "--layers", "-2"]) == 0
+    import torch
+    import transformers
+
+    tokenizer, model = (cls.from_pretrained(folder) for cls in (transformers.AutoTokenizer, transformers.AutoModel))
+    prompt_tokens = len(tokenizer("query: ")["input_ids"]) - 1  # [CLS] query : (its [SEP] not counted)
+    with torch.no_grad():
+        states = [model(**tokenizer("query: " + text, return_tensors="pt"), output_hidden_states=True).hidden_states[-2]
+                  for text in texts]
+    expected = np.stack([s[0, prompt_tokens].numpy() for s in states])  # the first token after the prompt
+    np.testing.assert_allclose(np.load(tmp_path / "cls.npy"), expected, atol=1e-4)
