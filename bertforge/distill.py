@@ -56,8 +56,7 @@ def load_teacher(family: TaskFamily, folder: Path):
     config = teacher.config
     if family.model_class.__name__ == "BertForSequenceClassification":
         names = [str(config.id2label[i]) for i in range(config.num_labels)]
-        generic = names == [f"LABEL_{i}" for i in range(len(names))]
-        if len(names) != len(family.labels) or not (generic or names == [str(x) for x in family.labels]):
+        if family.model_order(config) != list(range(len(family.labels))):  # its outputs are the data's labels
             raise BertforgeError(f"--teacher {folder}: its labels ({', '.join(names)}) are not the data's "
                                  f"({', '.join(map(str, family.labels))})")
     return teacher

@@ -40,7 +40,7 @@ def test_glue_classification_writes_results_and_best(tiny_model, tmp_path):
     assert saved["history"][saved["epoch_of_best"] - 1]["accuracy"] == saved["accuracy"]
     assert len(saved["history"]) == 2 and saved["train_examples"] == 32
     best = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "best")
-    assert best.config.id2label == {0: "0", 1: "1"}
+    assert best.config.id2label == {0: "negative", 1: "positive"}  # GLUE's names, as transformers' run_glue
     assert (tmp_path / "run" / "best" / "vocab.txt").is_file()
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 8 and "accuracy" in rows[-1]
@@ -152,7 +152,7 @@ def test_patience_stops_early_and_the_model_card_says_what_was_trained(tiny_mode
     assert len(result["history"]) == 2 and result["epoch_of_best"] == 1
     assert (tmp_path / "run" / "final").is_dir()
     card = (tmp_path / "run" / "best" / "README.md").read_text()
-    assert "# sst2, fine-tuned with bertforge" in card and "labels: 0, 1" in card
+    assert "# sst2, fine-tuned with bertforge" in card and "labels: negative, positive" in card
     assert f"| accuracy | {result['accuracy']:.4f} |" in card and "32 training examples" in card
     saved = json.loads((tmp_path / "run" / "args.json").read_text())
     assert saved["patience"] == 1 and saved["extra"]["task"] == "sst2" and saved["extra"]["data"] == str(data)
@@ -272,3 +272,46 @@ def test_resume_refuses_another_task_data_model_or_length(tiny_model, resumable,
     for word in [*map(filled, words), str(resumable / "args.json")]:
         assert word in said[0], said[0]
     assert {p: p.read_bytes() for p in sorted(resumable.rglob("*")) if p.is_file()} == before
+
+
+def relabelled(best, folder, names, swap=False):
+    """A copy of a fine-tuned SST-2 model whose config names its labels `names`; with swap, its outputs in the
+    other order (the classifier's rows swapped: the same model, labelled as transformers' models may be)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(best, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["id2label"] = {str(i): n for i, n in enumerate(names)}
+    config["label2id"] = {n: i for i, n in enumerate(names)}
+    (folder / "config.json").write_text(json.dumps(config))
+    if swap:
+        weights = load_file(folder / "model.safetensors")
+        for key in ("classifier.weight", "classifier.bias"):
+            weights[key] = weights[key].flip(0).contiguous()
+        save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+def test_glue_label_names_in_predict_and_pipeline_and_for_older_models(tiny_model, tmp_path, capsys):
+    """A fine-tuned SST-2 model answers negative/positive in predict and pipeline(); a model fine-tuned before label
+    names (ids "0"/"1") and one named as transformers' models may be, in the other order, evaluate to the same
+    score and predict the same names."""
+    import bertforge
+
+    data = require_shared("data", "glue", "SST-2")
+    result = run("sst2", tiny_model, data, tmp_path / "run", epochs=3, max_train_examples=256)
+    best = tmp_path / "run" / "best"
+    texts = [e.text_a for e in read_glue("sst2", data.parent, "dev")[:24]]
+    capsys.readouterr()
+    assert main(["predict", "sst2", "--model", str(best), *(f"--text={t}" for t in texts)]) == 0
+    predicted = [json.loads(line)["label"] for line in capsys.readouterr().out.splitlines()]
+    piped = [r["label"] for r in bertforge.pipeline(model=best)(texts)]
+    assert predicted == piped and set(predicted) <= {"negative", "positive"} and len(set(predicted)) == 2
+    for name, names, swap in (("old", ["0", "1"], False), ("theirs", ["POSITIVE", "NEGATIVE"], True),
+                              ("generic", ["LABEL_0", "LABEL_1"], False)):
+        folder = relabelled(best, tmp_path / name, names, swap)
+        assert rescored(capsys, "sst2", folder, data, 24)["accuracy"] == pytest.approx(result["accuracy"])
+        assert main(["predict", "sst2", "--model", str(folder), *(f"--text={t}" for t in texts)]) == 0
+        assert [json.loads(line)["label"] for line in capsys.readouterr().out.splitlines()] == predicted, name
