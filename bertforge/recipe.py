@@ -14,7 +14,7 @@ from .options import open_fraction, probability
 # best at 2e-3; BERT-Mini (256) learns nothing but token frequencies at 2e-3 and 1e-3 and learns at 5e-4
 # (BENCHMARKS.md, issue 11). Wider models get Mini's rate, the highest measured to work for them.
 BUDGET_LR = ((128, 2e-3), (None, 5e-4))
-NATIVE = "where native"  # bf16 autocast on a device with bf16 matrix units (train.native_bf16), else fp32
+NATIVE = "where native"  # bf16 autocast on a device with bf16 matrix units (runtime.native_bf16), else fp32
 
 RECIPES = {
     "paper": {"objective": None, "mask_prob": None, "dropout": None, "lr": 1e-4, "schedule": "linear",
@@ -33,7 +33,7 @@ def resolve(recipe: str, explicit: dict, hidden_size: int, device) -> dict:
     if settings["lr"] is BUDGET_LR:
         settings["lr"] = next(lr for width, lr in BUDGET_LR if width is None or hidden_size <= width)
     if settings["bf16"] == NATIVE:
-        from .train import native_bf16  # here: the commands' --help does not load torch
+        from .runtime import native_bf16  # here: the commands' --help does not load torch
 
         settings["bf16"] = native_bf16(device)
     return settings
