@@ -8,6 +8,7 @@ the model's width (BUDGET_LR), the output bias started at the tokens' log freque
 device computes it in hardware.
 """
 
+from .objectives import OBJECTIVES
 from .options import open_fraction, probability
 
 # The budget recipe's peak rate by hidden size, (largest width, rate), measured at batch 16: BERT-Tiny (128) is
@@ -23,7 +24,6 @@ RECIPES = {
                "warmup": 0.1, "batch_size": 16, "output_bias": "unigram", "bf16": NATIVE},
 }  # None: what the data and the model config hold (objective, masking rate, dropout)
 
-OBJECTIVES = ("mlm+nsp", "mlm", "ltr", "distill")
 
 
 def resolve(recipe: str, explicit: dict, hidden_size: int, device) -> dict:
@@ -43,11 +43,9 @@ def add_recipe_arguments(p) -> None:
     """The recipe and the pre-training choices that are not training-loop options."""
     p.add_argument("--recipe", choices=tuple(RECIPES), default="paper",
                    help="preset for the flags it sets that are not given (default: paper); see README")
-    p.add_argument("--objective", choices=OBJECTIVES,
-                   help="mlm+nsp: masked LM + next sentence (needs sentence pairs); mlm: masked LM only; ltr: "
-                        "left-to-right LM, causal attention, saved as is_decoder (needs unmasked data); distill: "
-                        "learn --teacher's hidden states and self-attention relations (needs unmasked data) "
-                        "(paper: what the data holds, budget: mlm)")
+    p.add_argument("--objective", choices=tuple(OBJECTIVES),
+                   help="; ".join(f"{o.name}: {o.help}" for o in OBJECTIVES.values()) +
+                        " (paper: what the data holds, budget: mlm)")
     p.add_argument("--mask-prob", type=open_fraction, metavar="P",
                    help="mask this share of the tokens afresh each time a row is drawn, 80/10/10 (needs data made "
                         "with --no-mask) (paper: the data's rate, 0.15, budget: 0.3)")
