@@ -296,22 +296,33 @@ def relabelled(best, folder, names, swap=False):
 
 def test_glue_label_names_in_predict_and_pipeline_and_for_older_models(tiny_model, tmp_path, capsys):
     """A fine-tuned SST-2 model answers negative/positive in predict and pipeline(); a model fine-tuned before label
-    names (ids "0"/"1") and one named as transformers' models may be, in the other order, evaluate to the same
-    score and predict the same names."""
+    names (ids "0"/"1"), one named as transformers' models may be, in the other order, and one with LABEL_i,
+    evaluate to the same score and predict the same labels and probabilities."""
     import bertforge
 
     data = require_shared("data", "glue", "SST-2")
-    result = run("sst2", tiny_model, data, tmp_path / "run", epochs=3, max_train_examples=256)
+    result = run("sst2", tiny_model, data, tmp_path / "run", epochs=2)
     best = tmp_path / "run" / "best"
     texts = [e.text_a for e in read_glue("sst2", data.parent, "dev")[:24]]
-    capsys.readouterr()
-    assert main(["predict", "sst2", "--model", str(best), *(f"--text={t}" for t in texts)]) == 0
-    predicted = [json.loads(line)["label"] for line in capsys.readouterr().out.splitlines()]
-    piped = [r["label"] for r in bertforge.pipeline(model=best)(texts)]
-    assert predicted == piped and set(predicted) <= {"negative", "positive"} and len(set(predicted)) == 2
+
+    def predicted(folder):
+        capsys.readouterr()
+        assert main(["predict", "sst2", "--model", str(folder), *(f"--text={t}" for t in texts)]) == 0
+        return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    ours = predicted(best)
+    assert all(list(p["probabilities"]) == ["negative", "positive"] for p in ours)
+    piped = bertforge.pipeline(model=best)(texts, top_k=None)
+    assert [p["label"] for p in ours] == [r[0]["label"] for r in piped]
+    assert [p["probabilities"]["positive"] for p in ours] == pytest.approx(
+        [next(x["score"] for x in r if x["label"] == "positive") for r in piped], abs=1e-5)
     for name, names, swap in (("old", ["0", "1"], False), ("theirs", ["POSITIVE", "NEGATIVE"], True),
                               ("generic", ["LABEL_0", "LABEL_1"], False)):
         folder = relabelled(best, tmp_path / name, names, swap)
         assert rescored(capsys, "sst2", folder, data, 24)["accuracy"] == pytest.approx(result["accuracy"])
-        assert main(["predict", "sst2", "--model", str(folder), *(f"--text={t}" for t in texts)]) == 0
-        assert [json.loads(line)["label"] for line in capsys.readouterr().out.splitlines()] == predicted, name
+        theirs = predicted(folder)
+        assert [p["label"] for p in theirs] == [p["label"] for p in ours], name
+        for mine, other in zip(ours, theirs):
+            assert list(other["probabilities"]) == ["negative", "positive"]
+            assert list(other["probabilities"].values()) == pytest.approx(list(mine["probabilities"].values()),
+                                                                          abs=1e-5)
