@@ -52,6 +52,16 @@ class SentencePooling:
         text = self.prompt + text
         return text.lower() if self.do_lower_case else text
 
+    def summary(self) -> str:
+        """One line for `bertforge info`."""
+        parts = [f"{self.pooling} pooling", "normalized" if self.normalize else "not normalized",
+                 f"max_seq_length {self.max_seq_length or 'of the tokenizer'}"]
+        if self.do_lower_case:
+            parts.append("lower-cased")
+        if self.prompt:
+            parts.append(f"prompt {self.prompt!r}{'' if self.include_prompt else ' left out of the pooling'}")
+        return ", ".join(parts)
+
     def skipped(self, tokenizer) -> int:
         """How many tokens of each text the pooling leaves out: the prompt's with its [CLS], without include_prompt
         (sentence-transformers counts the prompt's tokens less its final [SEP])."""
