@@ -252,3 +252,26 @@ def test_features_take_the_declaration_as_defaults(tmp_path, pooling, normalize)
                   for text in texts]
     expected = np.stack([s[0, prompt_tokens].numpy() for s in states])  # the first token after the prompt
     np.testing.assert_allclose(np.load(tmp_path / "cls.npy"), expected, atol=1e-4)
+
+
+def test_convert_and_export_keep_the_declaration(tmp_path, tiny_model, capsys):
+    """`bertforge convert` (a pickled folder, as older sentence-transformers models ship) and `export onnx` carry
+    the files over, and writing over such a folder with --overwrite is allowed (its files are a model's)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from bertforge.cli import main
+
+    source = tmp_path / "pickled"
+    source.mkdir()
+    for file in tiny_model.iterdir():
+        if file.suffix != ".safetensors":
+            (source / file.name).symlink_to(file)
+    torch.save(load_file(tiny_model / "model.safetensors"), source / "pytorch_model.bin")
+    write_sentence_folder(source, "max", normalize=False, max_seq_length=32)
+    for argv in (["convert", str(source), str(tmp_path / "out")],
+                 ["export", "onnx", str(tmp_path / "out"), str(tmp_path / "onnx")]):
+        for again in ([], ["--overwrite"]):  # the second time over the folder the first wrote
+            assert main([*argv, *again]) == 0
+            assert read_sentence_folder(argv[-1]) == SentencePooling("max", False, 32)
+    capsys.readouterr()
