@@ -131,7 +131,9 @@ class FeatureExtractor:
         declared = self.declared if level == "sentence" else None  # the folder's, at sentence level only
         layers = self.check_layers(((-1,) if declared else (-1, -2, -3, -4)) if layers is None else layers)
         pooling = check_pooling(pooling or (declared.pooling if declared else "mean"))
-        max_length = max_length or (declared and declared.max_seq_length) or 512
+        declared_length = declared and declared.max_seq_length and min(declared.max_seq_length,
+                                                                       self.config.max_position_embeddings)
+        max_length = max_length or declared_length or 512
         pairs = _as_pairs(texts)
         stride = self._check_sizes(max_length, stride, batch_size)
         skip = declared.skipped(self.tokenizer) if declared else 0  # a prompt's tokens, left out of the pooling

@@ -275,3 +275,12 @@ def test_convert_and_export_keep_the_declaration(tmp_path, tiny_model, capsys):
             assert main([*argv, *again]) == 0
             assert read_sentence_folder(argv[-1]) == SentencePooling("max", False, 32)
     capsys.readouterr()
+
+
+def test_a_declared_length_over_the_model_positions_is_capped(tmp_path):
+    import bertforge
+    from bertforge.features import extract_features
+
+    folder = st_folder(tmp_path / "st", max_seq_length=1000)
+    assert bertforge.pipeline(model=folder).max_length == 512
+    assert extract_features(folder, ["a text " * 400], level="sentence").vectors.shape == (1, 384)
