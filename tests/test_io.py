@@ -8,6 +8,7 @@ from bertforge.errors import BertforgeError
 from bertforge.io import (
     atomic_path, decoded_blocks, exclusive, read_json, read_json_lines, read_text, text_files, write_text_atomic,
 )
+from tests.conftest import require_shared
 
 
 def test_text_files(tmp_path):
@@ -118,3 +119,28 @@ def test_exclusive_holds_a_folder_against_other_holders_and_lets_go(tmp_path):
         with pytest.raises(BertforgeError, match=r"--out .*run: another process is writing it"):
             with exclusive(folder, "--out"):
                 pass
+
+
+@pytest.mark.parametrize("line, encoding, reading, rank", [
+    ("years of sabbatical\u2014and then there came", "cp950", "sabbatical\u2014and", 0),  # Big5 punctuation
+    ("completing what man\u2019s genius has begun", "cp950", "man\u2019s genius", 0),
+    ("It\u2019s \u20ac5 and \u00bd\u00a2, said the people.", "cp1252", "It\u2019s \u20ac5 and \u00bd\u00a2", 0),
+    ("\u4e2d\u6587\u7684\u53e5\u5b50\u3002", "gb18030", "\u4e2d\u6587\u7684\u53e5\u5b50", 1),  # after cp950's
+])
+def test_a_line_that_is_not_utf8_is_shown_as_the_likely_encodings_read_it(tmp_path, line, encoding, reading, rank):
+    path = tmp_path / "text.txt"
+    path.write_bytes(b"A first line in ASCII.\n" + line.encode(encoding) + b"\n")
+    with pytest.raises(BertforgeError) as e:
+        list(decoded_blocks(path))
+    message = str(e.value)
+    assert message.startswith(f"{path}:2: byte ") and "is not valid utf-8; pass --encoding" in message
+    shown = message.split("): ", 1)[1].split("; ")
+    assert shown[rank].startswith(f"{encoding} '") and reading in shown[rank]
+    assert "cp1252" not in shown[0] or encoding == "cp1252"
+    assert "".join(decoded_blocks(path, f"utf-8,{encoding}")).splitlines()[1] == line
+
+
+def test_the_shared_inaugural_address_in_big5_is_named_so():
+    path = require_shared("data", "corpus", "inaugural", "2005-Bush.txt")
+    with pytest.raises(BertforgeError, match="e.g. utf-8,cp950\\): cp950 ' years of sabbatical\u2014and"):
+        list(decoded_blocks(path))
