@@ -204,7 +204,9 @@ def read_records(path):
     text = read_text(path, "utf-8-sig")
     if path.suffix.lower() in (".csv", ".tsv"):
         csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))  # a field may be as long as the file
-        rows = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+        tsv = path.suffix.lower() == ".tsv"
+        rows = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if tsv else ",",
+                              quoting=tsv_quoting(text) if tsv else csv.QUOTE_MINIMAL)
         for row in rows:
             location = where(path, rows.line_num)
             if None in row or None in row.values():  # DictReader's marks for too many / too few fields
@@ -220,6 +222,19 @@ def read_records(path):
         if not isinstance(record, dict):
             raise BertforgeError(f"{location}: expected a JSON object")
         yield location, record
+
+
+def tsv_quoting(text: str) -> int:
+    """How a TSV file quotes: not at all (csv.QUOTE_NONE), as GLUE's files, whose texts may start with a literal
+    quote ("Hello," she said), when every line splits into the header's columns that way and the fields that
+    start with a quote do not all end with one; else as CSV does (quoted fields, doubled quotes inside), as
+    spreadsheets and pandas write TSV."""
+    literal = [row for row in csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
+               if row]
+    consistent = all(len(row) == len(literal[0]) for row in literal)
+    quoted = [field for row in literal for field in row if field.startswith('"')]
+    fully_quoted = bool(quoted) and all(len(field) > 1 and field.endswith('"') for field in quoted)
+    return csv.QUOTE_NONE if consistent and not fully_quoted else csv.QUOTE_MINIMAL
 
 
 @contextmanager

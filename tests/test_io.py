@@ -6,7 +6,8 @@ import pytest
 
 from bertforge.errors import BertforgeError
 from bertforge.io import (
-    atomic_path, decoded_blocks, exclusive, read_json, read_json_lines, read_text, text_files, write_text_atomic,
+    atomic_path, decoded_blocks, exclusive, read_json, read_json_lines, read_records, read_text, text_files,
+    write_text_atomic,
 )
 from tests.conftest import require_shared
 
@@ -144,3 +145,21 @@ def test_the_shared_inaugural_address_in_big5_is_named_so():
     path = require_shared("data", "corpus", "inaugural", "2005-Bush.txt")
     with pytest.raises(BertforgeError, match="e.g. utf-8,cp950\\): cp950 ' years of sabbatical\u2014and"):
         list(decoded_blocks(path))
+
+
+def test_tsv_texts_may_start_with_a_literal_quote_as_glue_writes_them(tmp_path):
+    """GLUE's TSV files do not quote: a text that starts with a quote is read as it is, line by line."""
+    path = tmp_path / "train.tsv"
+    lines = ["index\tquestion\tsentence\tlabel", '0\tWho said it?\t"Hello," she said, and left.\tentailment',
+             '1\tWhat is "it"?\t"It" is a word.\tnot_entailment', "2\tWhere?\tHere.\tentailment"]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    records = [record for _, record in read_records(path)]
+    assert [r["sentence"] for r in records] == ['"Hello," she said, and left.', '"It" is a word.', "Here."]
+    assert [location for location, _ in read_records(path)] == [f"{path}:{n}" for n in (2, 3, 4)]
+
+
+def test_tsv_written_by_a_spreadsheet_or_pandas_is_unquoted(tmp_path):
+    """Quoted fields (a tab or a line break inside, doubled quotes) are read as CSV reads them."""
+    path = tmp_path / "mine.tsv"
+    path.write_text('text\tlabel\n"a tab\there"\tpos\n"she said ""hi""\nand left"\tneg\nplain\tpos\n', encoding="utf-8")
+    assert [r["text"] for _, r in read_records(path)] == ["a tab\there", 'she said "hi"\nand left', "plain"]
