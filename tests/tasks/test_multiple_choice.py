@@ -219,3 +219,26 @@ def test_the_right_choice_as_a_number_or_its_text():
                          (3, "f:2: label 3 is not among the choices")):
         with pytest.raises(BertforgeError, match=words):
             choice_index(value, choices, "f:2")
+
+
+def test_own_choices_in_hugging_face_arc_layout_as_the_built_in_task(tokenizer):
+    """choices {"text", "label"} and answerKey letters or 1-based digits: the same examples as the `arc` task."""
+    path = require_shared("data", "multiple_choice", "arc_easy", "train.jsonl")
+    family = make_family("multiple-choice", options={"train": path, "choices_columns": ["choices"],
+                                                     "label_column": "answerKey"})
+    own = family.read("train", tokenizer, limit=400).examples
+    built_in = read_multiple_choice("arc", path)[:400]
+    assert [(e.context, e.endings, e.label) for e in own] == [(e.context, e.endings, e.label) for e in built_in]
+    records = [json.loads(line) for line in path.read_text().splitlines()[:400]]
+    digits = [e for e, r in zip(own, records) if r["choices"]["label"][0] == "1"]
+    assert digits and all(e.label == int(r["answerKey"]) - 1 for e, r in zip(own, records) if e in digits)
+
+
+def test_an_object_of_choices_without_texts_is_named(tokenizer, tmp_path):
+    path = write_jsonl(tmp_path / "train.jsonl", [{"question": "Sky?", "choices": {"A": "blue", "B": "red"},
+                                                   "label": "A"}])
+    family = make_family("multiple-choice", options={"train": path})
+    with pytest.raises(BertforgeError) as e:
+        family.read("train", tokenizer)
+    one_line_error(e, "train.jsonl:1: 'choices' holds an object with 'A', 'B', not {\"text\": [choices], \"label\": "
+                      "[keys]} (Hugging Face's ARC layout); the ARC data sets themselves are the built-in task `arc`")
