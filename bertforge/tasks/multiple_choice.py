@@ -11,7 +11,7 @@ from ..errors import BertforgeError
 from ..io import read_records, rounded, write_text_atomic
 from .base import SEQUENCE_INPUTS, HeadClass, Split, TaskFamily, find_file, softmax
 from .metrics import accuracy
-from .own_data import SOURCES, OwnData, label_text
+from .own_data import SOURCES, OwnData, label_text, nested
 
 
 @dataclass
@@ -190,10 +190,12 @@ class OwnMultipleChoiceFamily(OwnData, MultipleChoiceFamily):
 
     def choices_of(self, record: dict, location: str) -> tuple[list[str], list[str] | None]:
         """The choices' texts, and their keys where the column holds them as Hugging Face's ARC does:
-        {"text": [...], "label": ["A", "B", ...]}."""
+        {"text": [...], "label": ["A", "B", ...]} (named as the column or as its `.text`)."""
         columns = self.columns[2]
         values = record[columns[0]] if len(columns) == 1 else [record[c] for c in columns]
         keys = None
+        if len(columns) == 1 and columns[0].endswith(".text") and nested(record, columns[0][:-5]):
+            values = record[columns[0][:-5]]  # choices.text: its sibling choices.label holds the keys
         if isinstance(values, dict):
             if not isinstance(values.get("text"), list):
                 raise BertforgeError(f"{location}: {columns[0]!r} holds an object with {', '.join(map(repr, values))}, "
