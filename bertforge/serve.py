@@ -32,8 +32,8 @@ from .metrics_text import Registry
 from .options import count, header_token, host_names, non_negative, old_spellings, torch_device
 from .serve_guard import MAX_BODY, Guard, Limits, Refused, error_body, json_response, result_bytes, scrub
 from .serve_connections import add_connection_arguments, protocol_class
-from .serve_start import (KEY_VARIABLE, allowed_hosts, api_key, check_model, listening_socket, raise_file_limit,
-                          warn_if_open)
+from .serve_start import (KEY_VARIABLE, allowed_hosts, api_key, check_limits, check_model, listening_socket,
+                          raise_file_limit, warn_if_open)
 # pipelines and runtime (torch, the model) are imported where they are used: the command's --help does not load torch
 
 log = logging.getLogger("bertforge")
@@ -389,14 +389,3 @@ def run_serve(args) -> int:
                             http=http)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
-
-
-def check_limits(args, config: BertConfig, task: str):
-    """One-line errors, before the model loads, for limits that the model or each other make impossible."""
-    positions = config.max_position_embeddings
-    if args.max_input_tokens is not None and args.max_input_tokens > positions:
-        raise BertforgeError(f"--max-input-tokens {args.max_input_tokens} is over the model's {positions} positions")
-    per_input = args.max_input_tokens or min(positions, 384 if task == "question-answering" else positions)
-    if args.max_batch_tokens < per_input:
-        raise BertforgeError(f"--max-batch-tokens {args.max_batch_tokens} is below the {per_input} tokens that one "
-                             f"input may have (--max-input-tokens): such a request could never be answered")
