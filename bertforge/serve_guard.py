@@ -43,9 +43,10 @@ class Limits:
         """`pipe.prepare(inputs)` within the limits; Refused (413 over one, 422 malformed) otherwise."""
         from .errors import BertforgeError
         from .inference import rows_tokens
+        from .inputs import is_ids
         from .pipelines import TooLong
 
-        if isinstance(inputs, list):
+        if isinstance(inputs, list) and not is_ids(inputs):  # token ids: one input
             self.check_items(len(inputs))
         try:
             prepared = pipe.prepare(inputs, truncate=truncate, **options)
