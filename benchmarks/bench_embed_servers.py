@@ -1,13 +1,17 @@
 """Embedding servers under load on 127.0.0.1: `bertforge serve` (/embed, text-embeddings-inference's route)
 against Infinity (`infinity_emb v2`, torch engine, CPU) and sentence-transformers' `encode` behind a plain FastAPI
-server (written here), all serving the same all-MiniLM-L6-v2 folder with the same thread count.
+server (written here), all serving the same all-MiniLM-L6-v2 folder with the same thread count; and `bertforge
+serve --int8` (int8 linear layers: other numbers, its cosine to fp32 reported) beside them.
 
 The three servers are started together (idle ones cost no CPU), warmed up, then given 1, 8, 32 and 64
 concurrent clients in turn, the servers interleaved at each client count (A B C at 1, A B C at 8, ...), each
-for --seconds; every client sends --per-request SST-2 dev sentences a request, in file order, until the time
-is up. Reported per server and client count: inputs/s, requests/s, p50/p99 latency, non-200 answers; and once,
-how far each server's vectors are from `bertforge.pipeline("sentence-embedding")`'s (the smallest cosine over
-32 sentences). The last line is `ratio=<bertforge/Infinity inputs/s at 32 clients>`.
+for --seconds; every client sends SST-2 dev sentences, in file order, --per-request of them a request (1, then
+8: each value a round of its own), until the time is up. Reported per server and client count: inputs/s,
+requests/s, p50/p99 latency, non-200 answers, the server's CPU time per input (user and system, all its
+threads: a figure the other loads of a shared machine disturb less than wall time); and once, how far each
+server's vectors are from
+`bertforge.pipeline("sentence-embedding")`'s (the smallest cosine over 32 sentences). The last line is
+`ratio=<bertforge/Infinity inputs/s at 32 clients>` for the last --per-request value.
 
     python3 -m benchmarks.bench_embed_servers --infinity /path/to/venv/bin/infinity_emb
     python3 -m benchmarks.bench_embed_servers --servers bertforge sentence-transformers --seconds 5   # a smoke run
@@ -32,7 +36,7 @@ from benchmarks.bench_inference import sst2_sentences
 from benchmarks.bench_serve import Connection, free_port, percentile, wait_up
 
 CLIENTS = (1, 8, 32, 64)
-SERVERS = ("bertforge", "infinity", "sentence-transformers")
+SERVERS = ("bertforge", "infinity", "sentence-transformers", "bertforge-int8")
 
 
 def st_server(model: str, port: int, threads: int):
@@ -64,12 +68,20 @@ def start(name: str, args, port: int) -> subprocess.Popen:
     command = {
         "bertforge": [sys.executable, "-m", "bertforge", "serve", args.model, "--port", str(port),
                       "--max-input-tokens", "128", "--max-concurrent", "4096"],
+        "bertforge-int8": [sys.executable, "-m", "bertforge", "serve", args.model, "--port", str(port),
+                           "--max-input-tokens", "128", "--max-concurrent", "4096", "--int8"],
         "infinity": [args.infinity, "v2", "--model-id", args.model, "--served-model-name", "minilm", "--engine",
                      "torch", "--device", "cpu", "--port", str(port), "--log-level", "warning",
                      "--no-model-warmup"],
         "sentence-transformers": [sys.executable, "-m", "benchmarks.bench_embed_servers", "--st-server", args.model,
                                   "--port", str(port), "--threads", str(args.threads)]}[name]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system, all threads) a process has used so far (Linux's /proc)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def request(name: str, texts: list[str]) -> tuple[str, dict]:
@@ -140,16 +152,20 @@ async def bench(args, sentences):
             await wait_up(ports[name], processes[name], timeout=300)
             print(f"{name}: cosine to the pipeline's vectors >= "
                   f"{await agreement(name, ports[name], sentences[:32], expected):.6f}", flush=True)
-            await load(name, ports[name], sentences, 8, args.per_request, args.warmup)
+            await load(name, ports[name], sentences, 8, max(args.per_request), args.warmup)
         results = {}
-        for clients in args.clients:
-            for name in args.servers:
-                rate, requests, latencies, failed = await load(name, ports[name], sentences, clients,
-                                                               args.per_request, args.seconds)
-                results[name, clients] = rate, latencies
-                print(f"{name:22s} clients={clients:3d} inputs/s={rate:7.1f} requests/s={requests:7.1f} "
-                      f"p50={percentile(latencies, 50) * 1e3:7.1f}ms p99={percentile(latencies, 99) * 1e3:7.1f}ms "
-                      f"non-200={failed}", flush=True)
+        for per_request in args.per_request:
+            for clients in args.clients:
+                for name in args.servers:
+                    cpu = cpu_seconds(processes[name].pid)
+                    rate, requests, latencies, failed = await load(name, ports[name], sentences, clients,
+                                                                   per_request, args.seconds)
+                    cpu = (cpu_seconds(processes[name].pid) - cpu) / max(1.0, rate * args.seconds)
+                    results[name, per_request, clients] = rate, latencies
+                    print(f"{name:22s} inputs/request={per_request} clients={clients:3d} inputs/s={rate:7.1f} "
+                          f"requests/s={requests:7.1f} p50={percentile(latencies, 50) * 1e3:7.1f}ms "
+                          f"p99={percentile(latencies, 99) * 1e3:7.1f}ms non-200={failed} "
+                          f"server_cpu_ms/input={cpu * 1e3:5.2f}", flush=True)
     finally:
         for process in processes.values():
             process.terminate()
@@ -163,7 +179,7 @@ def main():
     p.add_argument("--infinity", default="infinity_emb", help="Infinity's command (in its own environment)")
     p.add_argument("--servers", nargs="+", default=list(SERVERS), choices=SERVERS)
     p.add_argument("--clients", nargs="+", type=int, default=list(CLIENTS))
-    p.add_argument("--per-request", type=int, default=1, help="sentences a request")
+    p.add_argument("--per-request", nargs="+", type=int, default=[1, 8], help="sentences a request, a round each")
     p.add_argument("--seconds", type=float, default=20.0, help="per server and client count")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds of 8 clients per server before timing")
     p.add_argument("--threads", type=int, default=common.THREADS)
@@ -178,11 +194,12 @@ def main():
     print(f"{len(sentences)} SST-2 dev sentences, {args.per_request} a request, {args.seconds:g} s per run, "
           f"servers {', '.join(args.servers)}", flush=True)
     results = asyncio.run(bench(args, sentences))
-    if ("bertforge", 32) in results and ("infinity", 32) in results:
-        ours, theirs = results["bertforge", 32], results["infinity", 32]
-        print(f"p99 at 32 clients: bertforge {percentile(ours[1], 99) * 1e3:.1f} ms, Infinity "
-              f"{percentile(theirs[1], 99) * 1e3:.1f} ms")
-        print(f"ratio={ours[0] / theirs[0]:.2f}")
+    for per_request in args.per_request:
+        if ("bertforge", per_request, 32) in results and ("infinity", per_request, 32) in results:
+            ours, theirs = results["bertforge", per_request, 32], results["infinity", per_request, 32]
+            print(f"{per_request} a request, 32 clients: p99 bertforge {percentile(ours[1], 99) * 1e3:.1f} ms, "
+                  f"Infinity {percentile(theirs[1], 99) * 1e3:.1f} ms")
+            print(f"ratio={ours[0] / theirs[0]:.2f}")
 
 
 if __name__ == "__main__":
