@@ -76,7 +76,8 @@ class Server:
         self.limits = Limits(max_client_batch, max_batch_tokens)
         self.pipe = self.batcher = self.load_error = None
         self.forms = {}  # route -> its protocol's error body (status, kind, message) -> (status, body); see error
-        self.tokenizing = ThreadPoolExecutor(min(4, os.cpu_count() or 1), "bertforge-tokenize")
+        self.tokenizing_threads = min(4, os.cpu_count() or 1)
+        self.tokenizing = ThreadPoolExecutor(self.tokenizing_threads, "bertforge-tokenize")
         self.metrics = Registry()
         for name, kind, text, buckets in [
                 ("bertforge_requests_total", "counter", "requests answered, by endpoint and status", None),

@@ -14,6 +14,7 @@ the model does not answer, 429 overloaded, 503 while the model loads. The model 
 this form on these routes too.
 """
 
+import asyncio
 from typing import Any, Literal
 
 from fastapi import Request
@@ -68,11 +69,11 @@ def tei_info(server) -> dict:
             "max_concurrent_requests": server.max_concurrent, "max_input_length": pipe.max_length,
             "max_batch_tokens": server.max_batch_tokens, "max_batch_requests": None,
             "max_client_batch_size": server.max_client_batch, "auto_truncate": server.auto_truncate,
-            "tokenization_workers": server.tokenizing._max_workers, "version": __version__, "sha": None,
+            "tokenization_workers": server.tokenizing_threads, "version": __version__, "sha": None,
             "docker_label": None}
 
 
-class Request_(BaseModel):
+class TeiRequest(BaseModel):
     """A TEI request body: unknown fields are refused (a 422 naming them)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -84,24 +85,24 @@ class Request_(BaseModel):
         return server.auto_truncate if self.truncate is None else self.truncate
 
 
-class EmbedRequest(Request_):
+class EmbedRequest(TeiRequest):
     inputs: Any = Field(..., description="a text, token ids, or a list of them")
     prompt_name: None = Field(None, description="not supported: no prompts")
     normalize: bool = True
     dimensions: int | None = Field(None, description="Matryoshka: the first N values (then normalised)")
 
 
-class EmbedAllRequest(Request_):
+class EmbedAllRequest(TeiRequest):
     inputs: Any = Field(..., description="a text, token ids, or a list of them")
     prompt_name: None = None
 
 
-class PredictRequest(Request_):
+class PredictRequest(TeiRequest):
     inputs: Any = Field(..., description="a text, a pair [text, text_pair], or a list of [text] / [text, text_pair]")
     raw_scores: bool = False
 
 
-class RerankRequest(Request_):
+class RerankRequest(TeiRequest):
     query: str
     texts: list[str]
     raw_scores: bool = False
@@ -244,8 +245,6 @@ def decoded(server, ids: list[list[int]], skip_special: bool) -> bytes:
 
 async def in_thread(server, function, *args) -> tuple[bytes, dict]:
     """function(server, *args) in the tokenising threads (never on the event loop), once the model is loaded."""
-    import asyncio
-
     server.ready()
     content = await asyncio.get_running_loop().run_in_executor(server.tokenizing, function, server, *args)
     return content, {}
