@@ -5,6 +5,7 @@ sentence-transformers (where installed) and transformers; the classifier and the
 classifier) are tiny random-weight transformers models built here, checked against transformers' logits.
 """
 
+import concurrent.futures
 import csv
 import re
 
@@ -215,3 +216,19 @@ def test_guards_and_teis_flags(servers):
     assert kept.status_code == 413
     many = post(s, "/rerank", {"query": QUERY, "texts": ["a"] * 6}, headers=KEY)
     assert many.status_code == 413 and "over the limit of 5" in many.json()["error"]
+
+
+def test_queue_full_and_a_foreign_host_in_teis_form(folders):
+    """The batcher's queue limit (--max-concurrent-requests) is TEI's 429 "Overloaded" with Retry-After, and the
+    Host check a 421, on TEI's routes as on bertforge's."""
+    s = Served(folders["classifier"], "--max-concurrent-requests", 1, "--max-wait-ms", 200).wait()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(lambda _: post(s, "/predict", {"inputs": "hi"}), range(6)))
+        assert {r.status_code for r in answers} == {200, 429}
+        busy = next(r for r in answers if r.status_code == 429)
+        assert busy.headers["retry-after"] == "1" and busy.json()["error_type"] == "Overloaded"
+        foreign = post(s, "/predict", {"inputs": "hi"}, headers={"host": "evil.example"})
+        assert foreign.status_code == 421 and set(foreign.json()) == {"error", "error_type"}
+    finally:
+        s.stop()
