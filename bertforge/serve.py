@@ -2,7 +2,8 @@
 
 Endpoints, with request bodies as text-embeddings-inference spells them ({"inputs": ...} plus options):
 POST /v1/classify, /v1/embed, /v1/fill-mask, /v1/ner, /v1/qa, /v1/multiple-choice (the one matching the
-model's task answers; the others say which does), GET /health, /info, /metrics (Prometheus text), /docs.
+model's task answers; the others say which does), GET /health, /info, /metrics (Prometheus text), /docs; beside
+them text-embeddings-inference's routes (serve_tei.py) and OpenAI's /v1/embeddings (serve_openai.py).
 A response is a list in input order, each item shaped as the matching `pipeline()` result. A QA context or a
 text to tag (/v1/ner) longer than --max-input-tokens is cut into overlapping windows of that length, the whole
 input within --max-batch-tokens (a 413 naming it otherwise, before any window is run); with "truncate": true,
