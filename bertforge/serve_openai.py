@@ -1,5 +1,5 @@
-"""OpenAI's embeddings API on `bertforge serve` (serve.py): POST /v1/embeddings, for an embedding model (see
-serve_tei.py for which models are).
+"""OpenAI's embeddings API on `bertforge serve` (serve.py): POST /v1/embeddings (also /embeddings, as TEI), for an
+embedding model (see serve_tei.py for which models are).
 
 {"input": a text, texts, token ids or lists of them, "model", "encoding_format": "float" | "base64", "dimensions",
 "user"} -> {"object": "list", "data": [{"object": "embedding", "index": i, "embedding": [...]}], "model",
@@ -67,8 +67,9 @@ async def embeddings(server, body: EmbeddingsRequest, receive):
     return await server.compute("/v1/embeddings", body.input, server.auto_truncate, options, receive, finish)
 
 
-ROUTES = ("/v1/embeddings",)
+ROUTES = ("/v1/embeddings", "/embeddings")  # the second as TEI and Infinity also answer it
 
 
 def add_routes(app, server):
-    add_route(app, server, "/v1/embeddings", EmbeddingsRequest, embeddings)
+    for path in ROUTES:
+        add_route(app, server, path, EmbeddingsRequest, embeddings)

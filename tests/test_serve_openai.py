@@ -51,6 +51,8 @@ def test_float_and_base64_are_the_pipelines_vectors(server, pipe):
     assert np.abs(vectors - np.array(pipe(TEXTS))).max() < 1e-5
     tokens = sum(len(ids) for ids in pipe.tokenizer(TEXTS)["input_ids"])
     assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+    bare = httpx.post(server.url + "/embeddings", json={"input": TEXTS}, headers={"authorization": "Bearer sesame"})
+    assert bare.json() == body  # TEI's and Infinity's path too
     packed = embeddings(server, {"input": TEXTS, "encoding_format": "base64"}).json()["data"]
     decoded = np.array([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in packed])
     assert np.array_equal(decoded, vectors.astype(np.float32))
