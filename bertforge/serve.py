@@ -212,6 +212,7 @@ class Server:
                 "labels": [c.id2label[i] for i in range(c.num_labels)] if pipe.task == "text-classification"
                 or pipe.task == "token-classification" else None,
                 "backend": self.options.get("backend", "torch"), "int8": bool(self.options.get("int8")),
+                "bf16": bool(self.options.get("bf16")),
                 "device": str(getattr(pipe.runtime, "device", "cpu")),
                 "sizes": {"layers": c.num_hidden_layers, "hidden": c.hidden_size, "heads": c.num_attention_heads,
                           "vocabulary": c.vocab_size, "max_position_embeddings": c.max_position_embeddings,
@@ -328,6 +329,8 @@ def add_serve_arguments(p):
     p.add_argument("--device", type=torch_device, help="cpu, cuda, cuda:1 (default: CUDA when present)")
     p.add_argument("--backend", default="torch", choices=("torch", "onnx"), help="what runs the model")
     p.add_argument("--int8", action="store_true", help="int8 linear layers (torch) or the int8 ONNX model")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast, the linear weights in bf16 (torch): about "
+                   "2x fp32 on CPUs with AVX512-BF16 or AMX (BENCHMARKS.md, \"bf16 inference\")")
     p.add_argument("--max-input-tokens", "--max-length", type=count(1), dest="max_input_tokens",
                    help="tokens per input: a longer one gets a 413 unless its request sends \"truncate\": true, "
                         "which cuts it; QA contexts and texts to tag are windows of this length instead, the whole "
@@ -374,6 +377,8 @@ def run_serve(args) -> int:
         raise BertforgeError(f"--task {task!r}: serve answers {', '.join(ENDPOINTS)}")
     check_limits(args, config, task)
     check_model(folder, args.backend, args.int8)
+    if args.bf16 and (args.backend == "onnx" or args.int8):
+        raise BertforgeError("--bf16 is for the torch backend in floating point: not with --backend onnx or --int8")
     key, hosts = api_key(args), allowed_hosts(args)
     try:
         import uvicorn
@@ -381,7 +386,8 @@ def run_serve(args) -> int:
         raise BertforgeError("bertforge serve needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
     server = Server(args.model, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
                     args.max_client_batch, args.workers, args.auto_truncate, device=args.device, backend=args.backend,
-                    int8=args.int8, max_length=args.max_input_tokens, threads=args.threads, batch_size=None)
+                    int8=args.int8, bf16=args.bf16, max_length=args.max_input_tokens, threads=args.threads,
+                    batch_size=None)
     app = create_app(server, hosts, key, args.body_timeout, args.payload_limit)
     sock = listening_socket(args.host, args.port)
     warn_if_open(args.host, key, hosts)

@@ -64,7 +64,8 @@ def tei_info(server) -> dict:
               "label2id": {pipe.labels[i]: i for i in range(pipe.config.num_labels)}}
     types = {"embedding": {"pooling": pipe.defaults.get("pooling")}, "classifier": labels, "reranker": labels}
     name = server.model_dir.name
-    return {"model_id": name, "model_sha": None, "model_dtype": "int8" if server.options.get("int8") else "float32",
+    return {"model_id": name, "model_sha": None, "model_dtype": "int8" if server.options.get("int8") else
+            "bfloat16" if server.options.get("bf16") else "float32",
             "served_model_name": name, "model_type": {kind: types[kind]} if kind else None,
             "max_concurrent_requests": server.max_concurrent, "max_input_length": pipe.max_length,
             "max_batch_tokens": server.max_batch_tokens, "max_batch_requests": None,
