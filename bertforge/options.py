@@ -143,6 +143,14 @@ def device_problem(text: str, kinds=("cpu", "cuda")) -> str | None:
     return None
 
 
+DEVICE_HELP = "cpu, cuda or cuda:N (default: cuda when present, else cpu)"
+
+
+def add_device_argument(parser) -> None:
+    """--device of every command that runs a model, one default for all (runtime.pick_device)."""
+    parser.add_argument("--device", type=torch_device, help=DEVICE_HELP)
+
+
 def torch_device(text: str) -> str:
     """A torch device that this machine has: cpu, cuda, cuda:N (checked before any work starts)."""
     problem = device_problem(text)
@@ -251,7 +259,7 @@ class TrainArgs:
     progress: bool = option(True, "no progress bar", flag="--no-progress", inverse=True)
     report_to: str = option("none", "also log the metrics.jsonl figures as TensorBoard event files in the run "
                             "folder: none or tensorboard (an extra: pip install -e '.[tensorboard]')", type=reporter)
-    device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when present)", type=torch_device)
+    device: str | None = option(None, DEVICE_HELP, type=torch_device)
     extra: dict = field(default_factory=dict)  # recorded in the run's args.json, not used by the loop
 
     @property

@@ -27,7 +27,7 @@ from .config import BertConfig
 from .errors import BertforgeError
 from .finetune import finetune
 from .io import read_json, write_json, write_text_atomic
-from .options import count, torch_device
+from .options import add_device_argument, count
 from .tasks import TASKS, make_family
 from .tokenizer import BertTokenizer
 
@@ -97,10 +97,11 @@ def model_cost(task: str, folder: Path, data, max_eval_examples: int | None, dev
     import torch
 
     from .evaluate import inference_rate
+    from .runtime import pick_device
 
     family = make_family(task, data, reading=True, options={"progress": False})
     tokenizer = BertTokenizer.from_pretrained(folder)
-    model = family.model_class.from_pretrained(folder, device=device or "cpu")
+    model = family.model_class.from_pretrained(folder, device=pick_device(device))
     split = family.read(family.eval_splits[0], tokenizer, max_eval_examples)
     rate = inference_rate(family, model, split, 64, tokenizer.pad_token_id)
     return {"parameters": sum(p.numel() for p in model.parameters()), "examples_per_s": round(rate, 1),
@@ -257,7 +258,7 @@ def add_suite_arguments(p):
     p.add_argument("--max-train-examples", type=count(1), help="use only the first N training examples of each task")
     p.add_argument("--max-eval-examples", type=count(1), help="evaluate on only the first N examples")
     p.add_argument("--keep-models", action="store_true", help="keep each run's best/ model (default: metrics only)")
-    p.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when present)")
+    add_device_argument(p)
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no line per finished run (runs done, ETA); the report is printed at the end")
 
