@@ -270,9 +270,10 @@ class TrainArgs:
 TYPES = {int: count(0), float: non_negative}  # the checks of fields that name no type of their own
 
 
-def add_training_arguments(parser, defaults: dict, skip=(), notes: dict | None = None) -> None:
+def add_training_arguments(parser, defaults: dict, skip=(), notes: dict | None = None, args_file: bool = True) -> None:
     """Flags for the `TrainArgs` fields (but those in `skip`), with this command's defaults; `notes` end the help
-    of some (a default of None there means: decided elsewhere, e.g. by a recipe, as the note says)."""
+    of some (a default of None there means: decided elsewhere, e.g. by a recipe, as the note says); `args_file`:
+    --args-file, for the commands whose runs record their arguments."""
     group, notes = parser.add_argument_group("training"), notes or {}
     for f in dataclasses.fields(TrainArgs):
         meta = f.metadata
@@ -291,6 +292,8 @@ def add_training_arguments(parser, defaults: dict, skip=(), notes: dict | None =
             kind = None if "choices" in meta else meta.get("type") or TYPES.get(f.type)
             group.add_argument(flag, dest=f.name, type=kind, choices=meta.get("choices"), default=default,
                                help=meta["help"] + shown)
+    if not args_file:
+        return
     group.add_argument("--args-file", type=Path, metavar="RUN/args.json",
                        help="rerun the run this file records: its arguments, but those given here (--resume and "
                             "--overwrite are never taken from it)")
