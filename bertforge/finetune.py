@@ -32,6 +32,7 @@ from .resume import FINETUNE_FIXED
 # removed when the run completes unless --keep-checkpoints.
 FINETUNE_DEFAULTS = dict(batch_size=32, lr=2e-5, warmup=0.1, seed=42, weight_decay=0.01, adam_eps=1e-6,
                          log_every=10, save_every=0, keep=1, keep_checkpoints=False)
+EPOCH_RUN = ("steps", "eval_every")  # training options a fine-tuning run sets itself: epochs, an evaluation each
 LOG_KEYS = {"step", "loss", "lr", "tokens_per_s"}  # the training figures of a metrics.jsonl row
 
 
@@ -206,7 +207,7 @@ def add_task_run_arguments(p, defaults: dict):
     p.add_argument("--no-length-grouping", action="store_true",
                    help="batches of a plain shuffle (default: batches of similar lengths, little padding)")
     add_family_arguments(p)
-    add_training_arguments(p, defaults, skip=("steps", "eval_every"))
+    add_training_arguments(p, defaults, skip=EPOCH_RUN)
 
 
 def task_run_options(args) -> dict:
@@ -214,7 +215,7 @@ def task_run_options(args) -> dict:
     return dict(epochs=args.epochs, max_length=args.max_length, max_train_examples=args.max_train_examples,
                 max_eval_examples=args.max_eval_examples, group_by_length=not args.no_length_grouping,
                 command=["bertforge", *sys.argv[1:]], arguments=recorded_arguments(args),
-                **family_options(args), **training_options(args, skip=("steps", "eval_every")))
+                **family_options(args), **training_options(args, skip=EPOCH_RUN))
 
 
 def run_finetune(args) -> int:

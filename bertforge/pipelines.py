@@ -22,7 +22,7 @@ from .config import BertConfig
 from .entities import STRATEGIES, Entities, entities, softmax, token_entries
 from .errors import BertforgeError
 from .inference import per_row, run
-from .inputs import as_list, check_count, check_text, input_name
+from .inputs import as_list, check_count, check_ids, check_text, id_row, input_name, is_ids
 from .runtime import load_runtime
 from .sentence_folder import SentencePooling, check_pooling, normalized, pool, read_sentence_folder
 from .tasks import squad
@@ -341,9 +341,28 @@ class QuestionAnswering(Pipeline):
 
 
 class FeatureExtraction(Pipeline):
-    """The last hidden states, per text [1][tokens][hidden] as nested lists ([CLS] and [SEP] included)."""
+    """The last hidden states, per text [1][tokens][hidden] as nested lists ([CLS] and [SEP] included). An input
+    may also be token ids (a list of whole numbers, as text-embeddings-inference and OpenAI's API take them): the
+    model's input as given, no [CLS] or [SEP] added."""
 
     task = "feature-extraction"
+
+    def parse(self, inputs):
+        items, single = as_list(inputs, lambda x: isinstance(x, str) or is_ids(x))
+        names = ["inputs" if single else f"inputs[{i}]" for i in range(len(items))]
+        return [check_ids(x, name, self.config.vocab_size) if isinstance(x, list) else check_text(x, name)
+                for x, name in zip(items, names)], single
+
+    def encode(self, items, prepared, truncate):
+        texts = [i for i, x in enumerate(items) if isinstance(x, str)]
+        rows = [id_row(x, self.max_length, truncate, input_name(prepared, i), TooLong) if isinstance(x, list)
+                else None for i, x in enumerate(items)]
+        if texts:
+            enc = self.encode_texts([items[i] for i in texts], truncate=truncate,
+                                    names=[input_name(prepared, i) for i in texts])
+            for i, ids, types in zip(texts, enc["input_ids"], enc["token_type_ids"]):
+                rows[i] = {"input_ids": ids, "token_type_ids": types}
+        return rows
 
     def forward(self, batch):
         return per_row(self.outputs(batch)["last_hidden_state"], batch["attention_mask"].sum(1))
@@ -354,26 +373,37 @@ class FeatureExtraction(Pipeline):
 
 class SentenceEmbedding(FeatureExtraction):
     """One vector per text pooled from the last layer's token vectors ([CLS] and [SEP] included) as
-    sentence-transformers pools them (sentence_folder.pool), of unit length with normalize. A sentence-transformers
-    folder's declaration (pooling, Normalize, max_seq_length, prompt) gives the defaults; else mean, normalized."""
+    sentence-transformers pools them (sentence_folder.pool); with `dimensions` (Matryoshka), its first that many
+    values; then unit length with normalize. A sentence-transformers folder's declaration (pooling, Normalize,
+    max_seq_length, prompt) gives the defaults; else mean, normalized. Token ids are pooled as given (no prompt)."""
 
     task = "sentence-embedding"
 
     def __init__(self, runtime, tokenizer, config, folder, *args, **kwargs):
         self.declared = read_sentence_folder(folder) or SentencePooling()
-        self.defaults = {"pooling": self.declared.pooling, "normalize": self.declared.normalize}
+        self.defaults = {"pooling": self.declared.pooling, "normalize": self.declared.normalize, "dimensions": None}
         self.default_max_length = self.declared.max_seq_length
         super().__init__(runtime, tokenizer, config, folder, *args, **kwargs)
         self.skip = self.declared.skipped(tokenizer)
 
     def check_options(self, options):
         check_pooling(options["pooling"])
+        if options["dimensions"] is not None:
+            check_count(options, "dimensions")
+            if options["dimensions"] > self.config.hidden_size:
+                raise BertforgeError(f"dimensions {options['dimensions']} is over the model's "
+                                     f"{self.config.hidden_size}")
 
     def encode(self, items, prepared, truncate):
-        return super().encode([self.declared.text(item) for item in items], prepared, truncate)
+        texts = [isinstance(item, str) for item in items]
+        prepared.extra["skip"] = [self.skip if text else 0 for text in texts]  # a prompt's tokens, in texts only
+        return super().encode([self.declared.text(x) if text else x for x, text in zip(items, texts)], prepared,
+                              truncate)
 
     def postprocess(self, prepared, outputs):
-        vectors = np.stack([pool(states, prepared.options["pooling"], self.skip) for states in outputs])
+        vectors = np.stack([pool(states, prepared.options["pooling"], skip)
+                            for states, skip in zip(outputs, prepared.extra["skip"])])
+        vectors = vectors[:, :prepared.options["dimensions"]]
         return (normalized(vectors) if prepared.options["normalize"] else vectors).tolist()
 
 

@@ -130,6 +130,18 @@ def dataset_records(spec: str, splits: dict, split: str) -> list[tuple[str, dict
             for i, row in enumerate(data)]
 
 
+def nested(record: dict, path: str) -> bool:
+    """A dotted column name (`choices.text`) found in a record's nested objects is added to it under that name;
+    whether it was."""
+    value = record
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return False
+        value = value[key]
+    record[path] = value
+    return True
+
+
 class OwnData:
     """What a family of your own data adds to its TaskFamily (a mixin, first among the bases): its splits come
     from the SOURCES options (`use_sources`), evaluation is on dev, the flags are `add_arguments`'."""
@@ -179,7 +191,7 @@ class OwnData:
         for location, record in located:
             for flag, names in columns.items():
                 for name in [names] if isinstance(names, str) else names or ():
-                    if name not in record:
+                    if name not in record and not nested(record, name):
                         raise BertforgeError(f"{location}: no column {name!r} (see {flag}; the columns are "
                                              f"{', '.join(map(str, record))})")
         return located
