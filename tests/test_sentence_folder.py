@@ -284,3 +284,17 @@ def test_a_declared_length_over_the_model_positions_is_capped(tmp_path):
     folder = st_folder(tmp_path / "st", max_seq_length=1000)
     assert bertforge.pipeline(model=folder).max_length == 512
     assert extract_features(folder, ["a text " * 400], level="sentence").vectors.shape == (1, 384)
+
+
+def test_token_ids_are_pooled_as_given(tmp_path):
+    """Token ids (TEI's and OpenAI's inputs) are the model's input as given: no prompt is added to them, none
+    left out of their pooling; a text gets the folder's prompt."""
+    import bertforge
+    from bertforge.tokenizer import BertTokenizer
+
+    folder = st_folder(tmp_path / "st", "mean", include_prompt=True, prompt="query: ")
+    embed = bertforge.pipeline(model=folder)
+    prompted = BertTokenizer.from_pretrained(folder)("query: hello there")["input_ids"]
+    by_ids, by_text = embed([prompted, "hello there"], dimensions=64)
+    np.testing.assert_allclose(by_ids, by_text, atol=1e-6)
+    assert len(by_ids) == 64 and np.linalg.norm(by_ids) == pytest.approx(1, abs=1e-6)
