@@ -101,7 +101,7 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
     torch.manual_seed(train_options["seed"])
-    model = family.model_class.from_pretrained(model_dir, **family.head_config())
+    model = family.model_class.from_pretrained(model_dir, new_head=True, **family.head_config())
     model.config.extra.update(family.config_entries())
     run = {"task": task, "model": str(model_dir), "data": None if data is None else str(data),
            "family_options": family_record(options),
