@@ -182,10 +182,18 @@ def model_card(family: TaskFamily, run: dict, results: dict) -> str:
     return (f"# {run['task']}, fine-tuned with bertforge {__version__}\n\n"
             f"- task: `{run['task']}` ({type(family).__name__}, head `{family.model_class.__name__}`)\n"
             f"- labels: {', '.join(map(str, family.labels))}\n"
-            f"- started from: `{run['model']}`\n- data: `{run['data'] or run['family_options']}`, "
+            f"- started from: `{run['model']}`\n- data: {data_sources(run)}, "
             f"{results['train_examples']} training examples, max length {run['max_length']}\n"
             f"- best epoch: {results['epoch_of_best']} of {len(results['history'])}\n"
             f"- command: `{command}`\n\n| metric (best epoch) | value |\n|---|---|\n{scores}\n")
+
+
+def data_sources(run: dict) -> str:
+    """Where a run's data came from, for the model card: the data folder, or your own files or data set."""
+    if run["data"]:
+        return f"`{run['data']}`"
+    options = run["family_options"]
+    return ", ".join(f"{k} `{options[k]}`" for k in ("train", "dev", "test", "dataset") if options.get(k)) or "-"
 
 
 def add_finetune_arguments(p):
