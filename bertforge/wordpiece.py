@@ -28,7 +28,8 @@ import heapq
 from tqdm import tqdm
 
 from .errors import BertforgeError
-from .io import decoded_blocks, text_files
+from .decoding import decoded_blocks
+from .io import text_files
 from .tokenizer import BertTokenizer, build_backend
 from .vocab import SPECIAL_TOKENS
 

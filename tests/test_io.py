@@ -4,9 +4,10 @@ import stat
 
 import pytest
 
+from bertforge.decoding import decoded_blocks
 from bertforge.errors import BertforgeError
 from bertforge.io import (
-    atomic_path, decoded_blocks, exclusive, read_json, read_json_lines, read_records, read_text, text_files,
+    atomic_path, exclusive, read_json, read_json_lines, read_records, read_text, text_files,
     write_text_atomic,
 )
 from tests.conftest import require_shared
