@@ -20,7 +20,8 @@ from .io import check_output
 from .objectives import OBJECTIVES
 from .options import add_device_argument, count, old_spellings, positive_duration
 from .recipe import RECIPES, resolve
-from .tokenizer import BertTokenizer, train_vocab
+from .tokenizer import BertTokenizer
+from .wordpiece import train_vocab
 
 SKIP_PARTS = {"test", "tests", "idlelib", "site-packages", "lib2to3", "turtledemo", "__pycache__"}
 CODE_LINE = re.compile(r"^\s*(>>>|\.\.\.|\$ |[-=~*]{3,}|:\w+:|\|)")

@@ -101,7 +101,7 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
     torch.manual_seed(train_options["seed"])
-    model = family.model_class.from_pretrained(model_dir, **family.head_config())
+    model = family.model_class.from_pretrained(model_dir, new_head=True, **family.head_config())
     model.config.extra.update(family.config_entries())
     run = {"task": task, "model": str(model_dir), "data": None if data is None else str(data),
            "family_options": family_record(options),
@@ -182,10 +182,18 @@ def model_card(family: TaskFamily, run: dict, results: dict) -> str:
     return (f"# {run['task']}, fine-tuned with bertforge {__version__}\n\n"
             f"- task: `{run['task']}` ({type(family).__name__}, head `{family.model_class.__name__}`)\n"
             f"- labels: {', '.join(map(str, family.labels))}\n"
-            f"- started from: `{run['model']}`\n- data: `{run['data'] or run['family_options']}`, "
+            f"- started from: `{run['model']}`\n- data: {data_sources(run)}, "
             f"{results['train_examples']} training examples, max length {run['max_length']}\n"
             f"- best epoch: {results['epoch_of_best']} of {len(results['history'])}\n"
             f"- command: `{command}`\n\n| metric (best epoch) | value |\n|---|---|\n{scores}\n")
+
+
+def data_sources(run: dict) -> str:
+    """Where a run's data came from, for the model card: the data folder, or your own files or data set."""
+    if run["data"]:
+        return f"`{run['data']}`"
+    options = run["family_options"]
+    return ", ".join(f"{k} `{options[k]}`" for k in ("train", "dev", "test", "dataset") if options.get(k)) or "-"
 
 
 def add_finetune_arguments(p):

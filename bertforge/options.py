@@ -179,7 +179,7 @@ def old_spellings(action, *names: str):
 
 
 def add_encoding_argument(parser) -> None:
-    """--encoding of the commands that read text files (`io.decoded_blocks` tries the fallbacks)."""
+    """--encoding of the commands that read text files (`decoding.decoded_blocks` tries the fallbacks)."""
     parser.add_argument("--encoding", default="utf-8", help="text encoding of the input files, or fallbacks tried "
                         "in order per line: cp1252 for Windows text, utf-8,cp1252 for a mix")
 
