@@ -96,14 +96,13 @@ class FeatureExtractor:
         folder = Path(model_dir)
         if not folder.is_dir():
             raise BertforgeError(f"{folder}: no such model folder")
-        import torch
-
         from .model import BertModel
+        from .runtime import pick_device
 
         self.folder = folder
         self.tokenizer = BertTokenizer.from_pretrained(folder)
         self.model = BertModel.from_pretrained(folder, skip_init=True)
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = pick_device(device)
         self.model.to(self.device)
         self.config = self.model.config
         self.declared = read_sentence_folder(folder)

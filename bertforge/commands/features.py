@@ -9,7 +9,7 @@ import time
 from ..errors import BertforgeError
 from ..features import COMBINES, LEVELS, WORD_VECTORS, check_output_format, extract_features, write_features
 from ..io import check_output, read_text
-from ..options import count, torch_device
+from ..options import add_device_argument, count
 from ..sentence_folder import POOLINGS
 
 PAIR_SEPARATOR = re.compile(r"^(.*) \|\|\| (.*)$")  # Google's extract_features input format
@@ -68,7 +68,7 @@ def add_features_arguments(parser):
                         help="longer texts: each window starts this many tokens past the last (default: half a window)")
     parser.add_argument("--batch-size", type=count(1), default=32, help="windows per forward pass")
     parser.add_argument("--bf16", action="store_true", help="run the encoder under bfloat16 autocast")
-    parser.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when available)")
+    add_device_argument(parser)
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
