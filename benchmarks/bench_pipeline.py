@@ -18,10 +18,7 @@ from benchmarks.bench_inference import sst2_sentences
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="a text-classification checkpoint folder")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--limit", type=int, help="the first N dev sentences only")
-    p.add_argument("--threads", type=int, default=common.THREADS)
+    common.add_sentence_run_arguments(p)
     args = p.parse_args()
     common.setup(args.threads)
     print(common.machine())

@@ -38,6 +38,14 @@ def setup(threads: int = THREADS) -> None:
         pass
 
 
+def add_sentence_run_arguments(p) -> None:
+    """The flags of the benchmarks that run pipelines over SST-2 dev sentences."""
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--limit", type=int, help="the first N dev sentences only")
+    p.add_argument("--threads", type=int, default=THREADS)
+
+
 def machine() -> str:
     """CPU model, cores, torch's vector ISA, thread count, torch and transformers versions."""
     model = platform.processor() or "?"
