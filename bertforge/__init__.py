@@ -6,6 +6,8 @@ command line's `--help` do not load torch."""
 import importlib
 import os
 
+from .heads import HEADS
+
 # OpenMP threads that spin while waiting make every parallel region stall whenever another process holds a
 # core: steps measured up to 10x slower on a shared 2-core machine. Sleeping threads cost little when alone.
 # Takes effect only if torch is not imported yet; an explicit setting wins.
@@ -16,13 +18,7 @@ __version__ = "0.1.0"
 # exported name -> the module that defines it
 _EXPORTS = {
     "BertConfig": "config",
-    "BertForMaskedLM": "model",
-    "BertForMultipleChoice": "model",
-    "BertForPreTraining": "model",
-    "BertForQuestionAnswering": "model",
-    "BertForSequenceClassification": "model",
-    "BertForTokenClassification": "model",
-    "BertModel": "model",
+    **dict.fromkeys(HEADS, "model"),  # BertModel and a class per head
     "BertTokenizer": "tokenizer",
     "BertforgeError": "errors",
     "pipeline": "pipelines",

@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from . import google_checkpoint, sizes
 from .config import BertConfig, check_size
 from .errors import BertforgeError
+from .heads import PART_NAMES
 from .io import atomic_path, read_json, write_text_atomic
 
 log = logging.getLogger("bertforge")
@@ -29,13 +30,6 @@ PICKLE = "pytorch_model.bin"
 TIED_ALIASES = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 
 # What each top-level part of a checkpoint is, for reports a person can act on.
-PART_NAMES = {
-    "bert.pooler": "pooler",
-    "cls.predictions": "masked-LM head",
-    "cls.seq_relationship": "next-sentence head",
-    "classifier": "classifier",
-    "qa_outputs": "question-answering head",
-}
 
 
 def weight_files(folder: Path) -> list[Path]:

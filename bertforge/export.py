@@ -29,11 +29,11 @@ from .inference import pad
 from .io import atomic_path, new_model_folder, write_text_atomic
 from .options import ONNX_OPSETS
 from .packing import Layout
-from .runtime import HEAD_OUTPUTS, ONNX_FILES, OnnxRuntime, TorchRuntime
+from .heads import HEADS
+from .runtime import ONNX_FILES, OnnxRuntime, TorchRuntime
 from .sentence_folder import keep_sentence_folder
 from .tokenizer import BertTokenizer
 
-HEADS = {"BertForPreTraining": "BertForMaskedLM", **{name: name for name in HEAD_OUTPUTS}}
 COPIED = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 SAMPLES = ["The quick brown fox jumps over the lazy dog.", "Paris is the [MASK] of France.", "Hello!",
            "Tokenization splits unfamiliar words into pieces, and the model reads every one of them in context."]
@@ -55,7 +55,7 @@ class PaddedLayout(Layout):
 
 
 class ExportGraph(nn.Module):
-    """A task model's forward on the padded path, returning its head's outputs (runtime.HEAD_OUTPUTS)."""
+    """A task model's forward on the padded path, returning its head's outputs (heads.HEADS)."""
 
     def __init__(self, model, mask_id: int):
         super().__init__()
@@ -108,16 +108,6 @@ def sample_batch(tokenizer: BertTokenizer, architecture: str, texts: list[str]) 
     return pad(rows, tokenizer.pad_token_id)
 
 
-def output_axes(name: str, architecture: str) -> dict:
-    if name == "mask_logits":
-        return {0: "masked"}
-    if architecture == "BertForMultipleChoice":
-        return {0: "batch", 1: "choices"}
-    if architecture == "BertForSequenceClassification":
-        return {0: "batch"}
-    return {0: "batch", 1: "sequence"}
-
-
 def max_difference(ours: dict, reference: dict, attention_mask: torch.Tensor) -> float:
     """The largest absolute difference over the outputs, per-token outputs compared on the real tokens."""
     worst = 0.0
@@ -143,7 +133,7 @@ def export_onnx(model_dir, out, int8: bool = False, opset: int = 17, overwrite: 
                              f"{ONNX_OPSETS[1]}")
     folder, out = Path(model_dir), Path(out)
     config = BertConfig.from_json_file(folder / "config.json")
-    heads = [HEADS[a] for a in config.extra.get("architectures") or [] if a in HEADS]
+    heads = [HEADS[a].runs_as for a in config.extra.get("architectures") or [] if a in HEADS]
     architecture = heads[0] if heads else "BertModel"
     in_place = out.is_dir() and out.resolve() == folder.resolve()
     with nullcontext(out) if in_place else new_model_folder(out, "OUT", overwrite, folder) as target:
@@ -157,7 +147,7 @@ def export_onnx(model_dir, out, int8: bool = False, opset: int = 17, overwrite: 
         if not in_place:
             keep_sentence_folder(folder, target)  # a sentence-transformers folder's pooling goes with its encoder
         write_text_atomic(target / "onnx.json", json.dumps({"architecture": architecture, "outputs":
-                                                            list(HEAD_OUTPUTS[architecture])}) + "\n")
+                                                            list(HEADS[architecture].outputs)}) + "\n")
         if int8:
             with atomic_path(target / ONNX_FILES[True]) as path:
                 quantise(target / ONNX_FILES[False], path)
@@ -168,11 +158,11 @@ def export_onnx(model_dir, out, int8: bool = False, opset: int = 17, overwrite: 
 
 def write_graph(graph: ExportGraph, architecture: str, tokenizer, path: Path, opset: int) -> None:
     """The model's graph, traced on a batch of real text, with dynamic batch and sequence axes."""
-    outputs = list(HEAD_OUTPUTS[architecture])
+    outputs = list(HEADS[architecture].outputs)
     axes = {0: "batch", 1: "choices", 2: "sequence"} if architecture == "BertForMultipleChoice" \
         else {0: "batch", 1: "sequence"}
     dynamic = {name: axes for name in ("input_ids", "attention_mask", "token_type_ids")}
-    dynamic.update({name: output_axes(name, architecture) for name in outputs})
+    dynamic.update(HEADS[architecture].outputs)
     example = sample_batch(tokenizer, architecture, SAMPLES[:2])
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")

@@ -22,6 +22,7 @@ from .config import BertConfig
 from .entities import STRATEGIES, Entities, entities, softmax, token_entries
 from .errors import BertforgeError
 from .inference import per_row, run
+from .heads import HEADS
 from .inputs import as_list, check_count, check_ids, check_text, id_row, input_name, is_ids
 from .runtime import load_runtime
 from .sentence_folder import SentencePooling, check_pooling, normalized, pool, read_sentence_folder
@@ -450,10 +451,6 @@ TASKS = {p.task: p for p in (FillMask, TextClassification, TokenClassification, 
                              FeatureExtraction, SentenceEmbedding, MultipleChoice)}
 ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification",
            "embedding": "sentence-embedding"}
-HEAD_TASKS = {"BertForMaskedLM": "fill-mask", "BertForPreTraining": "fill-mask",
-              "BertForSequenceClassification": "text-classification", "BertForTokenClassification":
-              "token-classification", "BertForQuestionAnswering": "question-answering",
-              "BertForMultipleChoice": "multiple-choice", "BertModel": "feature-extraction"}
 
 
 def head_task(config: BertConfig, folder: Path) -> str:
@@ -462,7 +459,7 @@ def head_task(config: BertConfig, folder: Path) -> str:
     if read_sentence_folder(folder) is not None:
         return "sentence-embedding"
     heads = config.extra.get("architectures") or []
-    known = [HEAD_TASKS[h] for h in heads if h in HEAD_TASKS]
+    known = [HEADS[h].task for h in heads if h in HEADS]
     if not known:
         raise BertforgeError(f"{folder / 'config.json'}: architectures {heads or 'missing'} name no head bertforge "
                              f"serves; give the task ({', '.join(TASKS)})")

@@ -1,7 +1,7 @@
 """What runs a checkpoint's forward pass for inference: PyTorch (fp32, or int8 linear layers) or ONNX Runtime.
 
 A runtime is called with a padded batch of tensors (see inference.pad) and returns the head's outputs by name,
-the same names from every backend (HEAD_OUTPUTS). The masked-LM head returns `mask_logits` [masked, V]: the
+the same names from every backend (heads.HEADS). The masked-LM head returns `mask_logits` [masked, V]: the
 vocabulary scores at the [MASK] positions only, in row-major order, not all [B, L, V].
 """
 
@@ -15,18 +15,11 @@ import torch
 
 from . import model as models
 from .errors import BertforgeError
+from .heads import HEADS
 from .options import device_problem
 
 log = logging.getLogger("bertforge")
 
-HEAD_OUTPUTS = {
-    "BertModel": ("last_hidden_state",),
-    "BertForMaskedLM": ("mask_logits",),
-    "BertForSequenceClassification": ("logits",),
-    "BertForTokenClassification": ("logits",),
-    "BertForQuestionAnswering": ("start_logits", "end_logits"),
-    "BertForMultipleChoice": ("logits",),
-}
 BACKENDS = ("torch", "onnx")
 ONNX_FILES = {False: "model.onnx", True: "model_int8.onnx"}
 ONNX_MISSING = "--backend onnx needs onnxruntime: pip install -e '.[onnx]'"
@@ -98,7 +91,7 @@ class TorchRuntime:
         if bf16:
             linear_weights_in_bf16(model)
         self.architecture = type(model).__name__
-        self.outputs = HEAD_OUTPUTS[self.architecture]
+        self.outputs = tuple(HEADS[self.architecture].outputs)
 
     def __call__(self, batch: dict) -> dict[str, torch.Tensor]:
         batch = {k: v.to(self.device) for k, v in batch.items()}
