@@ -51,7 +51,7 @@ def check_model(family: TaskFamily, model, folder, fine_tuned: bool) -> None:
     config = model.config
     check_length(family, config, folder)
     saved_as = config.extra.get("architectures") or []
-    wanted = family.model_class.__name__
+    wanted = family.model_class.architecture()
     if fine_tuned and saved_as and wanted not in saved_as:
         raise BertforgeError(f"{folder}: a {saved_as[0]} model, but {family.task} needs a {wanted}")
     if fine_tuned and model.fresh_parts:

@@ -10,6 +10,7 @@ from .multiple_choice import MultipleChoiceFamily, OwnMultipleChoiceFamily
 from .ner import NerFamily
 from .question_answering import QuestionAnsweringFamily
 from .rerank import RerankFamily
+from .retrieval import RetrievalFamily
 from .squad import SquadFamily
 from .text_classification import TextClassificationFamily
 from .token_classification import TokenClassificationFamily
@@ -17,7 +18,7 @@ from .token_classification import TokenClassificationFamily
 FAMILIES: tuple[type[TaskFamily], ...] = (GlueFamily, NerFamily, MultipleChoiceFamily, SquadFamily,
                                           TextClassificationFamily, TokenClassificationFamily,
                                           QuestionAnsweringFamily, OwnMultipleChoiceFamily,
-                                          RerankFamily)
+                                          RerankFamily, RetrievalFamily)
 TASKS: dict[str, type[TaskFamily]] = {name: family for family in FAMILIES for name in family.names}
 
 

@@ -121,6 +121,11 @@ def ranking_groups(queries: list[str], relevance, source: str) -> list[np.ndarra
     return groups
 
 
+def top_relevance(relevance: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
+    """The relevance labels of the k best-scored passages, best first; ties broken against the scorer."""
+    return relevance[np.lexsort((relevance, -scores))][:k]
+
+
 def ranking_metrics(groups: list[np.ndarray], relevance, scores, k: int = 10) -> dict[str, float]:
     """Mean MRR@k and nDCG@k over the queries' `groups` of rows, passages ordered by descending score (ties broken
     against the model: the less relevant first). MRR@k: 1 / the rank of the first relevant passage within the top
@@ -131,12 +136,23 @@ def ranking_metrics(groups: list[np.ndarray], relevance, scores, k: int = 10) ->
     mrr, ndcg = [], []
     for rows in groups:
         rel = relevance[rows]
-        ranked = rel[np.lexsort((rel, -scores[rows]))][:k]
+        ranked = top_relevance(rel, scores[rows], k)
         hits = np.flatnonzero(ranked >= RELEVANT)
         mrr.append(1 / (hits[0] + 1) if len(hits) else 0.0)
         ideal = np.sort(rel)[::-1][:k] @ discounts[:min(k, len(rel))]
         ndcg.append(ranked @ discounts[:len(ranked)] / ideal)
     return {f"mrr@{k}": float(np.mean(mrr)), f"ndcg@{k}": float(np.mean(ndcg)), "ranked_queries": len(groups)}
+
+
+def retrieval_metrics(scores: np.ndarray, relevant: np.ndarray, k: int = 10) -> dict[str, float]:
+    """Each query (a row) searching all passages (the columns): ranking_metrics' MRR@k and nDCG@k, and recall@k,
+    the share of its relevant passages among its k best-scored, averaged over the queries."""
+    relevance = np.asarray(relevant, dtype=np.float64)
+    width = relevance.shape[1]
+    groups = [np.arange(i * width, (i + 1) * width) for i in range(len(relevance))]
+    metrics = ranking_metrics(groups, relevance.ravel(), np.asarray(scores).ravel(), k)
+    recall = [top_relevance(rel, row, k).sum() / rel.sum() for rel, row in zip(relevance, scores)]
+    return {**metrics, f"recall@{k}": float(np.mean(recall))}
 
 
 def split_tag(tag: str) -> tuple[str, str]:

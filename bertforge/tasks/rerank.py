@@ -64,7 +64,8 @@ class RerankFamily(OwnData, TaskFamily):
     def head_config(self) -> dict:
         return {"id2label": {0: LABEL}, "problem_type": "multi_label_classification"}
 
-    def read(self, split: str, tokenizer, limit=None) -> Split:
+    def pairs(self, split: str, limit=None) -> list[GlueExample]:
+        """The split's (query, passage, relevance) records; the test split's relevance is None."""
         query, passage, label = self.columns
         labelled = split != "test"
         records = self.records(split, {"--query-column": query, "--passage-column": passage,
@@ -73,8 +74,11 @@ class RerankFamily(OwnData, TaskFamily):
             for column in (query, passage):
                 if not isinstance(record[column], str) or not record[column].strip():
                     raise BertforgeError(f"{location}: {column!r} must be a non-empty text")
-        examples = [GlueExample(f"{split}-{i}", r[query], r[passage], relevance(r[label], location) if labelled
-                                else None) for i, (location, r) in enumerate(records)]
+        return [GlueExample(f"{split}-{i}", r[query], r[passage], relevance(r[label], location) if labelled
+                            else None) for i, (location, r) in enumerate(records)]
+
+    def read(self, split: str, tokenizer, limit=None) -> Split:
+        examples = self.pairs(split, limit)
         if split in self.eval_splits:  # that it has queries to rank, checked before any training
             ranking_groups([e.text_a for e in examples], [e.label for e in examples], self.source(split))
         return self.encode(split, examples, tokenizer)
