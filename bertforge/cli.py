@@ -13,8 +13,8 @@ from .options import apply_args_file
 # command's parser imports its module but not torch (the work's imports are inside functions): --help is instant.
 COMMANDS = {
     "demo": ("demo", "the whole pipeline on a built-in corpus: vocabulary, data, pre-training, fill-mask"),
-    "tokenizer": ("tokenizer", "train a WordPiece vocabulary, or encode text"),
-    "data": ("data.create", "build pre-training data (sharded token files) from text"),
+    "tokenizer": ("commands.tokenizer", "train a WordPiece vocabulary, or encode text"),
+    "data": ("commands.data", "build pre-training data (sharded token files) from text"),
     "pretrain": ("pretrain", "pre-train with masked LM + next sentence prediction"),
     "plot": ("plot", "draw a run's loss and accuracy curves as a PNG"),
     "finetune": ("finetune", "fine-tune on a task: GLUE, SQuAD, CoNLL NER, multiple choice, or your own data"),
@@ -22,7 +22,7 @@ COMMANDS = {
     "evaluate": ("evaluate", "score a fine-tuned model on a task's data"),
     "suite": ("suite", "fine-tune one model on several tasks x seeds (or a grid) and report mean ± sd"),
     "predict": ("predict", "predictions of a fine-tuned model: a task's submission file, or on your own text"),
-    "squad-split": ("tasks.squad", "split a SQuAD file by article into train and dev files"),
+    "squad-split": ("commands.squad_split", "split a SQuAD file by article into train and dev files"),
     "features": ("features", "hidden states of chosen layers, per token, word or sentence"),
     "info": ("info", "describe a checkpoint folder: sizes, parameters, heads, vocabulary"),
     "convert": ("convert", "rewrite a trusted pytorch_model.bin folder, or Google's TF checkpoint, as safetensors"),

@@ -35,8 +35,8 @@ def run_convert(args) -> int:
     src, out = Path(args.src), Path(args.out)
     overwrite = getattr(args, "overwrite", False)
     if google_checkpoint.find(src) is not None:
-        print(google_checkpoint.convert(src, out, getattr(args, "do_lower_case", None),
-                                        getattr(args, "hidden_act", None), overwrite=overwrite))
+        print(convert_google(src, out, getattr(args, "do_lower_case", None), getattr(args, "hidden_act", None),
+                             overwrite=overwrite))
         return 0
     with new_model_folder(out, "OUT", overwrite, src) as tmp:
         weights, file = read_weights(src, trust_pickle=True)
@@ -86,3 +86,26 @@ def run_export(args) -> int:
     if report[ONNX_FILES[False]] > 1e-4:
         raise BertforgeError(f"the fp32 export differs from PyTorch by {report[ONNX_FILES[False]]:.2e} (over 1e-4)")
     return 0
+
+
+def convert_google(src, out, do_lower_case: bool | None = None, hidden_act: str | None = None,
+                   overwrite: bool = False) -> str:
+    """Write a Google checkpoint as a Hugging Face-layout folder (config.json, model.safetensors, tokenizer
+    files with the checkpoint's casing), replacing `out` as a whole (a folder holding a model: only with
+    `overwrite`); the line to print (what was skipped is logged while loading)."""
+    from . import model as models
+    from .google_checkpoint import architecture, find, read_config
+    from .tf_checkpoint import TFCheckpoint
+    from .tokenizer import BertTokenizer
+
+    prefix = find(src)
+    with new_model_folder(out, "OUT", overwrite, prefix.parent) as tmp:
+        checkpoint = TFCheckpoint(prefix)
+        tokenizer = BertTokenizer.from_pretrained(prefix.parent, do_lower_case=do_lower_case)
+        model_class = getattr(models, architecture(checkpoint))
+        config = read_config(prefix, checkpoint, gelu=hidden_act or "gelu_new")
+        model = model_class.from_pretrained(prefix, config=config)
+        model.save_pretrained(tmp, tokenizer)
+    casing = "uncased" if tokenizer.do_lower_case else "cased"
+    return (f"{checkpoint.index} -> {Path(out)} ({model_class.__name__}, hidden_act {model.config.hidden_act}, "
+            f"{casing})")

@@ -17,6 +17,7 @@ from pathlib import Path
 from .config import BertConfig
 from .data.create import create_pretraining_data
 from .io import check_output
+from .objectives import OBJECTIVES
 from .options import count, old_spellings, positive_duration, torch_device
 from .recipe import RECIPES, resolve
 from .tokenizer import BertTokenizer, train_vocab
@@ -128,7 +129,7 @@ def run_demo(args) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     recipe = resolve(args.recipe, {"batch_size": args.batch_size}, BertConfig.load(args.config).hidden_size, device)
-    nsp = recipe["objective"] in (None, "mlm+nsp")
+    nsp = OBJECTIVES[recipe["objective"] or "mlm+nsp"].next_sentence  # None: the data's, pairs here
     kind = "sentence pairs" if nsp else "single segments filled with whole sentences (no NSP)"
     step(f"pre-training data: {kind}, masked afresh at training time",
          f"bertforge data create --input {corpus} --vocab {vocab} --out {data} --no-mask"

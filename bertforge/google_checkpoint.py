@@ -15,7 +15,6 @@ import torch
 
 from .config import BertConfig, check_size
 from .errors import BertforgeError
-from .io import new_model_folder
 from .tf_checkpoint import TFCheckpoint, find_prefix
 
 log = logging.getLogger("bertforge")
@@ -184,24 +183,3 @@ def report(checkpoint: TFCheckpoint) -> list[tuple[str, str]]:
     if left_out["unknown"]:
         lines.append(("unknown", f"skipped, not BERT weights: {', '.join(left_out['unknown'])}"))
     return lines
-
-
-def convert(src, out, do_lower_case: bool | None = None, hidden_act: str | None = None,
-            overwrite: bool = False) -> str:
-    """Write a Google checkpoint as a Hugging Face-layout folder (config.json, model.safetensors, tokenizer
-    files with the checkpoint's casing), replacing `out` as a whole (a folder holding a model: only with
-    `overwrite`); the line to print (what was skipped is logged while loading)."""
-    from . import model as models  # the model classes import the checkpoint machinery, which imports this
-    from .tokenizer import BertTokenizer
-
-    prefix = find(src)
-    with new_model_folder(out, "OUT", overwrite, prefix.parent) as tmp:
-        checkpoint = TFCheckpoint(prefix)
-        tokenizer = BertTokenizer.from_pretrained(prefix.parent, do_lower_case=do_lower_case)
-        model_class = getattr(models, architecture(checkpoint))
-        config = read_config(prefix, checkpoint, gelu=hidden_act or "gelu_new")
-        model = model_class.from_pretrained(prefix, config=config)
-        model.save_pretrained(tmp, tokenizer)
-    casing = "uncased" if tokenizer.do_lower_case else "cased"
-    return (f"{checkpoint.index} -> {Path(out)} ({model_class.__name__}, hidden_act {model.config.hidden_act}, "
-            f"{casing})")

@@ -6,10 +6,10 @@ Departures in how the work is done, not in the numbers:
   into one [tokens, hidden] matrix, see packing.py), from the embedding look-up on; the masked-LM head
   scores only the masked positions when labels are given, and the pre-training and sequence heads read
   their rows straight from the packed matrix;
-- in training with dropout, the keep masks of a whole forward pass are drawn at once (packing.DropoutNoise,
-  one slice per `DropoutSite`) and applied fused with the residual add (addcmul) and after the attention
-  softmax, with the attention products written out (baddbmm, softmax, bmm) since CPU SDPA has no fused dropout
-  path. Eval, and training without dropout, use SDPA.
+- in training with dropout, each `DropoutSite` draws its keep mask as it runs (packing.DropoutNoise, bool
+  masks), applied fused with the residual add (addcmul) and after the attention softmax, with the attention
+  products written out (baddbmm, softmax, bmm) since CPU SDPA has no fused dropout path. Eval, and training
+  without dropout, use SDPA.
 Both ride on one `packing.Layout` per forward pass, which every layer takes. With output_attentions, the
 attention products are written out too, to return the probabilities (padded query rows hold zeros).
 One departure in the numbers: a left-to-right model (`is_decoder`, causal attention, the paper's LTR ablation)
@@ -28,7 +28,7 @@ from torch.utils.checkpoint import checkpoint
 from .checkpoint import PretrainedMixin
 from .compat import ModelApiMixin, finish
 from .config import BertConfig
-from .packing import DropoutNoise, Encoded, Layout, Packing
+from .packing import DropoutNoise, Encoded, Keep, Layout, Packing
 
 
 ACT = {
@@ -48,7 +48,7 @@ class DropoutSite(nn.Module):
         super().__init__()
         self.kind = kind  # "hidden" ([tokens, H] masks) or "attention" ([B * heads, L, L] masks)
 
-    def forward(self, layout: Layout) -> torch.Tensor | None:
+    def forward(self, layout: Layout) -> Keep | None:
         return layout.dropout(self.kind)
 
 
@@ -70,8 +70,8 @@ class BertEmbeddings(nn.Module):
         x = x + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(position_ids)
         x = self.LayerNorm(x)
-        mask = self.dropout(layout)
-        return x * mask if mask is not None else x
+        keep = self.dropout(layout)
+        return keep.apply(x) if keep is not None else x
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -117,7 +117,7 @@ class BertSelfAttention(nn.Module):
             q, k, v = (t.flatten(0, 1) for t in (q, k, v))
             scores = torch.baddbmm(layout.key_bias(self.num_heads, q), q, k.transpose(1, 2),
                                    alpha=1 / math.sqrt(self.head_size))
-            probs = torch.softmax(scores, dim=-1) if drop is None else torch.softmax(scores, dim=-1) * drop
+            probs = torch.softmax(scores, dim=-1) if drop is None else drop.apply(torch.softmax(scores, dim=-1))
             layout.record_attention(probs, self.num_heads)
             context = torch.bmm(probs, v).view(layout.batch, self.num_heads, layout.length, self.head_size)
         return layout.merge_heads(context)
@@ -134,9 +134,9 @@ class BertOutput(nn.Module):
         self.dropout = DropoutSite("hidden")
 
     def forward(self, h, residual, layout: Layout):
-        mask = self.dropout(layout)
-        if mask is not None:
-            return self.LayerNorm(torch.addcmul(residual, self.dense(h), mask))
+        keep = self.dropout(layout)
+        if keep is not None:
+            return self.LayerNorm(keep.add(residual, self.dense(h)))
         return self.LayerNorm(residual + self.dense(h))
 
 
@@ -296,7 +296,7 @@ class BertModel(BertPreTrainedModel):
                        tuple(layout.attentions) if output_attentions else None, self.config.is_decoder)
 
     def dropout_noise(self, token_shape, batch: int, length: int, device) -> DropoutNoise | None:
-        """This pass's keep masks, one per DropoutSite of the encoder; None in eval or without dropout."""
+        """This pass's dropout, one keep mask per DropoutSite of the encoder; None in eval or without dropout."""
         c = self.config
         if not self.training or (c.hidden_dropout_prob <= 0 and c.attention_probs_dropout_prob <= 0):
             return None

@@ -2,9 +2,9 @@
 
 `Packing` maps between a padded batch [B, L, ...] and its real tokens [T, ...], so every layer except the
 attention product skips the padding. Its gather and scatter are small autograd functions, each the other's
-gradient, so neither direction clones zeros or scatter-adds. `DropoutNoise` draws the keep masks of a whole
-forward pass at once (uniform draws compared with p, pre-scaled by 1/(1-p)): one draw per kind of site
-instead of one per layer. `Layout` holds both, and splits and merges attention heads for either layout.
+gradient, so neither direction clones zeros or scatter-adds. `DropoutNoise` draws each dropout site's keep
+mask as the site asks for it, one byte an element. `Layout` holds both, and splits and merges attention heads
+for either layout.
 """
 
 from dataclasses import dataclass
@@ -130,40 +130,51 @@ def causal_bias(length: int, like: torch.Tensor) -> torch.Tensor:
     return bias.triu_(1)
 
 
+@dataclass
+class Keep:
+    """One site's dropout: the elements kept (bool) and the scale 1/(1-p) they are multiplied by."""
+
+    mask: torch.Tensor
+    scale: float
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * self.mask).mul_(self.scale)
+
+    def add(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """residual + dropout(x), in one fused operation."""
+        return torch.addcmul(residual, x, self.mask, value=self.scale)
+
+
 class DropoutNoise:
-    """Pre-scaled keep masks (0 or 1/(1-p)) for every dropout site of one forward pass, drawn in one call per
-    kind of site ("hidden", "attention"): a site's mask is a slice, applied with one multiply. Each element is
-    kept with probability 1 - p, independently, as nn.Dropout does.
+    """The keep masks of one forward pass, each drawn when its site asks for it, just before it is applied:
+    each element kept with probability 1 - p, independently, as nn.Dropout does. A mask is bool, which
+    autograd keeps for the backward pass at a quarter of a float's size, and no layer's mask exists before the
+    layer runs: under gradient checkpointing only the running layer's are held (the checkpoint restores the
+    random state, so a replayed layer draws the same masks).
 
     The sites are counted where they are: the model's `DropoutSite` modules. A pass that asks for more masks
     than there are sites fails at once, and `check_used` fails a pass that took fewer.
     """
 
     def __init__(self, sites: dict[str, int], shapes: dict[str, tuple], p: dict[str, float], device):
-        self.masks = {kind: self.draw(sites.get(kind, 0), shapes[kind], p[kind], device) for kind in shapes}
-        self.sites, self.taken = sites, dict.fromkeys(shapes, 0)
+        self.sites = {kind: sites.get(kind, 0) if p[kind] > 0 else 0 for kind in shapes}
+        self.shapes, self.p, self.device = shapes, p, device
+        self.taken = dict.fromkeys(shapes, 0)
 
-    @staticmethod
-    def draw(sites, shape, p, device):
-        if not sites or p <= 0:
+    def take(self, kind: str) -> Keep | None:
+        if not self.sites[kind]:
             return None
-        if p >= 1:
-            return torch.zeros(sites, *shape, device=device)
-        return torch.rand(sites, *shape, device=device).ge_(p).mul_(1 / (1 - p))
-
-    def take(self, kind: str) -> torch.Tensor | None:
-        masks = self.masks[kind]
-        if masks is None:
-            return None
-        if self.taken[kind] == len(masks):
-            raise RuntimeError(f"more {kind} dropout sites took a mask than the model declares ({len(masks)})")
+        if self.taken[kind] == self.sites[kind]:
+            raise RuntimeError(f"more {kind} dropout sites took a mask than the model declares ({self.sites[kind]})")
         self.taken[kind] += 1
-        return masks[self.taken[kind] - 1]
+        p = min(self.p[kind], 1.0)
+        mask = torch.empty(self.shapes[kind], dtype=torch.bool, device=self.device).bernoulli_(1 - p)
+        return Keep(mask, 1 / (1 - p) if p < 1 else 1.0)
 
     def check_used(self):
-        for kind, masks in self.masks.items():
-            if masks is not None and self.taken[kind] != len(masks):
-                raise RuntimeError(f"{self.taken[kind]} of {len(masks)} {kind} dropout sites took a mask")
+        for kind, sites in self.sites.items():
+            if self.taken[kind] != sites:
+                raise RuntimeError(f"{self.taken[kind]} of {sites} {kind} dropout sites took a mask")
 
 
 @dataclass
@@ -179,7 +190,7 @@ class Layout:
     causal: bool = False  # each position attends to itself and its left only (config.is_decoder)
     device: torch.device = torch.device("cpu")
 
-    def dropout(self, kind: str) -> torch.Tensor | None:
+    def dropout(self, kind: str) -> Keep | None:
         return self.noise.take(kind) if self.noise is not None else None
 
     def record_attention(self, probs: torch.Tensor, heads: int):

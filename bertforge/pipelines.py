@@ -431,12 +431,14 @@ def head_task(config: BertConfig, folder: Path) -> str:
 
 def pipeline(task: str | None = None, model=None, device: str | None = None, backend: str = "torch",
              int8: bool = False, batch_size: int = 32, max_batch_tokens: int | None = None,
-             max_length: int | None = None, threads: int | None = None) -> Pipeline:
+             max_length: int | None = None, threads: int | None = None, bf16: bool = False) -> Pipeline:
     """A pipeline for `task` (None: the checkpoint's head's) on the checkpoint folder `model`.
 
     backend "onnx" runs the folder's model.onnx (model_int8.onnx with int8) written by `bertforge export onnx`;
-    int8 on the torch backend quantises the linear layers (CPU). Batches hold at most batch_size inputs and,
-    with max_batch_tokens, at most that many padded tokens; inputs are sorted by length and answered in order.
+    int8 on the torch backend quantises the linear layers (CPU); bf16 runs the torch model under bfloat16
+    autocast (about 2x fp32 on CPUs with AVX512-BF16 or AMX: BENCHMARKS.md, "bf16 inference"). Batches hold at
+    most batch_size inputs and, with max_batch_tokens, at most that many padded tokens; inputs are sorted by
+    length and answered in order.
     """
     if model is None:
         raise BertforgeError("pipeline needs model=, a checkpoint folder")
@@ -449,5 +451,5 @@ def pipeline(task: str | None = None, model=None, device: str | None = None, bac
         raise BertforgeError(f"unknown task {task!r}: choose one of {', '.join([*TASKS, *ALIASES])}")
     cls = TASKS[task]
     tokenizer = BertTokenizer.from_pretrained(folder)
-    runtime = load_runtime(folder, cls.model_class, backend, device, int8, tokenizer.mask_token_id, threads)
+    runtime = load_runtime(folder, cls.model_class, backend, device, int8, tokenizer.mask_token_id, threads, bf16)
     return cls(runtime, tokenizer, config, folder, batch_size, max_batch_tokens, max_length)

@@ -4,6 +4,7 @@ from pathlib import Path
 
 from .errors import BertforgeError
 from .io import atomic_path, check_output, read_json, read_json_lines
+from .objectives import FIGURES
 
 
 def read_metrics(run) -> list[dict]:
@@ -22,7 +23,6 @@ def series(rows, key):
 
 
 BASELINES_FILE = "baselines.json"
-BASELINES = {"eval_mlm_accuracy": "mlm_most_frequent_token_accuracy", "eval_nsp_accuracy": "nsp_majority_accuracy"}
 
 
 def read_baselines(folder: Path) -> dict:
@@ -52,8 +52,8 @@ def plot_run(run, out=None) -> Path:
     if figures:
         for key in figures:
             line, = axes[0][1].plot(*series(rows, key), label=key, marker="o", markersize=3)
-            if BASELINES.get(key) in baselines:
-                axes[0][1].axhline(baselines[BASELINES[key]], color=line.get_color(), linestyle="--",
+            if FIGURES.get(key) in baselines:
+                axes[0][1].axhline(baselines[FIGURES[key]], color=line.get_color(), linestyle="--",
                                    linewidth=1, label=f"{key} baseline")
         axes[0][1].set(xlabel="step", title="held-out evaluation")
         axes[0][1].legend()

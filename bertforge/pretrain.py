@@ -1,5 +1,5 @@
 """Pre-training (spec section 6): masked LM + next sentence prediction on data made by `bertforge data create`,
-or one of the other objectives (`--objective mlm|ltr`) and recipes (`--recipe`, see recipe.py).
+or one of the other objectives (`--objective`, see objectives.py) and recipes (`--recipe`, see recipe.py).
 
 The batch of step s is a deterministic function of (seed, s): an epoch is a seeded permutation of the
 instances, and a global batch is split by rows across processes. Data written without masks is masked
@@ -14,7 +14,6 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,14 +22,12 @@ from .options import add_training_arguments, count, recorded_arguments, training
 from .config import BertConfig
 from .data.shards import check_vocab, load_pretraining_data
 from .errors import BertforgeError
+from .objectives import OBJECTIVES, choose_objective
 from .plot import BASELINES_FILE
 from .tokenizer import BertTokenizer
 from .recipe import RECIPES, add_recipe_arguments, recipe_notes, resolve
 from .resume import PRETRAIN_FIXED, check_resume
 from .options import TrainArgs
-
-if TYPE_CHECKING:
-    import torch
 
 # torch, the model and the loop are imported where they are used: the command's --help does not load torch.
 
@@ -41,48 +38,22 @@ log = logging.getLogger("bertforge")
 EVAL_STEP = 2**40  # seeds the held-out masks: the same at every evaluation, unlike any training step's
 
 
-def labels_from_positions(input_ids: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """[B, L] labels (-100 where nothing is predicted) from per-row masked positions and labels (-100 padded)."""
-    import torch
-
-    full = torch.full_like(input_ids, -100)
-    keep = labels != -100
-    rows = torch.arange(len(input_ids)).unsqueeze(1).expand_as(positions)
-    full[rows[keep], positions[keep]] = labels[keep]
-    return full
-
-
-def next_token_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """[B, L] labels for left-to-right LM: each real position predicts the token after it (-100 at the last)."""
-    import torch
-
-    labels = torch.full_like(input_ids, -100)
-    labels[:, :-1] = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)
-    return labels
-
-
 class PretrainJob:
-    """Batches, losses and evaluation for BertForPreTraining, for one objective (see `check_objective`); the
-    training loop's view (see train.TrainingJob).
-
-    For `ltr` the "mlm" figures are next-token ones: labels are every next token, not masked positions.
-    """
+    """Batches, losses, evaluation and checkpoints for BertForPreTraining under one objective (objectives.py);
+    the training loop's view (see train.TrainingJob)."""
 
     best_metric = None
     resume_fixed = PRETRAIN_FIXED
 
     def __init__(self, data_dir, tokenizer: BertTokenizer, batch_size: int, seed: int, eval_rows: int = 1024,
-                 objective: str | None = None, mask_prob: float | None = None):
+                 objective: str | None = None, mask_prob: float | None = None, teacher: str | None = None):
         self.tokenizer = tokenizer
         self.train = load_pretraining_data(data_dir, "train")
         check_vocab(self.train.index, tokenizer)
-        self.objective = check_objective(self.train, objective, mask_prob)
+        self.objective = choose_objective(self.train, objective, mask_prob, teacher)
         self.mask_prob = mask_prob
         self.saved_dropout = None  # see save
-        self.nsp = self.objective == "mlm+nsp"
-        self.loss_units = {"mlm_loss": lambda b: int((b["labels"] != -100).sum())}
-        if self.nsp:
-            self.loss_units["nsp_loss"] = lambda b: len(b["next_sentence_label"])
+        self.loss_units = self.objective.loss_units()
         held_out = (Path(data_dir) / "eval" / "index.json").is_file()
         self.eval = load_pretraining_data(data_dir, "eval") if held_out else None
         self.batch_size, self.seed = batch_size, seed
@@ -94,13 +65,13 @@ class PretrainJob:
                                  f"fewer than one batch of {batch_size}")
 
     def rows_of(self, data, indices, first_row: int, step: int) -> dict:
-        """Instances with [B, L] labels; unmasked data is masked now, row by row (see module doc); for ltr the
-        labels are the next tokens."""
+        """Instances as the objective's inputs and labels; unmasked data is masked now for a masking objective,
+        row by row (see module doc)."""
         import torch
 
         from .train import trim
 
-        if data.static_masked or self.objective == "ltr":
+        if data.static_masked or not self.objective.masks:
             b = data.batch(indices)
         else:
             # Held-out rows keep the data's rate (0.15 by default), so that runs with other rates compare.
@@ -110,14 +81,7 @@ class PretrainJob:
                                pad_to=data.max_seq_length, **masking) for j, i in enumerate(indices)]
             b = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
         b.pop("special_tokens_mask")
-        b = trim(b)
-        if self.objective == "ltr":
-            b["labels"] = next_token_labels(b["input_ids"], b["attention_mask"])
-        else:
-            b["labels"] = labels_from_positions(b["input_ids"], b.pop("mlm_positions"), b.pop("mlm_labels"))
-        if not self.nsp:
-            b.pop("next_sentence_label")
-        return b
+        return self.objective.finish(trim(b))
 
     def batch(self, step: int, rank: int, world: int) -> dict:
         epoch, i = divmod(step, self.steps_per_epoch)
@@ -128,50 +92,26 @@ class PretrainJob:
         mine = parts[rank]
         return self.rows_of(self.train, global_rows[mine], int(mine[0]) if len(mine) else 0, step)
 
-    def evaluate(self, model) -> dict:
-        """Held-out masked-LM loss, accuracy and perplexity, NSP accuracy (same rows and masks every time, at the
-        data's masking rate whatever --mask-prob trains with)."""
-        import torch
-
-        if not self.eval_rows:
-            return {}
-        device = next(model.parameters()).device
-        mlm_loss = mlm_correct = mlm_count = nsp_correct = 0.0
-        for start in range(0, self.eval_rows, self.batch_size):
-            rows = np.arange(start, min(start + self.batch_size, self.eval_rows))
-            b = {k: v.to(device) for k, v in self.rows_of(self.eval, rows, start, EVAL_STEP).items()}
-            labels = b.pop("labels")
-            nsp = b.pop("next_sentence_label", None)
-            with torch.no_grad():
-                out = model(**b, labels=labels)
-            count = int((labels != -100).sum())
-            mlm_loss += float(out.mlm_loss) * count
-            mlm_correct += float((out.prediction_logits.argmax(-1) == labels[labels != -100]).sum())
-            mlm_count += count
-            if nsp is not None:
-                nsp_correct += float((out.seq_relationship_logits.argmax(-1) == nsp).sum())
-        loss = mlm_loss / mlm_count
-        result = {"eval_mlm_loss": loss, "eval_mlm_accuracy": mlm_correct / mlm_count,
-                  "eval_mlm_perplexity": math.exp(min(loss, 50))}
-        return result | ({"eval_nsp_accuracy": nsp_correct / self.eval_rows} if self.nsp else {})
-
-    def baselines(self) -> dict:
-        """The trivial predictors on the evaluation rows: the most frequent masked token, the majority NSP label."""
-        import torch
-
-        if not self.eval_rows:
-            return {}
-        labels, nsp = [], []
+    def held_out(self, device=None):
+        """The held-out batches: the same rows and masks every time, at the data's masking rate whatever
+        --mask-prob trains with."""
         for start in range(0, self.eval_rows, self.batch_size):
             rows = np.arange(start, min(start + self.batch_size, self.eval_rows))
             b = self.rows_of(self.eval, rows, start, EVAL_STEP)
-            labels.append(b["labels"][b["labels"] != -100])
-            nsp.append(b.get("next_sentence_label", torch.zeros(0, dtype=torch.long)))
-        labels, nsp = torch.cat(labels), torch.cat(nsp)
-        result = {"mlm_most_frequent_token_accuracy": float(labels.bincount().max() / len(labels))}
-        return result | ({"nsp_majority_accuracy": float(nsp.bincount().max() / len(nsp))} if self.nsp else {})
+            yield {k: v.to(device) for k, v in b.items()} if device is not None else b
+
+    def evaluate(self, model) -> dict:
+        if not self.eval_rows:
+            return {}
+        return self.objective.evaluate(model, self.held_out(next(model.parameters()).device))
+
+    def baselines(self) -> dict:
+        return self.objective.baselines(self.held_out()) if self.eval_rows else {}
 
     def save(self, model, folder: Path):
+        self.objective.save(model, folder, self.save_checkpoint)
+
+    def save_checkpoint(self, model, folder: Path):
         """The checkpoint with its tokenizer. A run trained with `--dropout` other than its config's saves the
         config's rate (`saved_dropout`), so that fine-tuning uses it: the budget recipe drops dropout in
         pre-training only, as Cramming and MosaicBERT do."""
@@ -183,64 +123,6 @@ class PretrainJob:
             model.save_pretrained(folder, tokenizer=self.tokenizer)
         finally:
             model.config = config
-
-
-class DistillJob(PretrainJob):
-    """`--objective distill`: the rows as they are (no masks, no labels), the losses of `general_distill`, the
-    held-out losses as the evaluation; the model is a `general_distill.GeneralDistiller`."""
-
-    def __init__(self, *args, **kw):
-        from .general_distill import DISTILL_LOSSES
-
-        super().__init__(*args, **kw)
-        self.loss_units = dict.fromkeys(DISTILL_LOSSES, lambda b: int(b["attention_mask"].sum()))
-
-    def rows_of(self, data, indices, first_row: int, step: int) -> dict:
-        from .train import trim
-
-        b = data.batch(indices)
-        return trim({k: b[k] for k in ("input_ids", "token_type_ids", "attention_mask")})
-
-    def evaluate(self, model) -> dict:
-        """The distillation losses on the held-out rows, per real token."""
-        if not self.eval_rows:
-            return {}
-        device = next(model.parameters()).device
-        sums, tokens = dict.fromkeys(self.loss_units, 0.0), 0
-        for start in range(0, self.eval_rows, self.batch_size):
-            rows = np.arange(start, min(start + self.batch_size, self.eval_rows))
-            b = {k: v.to(device) for k, v in self.rows_of(self.eval, rows, start, EVAL_STEP).items()}
-            out, count = model(**b), int(b["attention_mask"].sum())
-            for key in sums:
-                sums[key] += float(out[key]) * count
-            tokens += count
-        return {f"eval_{key}": value / tokens for key, value in sums.items()}
-
-    def baselines(self) -> dict:
-        return {}
-
-    def save(self, model, folder: Path):
-        """The student alone, as a pre-training checkpoint (its masked-LM head untrained), and the width map."""
-        super().save(model.student, folder)
-        model.save_projection(folder)
-
-
-def check_objective(data, objective: str | None, mask_prob: float | None) -> str:
-    """The objective to train (by default what the data holds), or a one-line error if the data cannot serve it."""
-    where = data.directory
-    objective = objective or ("mlm+nsp" if data.has_pairs else "mlm")
-    if objective == "mlm+nsp" and not data.has_pairs:
-        raise BertforgeError(f"--objective {objective}: {where} holds single segments (made with --no-nsp), not "
-                             "sentence pairs; use --objective mlm or ltr, or make pairs without --no-nsp")
-    if objective in ("ltr", "distill") and data.static_masked:
-        raise BertforgeError(f"--objective {objective}: {where} is statically masked; it needs the real tokens: "
-                             "make the data with --no-mask")
-    if mask_prob is not None and data.static_masked:
-        raise BertforgeError(f"--mask-prob {mask_prob}: {where} is statically masked (at "
-                             f"{data.index['masked_lm_prob']}); dynamic masking needs data made with --no-mask")
-    if mask_prob is not None and objective in ("ltr", "distill"):
-        raise BertforgeError(f"--mask-prob: --objective {objective} masks nothing")
-    return objective
 
 
 def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | None, dropout: float | None,
@@ -300,30 +182,23 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
         raise BertforgeError(f"{data}: not pre-training data (no index.json); make it with `bertforge data create`")
     ctx = setup_distributed(options.get("device"))
     tokenizer = BertTokenizer.from_pretrained(data)
-    if (objective == "distill") != (teacher is not None):
-        raise BertforgeError("--objective distill needs --teacher DIR" if teacher is None else
-                             f"--teacher {teacher}: only --objective distill learns from a teacher")
-    job = (DistillJob if objective == "distill" else PretrainJob)(data, tokenizer, options["batch_size"],
-                                                                 options["seed"], eval_rows, objective, mask_prob)
+    job = PretrainJob(data, tokenizer, options["batch_size"], options["seed"], eval_rows, objective, mask_prob, teacher)
     torch.manual_seed(options["seed"])
-    model = build_model(config, tokenizer, init_from, dropout, job.train.index, causal=job.objective == "ltr")
-    if teacher is not None:
-        from .general_distill import distiller
-
-        model = distiller(model, teacher, job)
-    elif output_bias == "unigram" and not init_from:
+    model = build_model(config, tokenizer, init_from, dropout, job.train.index, causal=job.objective.causal)
+    if output_bias == "unigram" and not init_from and job.objective.predicts_tokens:
         init_output_bias(model, job.train.token_counts(model.config.vocab_size))
+    model = job.objective.prepare(model, teacher, job)
     if job.train.max_seq_length > model.config.max_position_embeddings:
         raise BertforgeError(f"{data}: rows of {job.train.max_seq_length} tokens, but the model has "
                              f"{model.config.max_position_embeddings} positions (--config, --init-from)")
     if dropout is not None and not init_from:
         job.saved_dropout = BertConfig.load(config).hidden_dropout_prob
-    masked_lm = job.objective != "distill"
-    recorded = {"recipe": recipe, "objective": job.objective, "teacher": teacher,
-                "mask_prob": mask_prob or job.train.index.get("masked_lm_prob") if masked_lm else None,
+    tokens = job.objective.predicts_tokens
+    recorded = {"recipe": recipe, "objective": job.objective.name, "teacher": teacher,
+                "mask_prob": mask_prob or job.train.index.get("masked_lm_prob") if job.objective.masks else None,
                 "dropout": model.config.hidden_dropout_prob, "config": str(init_from or config), "init_from": init_from,
                 "data": str(data), "max_length": job.train.max_seq_length, "eval_rows": eval_rows,
-                "output_bias": output_bias or "zero" if masked_lm and not init_from else None}
+                "output_bias": output_bias or "zero" if tokens and not init_from else None}
     args = TrainArgs(out=Path(out), **{**options, "extra": {**options.get("extra", {}), **recorded}})
     if not ctx.main:
         return fit(model, job, args, ctx)
@@ -372,11 +247,13 @@ def run_pretrain(args) -> int:
     options = {**training_options(args), **{k: r[k] for k in ("lr", "warmup", "batch_size", "schedule", "bf16")}}
     options["steps"] = args.steps or (10**12 if args.time_budget else 1000)
     options["extra"] = {"arguments": recorded_arguments(args), "command": ["bertforge", *sys.argv[1:]]}
-    distilling = r["objective"] == "distill"  # a recipe's masking and output bias are for masked-LM objectives
+    # a recipe's masking rate is for masking objectives, its output bias for those that predict tokens
+    objective = OBJECTIVES[r["objective"]] if r["objective"] else None  # None: what the data holds, masked
+    masking, tokens = objective is None or objective.masks, objective is None or objective.predicts_tokens
     result = pretrain(args.data, args.out, config=args.config, init_from=args.init_from, dropout=r["dropout"],
                       eval_rows=args.eval_rows, objective=r["objective"],
-                      mask_prob=args.mask_prob if distilling else r["mask_prob"], recipe=args.recipe,
-                      output_bias=None if distilling else r["output_bias"], teacher=args.teacher, **options)
+                      mask_prob=r["mask_prob"] if masking else args.mask_prob, recipe=args.recipe,
+                      output_bias=r["output_bias"] if tokens else None, teacher=args.teacher, **options)
     for key, value in result.items():
         print(f"{key}: {value:.4f}")
     print(f"saved: {Path(args.out) / 'final'} (a checkpoint folder: bertforge finetune TASK --model "

@@ -8,13 +8,14 @@ the model's width (BUDGET_LR), the output bias started at the tokens' log freque
 device computes it in hardware.
 """
 
+from .objectives import OBJECTIVES
 from .options import open_fraction, probability
 
 # The budget recipe's peak rate by hidden size, (largest width, rate), measured at batch 16: BERT-Tiny (128) is
 # best at 2e-3; BERT-Mini (256) learns nothing but token frequencies at 2e-3 and 1e-3 and learns at 5e-4
 # (BENCHMARKS.md, issue 11). Wider models get Mini's rate, the highest measured to work for them.
 BUDGET_LR = ((128, 2e-3), (None, 5e-4))
-NATIVE = "where native"  # bf16 autocast on a device with bf16 matrix units (train.native_bf16), else fp32
+NATIVE = "where native"  # bf16 autocast on a device with bf16 matrix units (runtime.native_bf16), else fp32
 
 RECIPES = {
     "paper": {"objective": None, "mask_prob": None, "dropout": None, "lr": 1e-4, "schedule": "linear",
@@ -23,7 +24,6 @@ RECIPES = {
                "warmup": 0.1, "batch_size": 16, "output_bias": "unigram", "bf16": NATIVE},
 }  # None: what the data and the model config hold (objective, masking rate, dropout)
 
-OBJECTIVES = ("mlm+nsp", "mlm", "ltr", "distill")
 
 
 def resolve(recipe: str, explicit: dict, hidden_size: int, device) -> dict:
@@ -33,7 +33,7 @@ def resolve(recipe: str, explicit: dict, hidden_size: int, device) -> dict:
     if settings["lr"] is BUDGET_LR:
         settings["lr"] = next(lr for width, lr in BUDGET_LR if width is None or hidden_size <= width)
     if settings["bf16"] == NATIVE:
-        from .train import native_bf16  # here: the commands' --help does not load torch
+        from .runtime import native_bf16  # here: the commands' --help does not load torch
 
         settings["bf16"] = native_bf16(device)
     return settings
@@ -43,11 +43,9 @@ def add_recipe_arguments(p) -> None:
     """The recipe and the pre-training choices that are not training-loop options."""
     p.add_argument("--recipe", choices=tuple(RECIPES), default="paper",
                    help="preset for the flags it sets that are not given (default: paper); see README")
-    p.add_argument("--objective", choices=OBJECTIVES,
-                   help="mlm+nsp: masked LM + next sentence (needs sentence pairs); mlm: masked LM only; ltr: "
-                        "left-to-right LM, causal attention, saved as is_decoder (needs unmasked data); distill: "
-                        "learn --teacher's hidden states and self-attention relations (needs unmasked data) "
-                        "(paper: what the data holds, budget: mlm)")
+    p.add_argument("--objective", choices=tuple(OBJECTIVES),
+                   help="; ".join(f"{o.name}: {o.help}" for o in OBJECTIVES.values()) +
+                        " (paper: what the data holds, budget: mlm)")
     p.add_argument("--mask-prob", type=open_fraction, metavar="P",
                    help="mask this share of the tokens afresh each time a row is drawn, 80/10/10 (needs data made "
                         "with --no-mask) (paper: the data's rate, 0.15, budget: 0.3)")

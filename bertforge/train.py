@@ -35,6 +35,7 @@ from .heap import bound_heap_growth
 from .optim import TimeSchedule, make_optimizer, step_schedule
 from .options import TENSORBOARD_MISSING, TrainArgs
 from .resume import check_resume, write_record
+from .runtime import warn_if_emulated_bf16
 
 STATE_FILE = "training_state.pt"
 COMPLETE = "COMPLETE"  # written last into a checkpoint folder: a folder without it is not a checkpoint
@@ -283,15 +284,6 @@ def trim(batch: dict) -> dict:
     return {k: v[..., :longest] if v.shape == mask.shape else v for k, v in batch.items()}
 
 
-def native_bf16(device: torch.device | str) -> bool:
-    """Whether `device` computes bf16 matmuls in hardware: CUDA GPUs that support it, CPUs with AMX or AVX512-BF16.
-    Elsewhere they are emulated, far slower than fp32 (BENCHMARKS.md, "bf16")."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return device.type == "cpu" and (torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
-
-
 def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = None) -> dict:
     """Train `model` on `job`; returns the last evaluation (empty if none ran). A stop asked for by SIGINT or
     SIGTERM saves a checkpoint and raises `Interrupted`. The run folder is held by one process at a time."""
@@ -302,8 +294,8 @@ def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = 
 
 def _fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist) -> dict:
     bound_heap_growth()
-    if args.bf16 and ctx.main and ctx.device.type == "cpu" and not native_bf16(ctx.device):
-        log.warning("this CPU has no bf16 matrix instructions (AMX or AVX512-BF16): bf16 will be much slower than fp32")
+    if args.bf16 and ctx.main:
+        warn_if_emulated_bf16(ctx.device)
     if ctx.main:
         check_run_folder(args)
         previous = check_resume(args, getattr(job, "resume_fixed", {}))  # before anything is written

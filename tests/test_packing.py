@@ -67,3 +67,32 @@ def test_dropout_sites_are_counted_from_the_model():
         noise.take("hidden")
     with pytest.raises(RuntimeError, match="more hidden dropout sites"):
         noise.take("hidden")
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 1.0])
+def test_dropout_keeps_each_element_with_probability_1_minus_p_scaled(p):
+    torch.manual_seed(0)
+    noise = bf.DropoutNoise({"hidden": 1}, {"hidden": (400, 500)}, {"hidden": p}, "cpu")
+    keep = noise.take("hidden")
+    assert keep.mask.dtype == torch.bool  # a byte an element, as autograd keeps it for the backward pass
+    x = torch.randn(400, 500, requires_grad=True)
+    dropped = keep.apply(x)
+    kept = dropped != 0
+    assert kept.float().mean().item() == pytest.approx(1 - p, abs=0.005)
+    if p < 1:
+        torch.testing.assert_close(dropped[kept], x[kept] / (1 - p))
+    dropped.sum().backward()
+    torch.testing.assert_close(x.grad, keep.mask / (1 - p) if p < 1 else torch.zeros_like(x))
+    residual = torch.randn(400, 500)
+    torch.testing.assert_close(keep.add(residual, x.detach()), residual + keep.apply(x.detach()))
+
+
+def test_dropout_masks_are_drawn_as_each_layer_runs():
+    """No layer's mask exists before it runs: when layer i starts, exactly the sites before it took theirs."""
+    config = BertConfig(**{**MINI, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1})
+    model = bf.BertModel(config).train()
+    seen = []
+    for layer in model.encoder.layer:
+        layer.register_forward_pre_hook(lambda _, args: seen.append(dict(args[1].noise.taken)))
+    model(torch.randint(5, VOCAB, (2, 6)))
+    assert seen == [{"hidden": 1 + 2 * i, "attention": i} for i in range(MINI["num_hidden_layers"])]

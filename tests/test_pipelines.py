@@ -360,3 +360,32 @@ def test_a_device_this_machine_lacks_is_one_error(make_model, device, message):
     """The same check as the command line's --device (options.device_problem), with mps allowed."""
     with pytest.raises(BertforgeError, match=message):
         bertforge.pipeline(model=make_model("BertForSequenceClassification"), device=device)
+
+
+@pytest.mark.parametrize("task, head, inputs", [
+    ("sentence-embedding", "BertModel", TEXTS),
+    ("text-classification", "BertForSequenceClassification", TEXTS),
+    ("fill-mask", "BertForMaskedLM", ["the [MASK] sat on the mat.", "hello [MASK]"]),
+    ("question-answering", "BertForQuestionAnswering", [{"question": "who?", "context": TEXTS[0]}]),
+    ("token-classification", "BertForTokenClassification", TEXTS),
+])
+def test_bf16_answers_as_fp32_within_its_precision(make_model, task, head, inputs):
+    """bf16 autocast: the same answers' shapes and float32 scores, within bf16's 8 bits of mantissa of fp32's."""
+    folder = make_model(head)
+    fp32 = bertforge.pipeline(task, model=folder)(inputs)
+    bf16 = bertforge.pipeline(task, model=folder, bf16=True)(inputs)
+    if task == "sentence-embedding":
+        ours, theirs = np.array(bf16), np.array(fp32)
+        assert ((ours * theirs).sum(1) > 0.999).all()
+        return
+    flat = lambda r: [r] if isinstance(r, dict) else [x for item in r for x in flat(item)]  # noqa: E731
+    scores = [(a["score"], b["score"]) for a, b in zip(flat(bf16), flat(fp32))]
+    assert len(scores) == len(flat(fp32)) and all(isinstance(a, float) for a, _ in scores)
+    assert max(abs(a - b) for a, b in scores) < 0.05
+
+
+def test_bf16_is_for_the_torch_backend_in_floating_point(make_model):
+    folder = make_model("BertForSequenceClassification")
+    for options in ({"backend": "onnx"}, {"int8": True}):
+        with pytest.raises(BertforgeError, match="--bf16 is for the torch backend"):
+            bertforge.pipeline(model=folder, bf16=True, **options)

@@ -96,6 +96,15 @@ def test_glue_text_matches_the_test_split(finetuned, tokenizer, tmp_path, capsys
         assert g["label"] == max(g["probabilities"], key=g["probabilities"].get)
 
 
+def test_bf16_probabilities_within_its_precision_of_fp32(finetuned, capsys):
+    model = finetuned(BertForSequenceClassification, ("negative", "positive"))
+    fp32 = predict_text(capsys, "sst2", model, "--text", SENTENCES[0], "--text", SENTENCES[3])
+    bf16 = predict_text(capsys, "sst2", model, "--text", SENTENCES[0], "--text", SENTENCES[3], "--bf16")
+    for a, b in zip(bf16, fp32):
+        assert list(a["probabilities"].values()) == pytest.approx(list(b["probabilities"].values()), abs=0.02)
+        assert list(a["probabilities"].values()) != list(b["probabilities"].values())  # bf16 did run
+
+
 def test_out_folder_holds_the_same_lines(finetuned, tmp_path, capsys):
     model = finetuned(BertForSequenceClassification)
     shown = predict_text(capsys, "cola", model, "--text", SENTENCES[0], "--text", SENTENCES[1])

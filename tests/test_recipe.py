@@ -18,7 +18,7 @@ from bertforge.pretrain import PretrainJob
 from bertforge.options import duration as parse_duration
 from bertforge.recipe import resolve
 from bertforge.tokenizer import BertTokenizer
-from bertforge.train import native_bf16
+from bertforge.runtime import native_bf16
 from tests.test_pretrain import ENV, data_dir  # noqa: F401 (a fixture)
 
 

@@ -9,10 +9,8 @@ import pytest
 import torch
 
 from bertforge.errors import BertforgeError
-from bertforge.tokenizer import (
-    SAMPLES,
-    BertTokenizer, add_tokenizer_arguments, looks_uncased, read_vocab, run_tokenizer, train_vocab,
-)
+from bertforge.commands.tokenizer import SAMPLES, add_tokenizer_arguments, run_tokenizer
+from bertforge.tokenizer import BertTokenizer, looks_uncased, read_vocab, train_vocab
 from tests.conftest import require_shared
 
 HARD_STRINGS = [

@@ -4,7 +4,7 @@
 - :mod:`~bertforge.data.instances`: Google's sentence-pair instances as token ranges.
 - :mod:`~bertforge.data.masking`: masked-LM masking, vectorised (static here, dynamic in the trainer).
 - :mod:`~bertforge.data.shards`: the on-disk format and its reader.
-- :mod:`~bertforge.data.create`: the pipeline and the ``bertforge data create`` command.
+- :mod:`~bertforge.data.create`: the pipeline (the ``bertforge data create`` command is commands/data.py).
 """
 
 from bertforge.data.create import create_pretraining_data

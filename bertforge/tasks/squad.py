@@ -6,7 +6,6 @@ tokenizer splits on whitespace first, so tokenizing the whole passage gives the 
 word by word), and an answer is the passage slice between its first token's start and last token's end.
 """
 
-import json
 import logging
 import re
 from collections import defaultdict
@@ -18,9 +17,8 @@ from tokenizers import Tokenizer
 
 from ..errors import BertforgeError, where
 from ..inference import LazyRows, doc_spans, max_context_window
-from ..options import count, open_fraction
 from ..windows import encode_long
-from ..io import check_output, read_json, rounded, write_json, write_text_atomic
+from ..io import read_json, rounded, write_json
 from .base import HeadClass, Split, TaskFamily, find_file
 from .metrics import squad_metrics
 
@@ -342,32 +340,6 @@ def split_by_article(data: dict, train_fraction: float = 0.5, seed: int = 0, pat
                              f"leaves one part empty")
     order = np.random.default_rng(seed).permutation(len(articles))
     return tuple({**data, "data": [articles[i] for i in sorted(part)]} for part in (order[:n_train], order[n_train:]))
-
-
-def add_squad_split_arguments(parser):
-    parser.add_argument("file", help="a SQuAD v1.1 or v2.0 JSON file")
-    parser.add_argument("--out", required=True,
-                        help="folder for train-vV.json and dev-vV.json, V the file's version (what finetune reads)")
-    parser.add_argument("--train-fraction", type=open_fraction, default=0.5,
-                        help="the share of the articles to train on")
-    parser.add_argument("--seed", type=count(0), default=0, help="seed of the shuffle of the articles")
-
-
-def run_squad_split(args) -> int:
-    check_output(args.out, "--out", inputs=[args.file])
-    data = read_json(args.file)
-    squad_counts(data, args.file)  # a malformed file fails here, before anything is written
-    version = str(data.get("version", "")).removeprefix("v")
-    if version not in ("1.1", "2.0"):
-        raise BertforgeError(f"{where(args.file)}: version is {data.get('version')!r}, expected 1.1 or 2.0 "
-                             f"(it names the files written)")
-    for name, part in zip(("train", "dev"), split_by_article(data, args.train_fraction, args.seed, args.file)):
-        path = Path(args.out) / f"{name}-v{version}.json"
-        write_text_atomic(path, json.dumps(part, ensure_ascii=False))
-        counts = squad_counts(part, path)
-        print(f"{name}: {counts['articles']} articles, {counts['questions']} questions "
-              f"({counts['unanswerable']} unanswerable) -> {path}")
-    return 0
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bertforge.data import check_vocab, create_pretraining_data, load_pretraining_data, vocab_sha256
-from bertforge.data.create import add_data_create_arguments, run_data_create
+from bertforge.commands.data import add_data_create_arguments, run_data_create
 from bertforge.errors import BertforgeError
 from bertforge.tokenizer import BertTokenizer
 from tests.conftest import require_shared
