@@ -40,6 +40,7 @@ def test_fine_tuned_bi_encoder_is_read_by_sentence_transformers(tiny_model, mini
     results = json.loads((run / "eval_results.json").read_text())
     assert results["train_examples"] == 32  # the relevant pairs only
     assert results["ranked_queries"] == 6 and 0 < results["recall@10"] <= 1 and 0 < results["mrr@10"] <= 1
+    assert json.loads((run / "best" / "config.json").read_text())["architectures"] == ["BertModel"]  # as it is
 
     texts = ["Which NFL team won Super Bowl 50?", "The Denver Broncos won Super Bowl 50."]
     capsys.readouterr()
