@@ -80,6 +80,8 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
         self.typed = {a.split("=", 1)[0] for a in args}
+        if self.typed & {"-h", "--help"} and hasattr(self, "narrow_help"):  # e.g. `finetune sst2 --help`
+            self.narrow_help([a for a in args if not a.startswith("-")])
         try:
             apply_args_file(self, args)
         except BertforgeError as e:

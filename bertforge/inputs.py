@@ -1,5 +1,5 @@
-"""What a pipeline is given, checked (pipelines.py): texts, one input or a list of them, counts; and how an
-error names an input (inputs, or inputs[i] where a list was given)."""
+"""What a pipeline is given, checked (pipelines.py): texts, token ids, one input or a list of them, counts; and
+how an error names an input (inputs, or inputs[i] where a list was given)."""
 
 from .errors import BertforgeError
 
@@ -36,3 +36,27 @@ def check_count(options: dict, name: str):
     value = options[name]
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise BertforgeError(f"{name} must be a whole number of at least 1, not {value!r}")
+
+
+def is_ids(value) -> bool:
+    """Whether `value` is token ids: a non-empty list of whole numbers (not of texts, not of lists)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(x, int) and not isinstance(x, bool)
+                                                             for x in value)
+
+
+def check_ids(value, name: str, vocab_size: int) -> list[int]:
+    if not is_ids(value):
+        raise BertforgeError(f"{name} is {'empty' if value == [] else type(value).__name__}, expected a text or "
+                             "token ids (a list of whole numbers)")
+    outside = next((i for i in value if not 0 <= i < vocab_size), None)
+    if outside is not None:
+        raise BertforgeError(f"{name}: token id {outside} is outside the vocabulary (0 to {vocab_size - 1})")
+    return value
+
+
+def id_row(ids: list[int], max_length: int, truncate: bool, name: str, too_long=BertforgeError) -> dict:
+    """A model input of token ids as given (one segment), cut to max_length with truncate, else `too_long` raised
+    for ids over it."""
+    if len(ids) > max_length and not truncate:
+        raise too_long(f"{name} is {len(ids)} tokens, over the limit of {max_length}")
+    return {"input_ids": ids[:max_length], "token_type_ids": [0] * min(len(ids), max_length)}

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import tempfile
+import unicodedata
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -107,10 +108,40 @@ def _decode_by_line(raw: bytes, encodings, path, offset: int, lines: int) -> str
                 if name == encodings[0]:
                     bad = offset + e.start, line[e.start]
         else:
-            raise BertforgeError(f"{where(path, number)}: byte {bad[0]} (0x{bad[1]:02x}) is not valid {encodings[0]}; "
-                                 "pass --encoding (e.g. cp1252 for Windows text, utf-8,cp1252 for a mix)")
+            first, found = encodings[0], readings(line, bad[0] - offset)[:2]
+            shown = "; ".join(f"{name} {excerpt!r}" for name, excerpt in found) or "no likely encoding reads it"
+            raise BertforgeError(f"{where(path, number)}: byte {bad[0]} (0x{bad[1]:02x}) is not valid {first}; pass "
+                                 f"--encoding with the reading that is right, after {first} for a mix (e.g. "
+                                 f"{first},{found[0][0] if found else 'cp1252'}): {shown}")
         offset += len(line)
     return "".join(text)
+
+
+# Encodings a line that is not UTF-8 is likely in: Windows' Western, its Traditional and Simplified Chinese,
+# Japanese and Korean code pages. latin-1 is left out: it reads any byte, and cp1252's 0x80-0x9f as controls.
+LIKELY_ENCODINGS = ("cp1252", "cp950", "gb18030", "cp932", "cp949")
+CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff\uff61-\uff9f]")
+LATIN1_MARK_BY_LETTER = re.compile(r"[\u00a1-\u00bf][A-Za-z@]|[A-Za-z][\u00a1-\u00bf](?=[A-Za-z])|[\u00a1-\u00ff]{3}")
+
+
+def readings(line: bytes, at: int) -> list[tuple[str, str]]:
+    """How the likely encodings read `line` around byte `at`, the most plausible first: (encoding, excerpt).
+    Implausible: controls, unassigned and private-use characters; Chinese, Japanese or Korean characters in a
+    line of mostly Latin letters; a Latin-1 sign run into a word ("¡X", "man¡¦s", "¡@": Big5 punctuation read
+    as cp1252) or three Latin-1 letters or signs in a row ("ÖÐÎÄ": Chinese read as cp1252). Chinese read in the
+    other Chinese encoding looks as plausible to these rules: both are shown."""
+    found = []
+    for name in LIKELY_ENCODINGS:
+        try:
+            text = line.decode(name)
+        except UnicodeDecodeError:
+            continue
+        latin = sum(c.isascii() and c.isalpha() for c in text) > len(text) / 2
+        odd = sum(unicodedata.category(c) in ("Cc", "Cn", "Co", "Cs") and c not in "\t\r\n" for c in text) * 3
+        odd += len(CJK.findall(text)) * 2 * latin + len(LATIN1_MARK_BY_LETTER.findall(text))
+        here = len(line[:at].decode(name, errors="replace"))
+        found.append((odd, name, text[max(0, here - 20):here + 12].strip("\r\n")))
+    return [(name, excerpt) for _, name, excerpt in sorted(found, key=lambda f: f[0])]
 
 
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -173,7 +204,9 @@ def read_records(path):
     text = read_text(path, "utf-8-sig")
     if path.suffix.lower() in (".csv", ".tsv"):
         csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))  # a field may be as long as the file
-        rows = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+        tsv = path.suffix.lower() == ".tsv"
+        rows = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if tsv else ",",
+                              quoting=tsv_quoting(text) if tsv else csv.QUOTE_MINIMAL)
         for row in rows:
             location = where(path, rows.line_num)
             if None in row or None in row.values():  # DictReader's marks for too many / too few fields
@@ -189,6 +222,19 @@ def read_records(path):
         if not isinstance(record, dict):
             raise BertforgeError(f"{location}: expected a JSON object")
         yield location, record
+
+
+def tsv_quoting(text: str) -> int:
+    """How a TSV file quotes: not at all (csv.QUOTE_NONE), as GLUE's files, whose texts may start with a literal
+    quote ("Hello," she said), when every line splits into the header's columns that way and the fields that
+    start with a quote do not all end with one; else as CSV does (quoted fields, doubled quotes inside), as
+    spreadsheets and pandas write TSV."""
+    literal = [row for row in csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
+               if row]
+    consistent = all(len(row) == len(literal[0]) for row in literal)
+    quoted = [field for row in literal for field in row if field.startswith('"')]
+    fully_quoted = bool(quoted) and all(len(field) > 1 and field.endswith('"') for field in quoted)
+    return csv.QUOTE_NONE if consistent and not fully_quoted else csv.QUOTE_MINIMAL
 
 
 @contextmanager

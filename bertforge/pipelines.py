@@ -21,7 +21,7 @@ from .config import BertConfig
 from .entities import STRATEGIES, Entities, entities, softmax, token_entries
 from .errors import BertforgeError
 from .inference import per_row, run
-from .inputs import as_list, check_count, check_text, input_name
+from .inputs import as_list, check_count, check_ids, check_text, id_row, input_name, is_ids
 from .runtime import load_runtime
 from .tasks import squad
 from .tokenizer import BertTokenizer
@@ -339,9 +339,28 @@ class QuestionAnswering(Pipeline):
 
 
 class FeatureExtraction(Pipeline):
-    """The last hidden states, per text [1][tokens][hidden] as nested lists ([CLS] and [SEP] included)."""
+    """The last hidden states, per text [1][tokens][hidden] as nested lists ([CLS] and [SEP] included). An input
+    may also be token ids (a list of whole numbers, as text-embeddings-inference and OpenAI's API take them): the
+    model's input as given, no [CLS] or [SEP] added."""
 
     task = "feature-extraction"
+
+    def parse(self, inputs):
+        items, single = as_list(inputs, lambda x: isinstance(x, str) or is_ids(x))
+        names = ["inputs" if single else f"inputs[{i}]" for i in range(len(items))]
+        return [check_ids(x, name, self.config.vocab_size) if isinstance(x, list) else check_text(x, name)
+                for x, name in zip(items, names)], single
+
+    def encode(self, items, prepared, truncate):
+        texts = [i for i, x in enumerate(items) if isinstance(x, str)]
+        rows = [id_row(x, self.max_length, truncate, input_name(prepared, i), TooLong) if isinstance(x, list)
+                else None for i, x in enumerate(items)]
+        if texts:
+            enc = self.encode_texts([items[i] for i in texts], truncate=truncate,
+                                    names=[input_name(prepared, i) for i in texts])
+            for i, ids, types in zip(texts, enc["input_ids"], enc["token_type_ids"]):
+                rows[i] = {"input_ids": ids, "token_type_ids": types}
+        return rows
 
     def forward(self, batch):
         return per_row(self.outputs(batch)["last_hidden_state"], batch["attention_mask"].sum(1))
@@ -355,17 +374,24 @@ POOLINGS = ("mean", "cls")
 
 class SentenceEmbedding(FeatureExtraction):
     """One vector per text: the mean over its tokens ([CLS] and [SEP] included, as sentence-transformers) or
-    the [CLS] vector, of the last layer; unit length with normalize."""
+    the [CLS] vector, of the last layer; with `dimensions` (Matryoshka), its first that many values; then unit
+    length with normalize."""
 
     task = "sentence-embedding"
-    defaults = {"pooling": "mean", "normalize": True}
+    defaults = {"pooling": "mean", "normalize": True, "dimensions": None}
 
     def check_options(self, options):
         if options["pooling"] not in POOLINGS:
             raise BertforgeError(f"pooling must be one of {', '.join(POOLINGS)}, not {options['pooling']!r}")
+        if options["dimensions"] is not None:
+            check_count(options, "dimensions")
+            if options["dimensions"] > self.config.hidden_size:
+                raise BertforgeError(f"dimensions {options['dimensions']} is over the model's "
+                                     f"{self.config.hidden_size}")
 
     def postprocess(self, prepared, outputs):
         vectors = np.stack([s[0] if prepared.options["pooling"] == "cls" else s.mean(0) for s in outputs])
+        vectors = vectors[:, :prepared.options["dimensions"]]
         if prepared.options["normalize"]:
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return vectors.tolist()

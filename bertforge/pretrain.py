@@ -3,8 +3,8 @@ or one of the other objectives (`--objective`, see objectives.py) and recipes (`
 
 The batch of step s is a deterministic function of (seed, s): an epoch is a seeded permutation of the
 instances, and a global batch is split by rows across processes. Data written without masks is masked
-afresh every time a row is drawn (dynamic masking), with a generator seeded by (seed, step, row in the global
-batch), so the masks do not depend on the number of processes either.
+afresh every time a row is drawn (dynamic masking), the global batch at once with a generator seeded by
+(seed, step), each process keeping its rows: the masks do not depend on the number of processes either.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ PRETRAIN_DEFAULTS = dict(steps=1000, batch_size=64, lr=1e-4, warmup=0.05, log_ev
                          save_every=500)
 log = logging.getLogger("bertforge")
 EVAL_STEP = 2**40  # seeds the held-out masks: the same at every evaluation, unlike any training step's
+EVAL_BATCH = 64  # held-out rows per batch, masked together: the same masks whatever the training batch size
 
 
 class PretrainJob:
@@ -64,22 +65,21 @@ class PretrainJob:
             raise BertforgeError(f"{data_dir}: {len(self.train)} training instances, "
                                  f"fewer than one batch of {batch_size}")
 
-    def rows_of(self, data, indices, first_row: int, step: int) -> dict:
-        """Instances as the objective's inputs and labels; unmasked data is masked now for a masking objective,
-        row by row (see module doc)."""
-        import torch
-
+    def rows_of(self, data, indices, step: int, mine=None) -> dict:
+        """Instances `indices` as the objective's inputs and labels; `mine`: this process's positions among them.
+        Unmasked data is masked now for a masking objective, all of `indices` at once with a generator seeded
+        by (seed, step), so that the masks do not depend on the number of processes (see module doc)."""
         from .train import trim
 
         if data.static_masked or not self.objective.masks:
-            b = data.batch(indices)
+            b = data.batch(indices if mine is None else indices[mine])
         else:
             # Held-out rows keep the data's rate (0.15 by default), so that runs with other rates compare.
             masking = {} if self.mask_prob is None or data is not self.train else \
                 {"masked_lm_prob": self.mask_prob, "max_predictions": math.ceil(data.max_seq_length * self.mask_prob)}
-            rows = [data.batch([i], rng=np.random.default_rng([self.seed, step, first_row + j]),
-                               pad_to=data.max_seq_length, **masking) for j, i in enumerate(indices)]
-            b = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
+            b = data.batch(indices, rng=np.random.default_rng([self.seed, step]), **masking)
+            if mine is not None:
+                b = {k: v[mine] for k, v in b.items()}
         b.pop("special_tokens_mask")
         return self.objective.finish(trim(b))
 
@@ -88,16 +88,14 @@ class PretrainJob:
         if self._order[0] != epoch:
             self._order = (epoch, np.random.default_rng([self.seed, epoch]).permutation(len(self.train)))
         global_rows = self._order[1][i * self.batch_size:(i + 1) * self.batch_size]
-        parts = np.array_split(np.arange(self.batch_size), world)
-        mine = parts[rank]
-        return self.rows_of(self.train, global_rows[mine], int(mine[0]) if len(mine) else 0, step)
+        return self.rows_of(self.train, global_rows, step, np.array_split(np.arange(self.batch_size), world)[rank])
 
     def held_out(self, device=None):
-        """The held-out batches: the same rows and masks every time, at the data's masking rate whatever
-        --mask-prob trains with."""
-        for start in range(0, self.eval_rows, self.batch_size):
-            rows = np.arange(start, min(start + self.batch_size, self.eval_rows))
-            b = self.rows_of(self.eval, rows, start, EVAL_STEP)
+        """The held-out batches: the same rows and masks every time, whatever the batch size, at the data's
+        masking rate whatever --mask-prob trains with."""
+        for start in range(0, self.eval_rows, EVAL_BATCH):
+            rows = np.arange(start, min(start + EVAL_BATCH, self.eval_rows))
+            b = self.rows_of(self.eval, rows, EVAL_STEP + start)
             yield {k: v.to(device) for k, v in b.items()} if device is not None else b
 
     def evaluate(self, model) -> dict:

@@ -2,7 +2,8 @@
 
 Endpoints, with request bodies as text-embeddings-inference spells them ({"inputs": ...} plus options):
 POST /v1/classify, /v1/embed, /v1/fill-mask, /v1/ner, /v1/qa, /v1/multiple-choice (the one matching the
-model's task answers; the others say which does), GET /health, /info, /metrics (Prometheus text), /docs.
+model's task answers; the others say which does), GET /health, /info, /metrics (Prometheus text), /docs; beside
+them text-embeddings-inference's routes (serve_tei.py) and OpenAI's /v1/embeddings (serve_openai.py).
 A response is a list in input order, each item shaped as the matching `pipeline()` result. A QA context or a
 text to tag (/v1/ner) longer than --max-input-tokens is cut into overlapping windows of that length, the whole
 input within --max-batch-tokens (a 413 naming it otherwise, before any window is run); with "truncate": true,
@@ -30,10 +31,10 @@ from .config import BertConfig
 from .errors import BertforgeError
 from .metrics_text import Registry
 from .options import count, header_token, host_names, non_negative, old_spellings, torch_device
-from .serve_guard import Guard, Limits, Refused, json_response, result_bytes, scrub
+from .serve_guard import MAX_BODY, Guard, Limits, Refused, error_body, json_response, result_bytes, scrub
 from .serve_connections import add_connection_arguments, protocol_class
-from .serve_start import (KEY_VARIABLE, allowed_hosts, api_key, check_model, listening_socket, raise_file_limit,
-                          warn_if_open)
+from .serve_start import (KEY_VARIABLE, allowed_hosts, api_key, check_limits, check_model, listening_socket,
+                          raise_file_limit, warn_if_open)
 # pipelines and runtime (torch, the model) are imported where they are used: the command's --help does not load torch
 
 log = logging.getLogger("bertforge")
@@ -44,7 +45,8 @@ ENDPOINTS = {"text-classification": "classify", "sentence-embedding": "embed", "
 OPTIONS = {
     "classify": {"top_k": (int | None, "labels to return, best first (null: all); absent: the best label"),
                  "function_to_apply": (str, "softmax, sigmoid or none")},
-    "embed": {"pooling": (str, "mean or cls"), "normalize": (bool, "unit-length vectors (default true)")},
+    "embed": {"pooling": (str, "mean or cls"), "normalize": (bool, "unit-length vectors (default true)"),
+              "dimensions": (int, "Matryoshka: the first N values of each vector (then normalised)")},
     "fill-mask": {"top_k": (int, "tokens per [MASK] (default 5)")},
     "ner": {"aggregation_strategy": (str, "none, simple, first, max or average")},
     "qa": {"top_k": (int, "answers per question"), "handle_impossible_answer": (bool, "allow no answer (v2)"),
@@ -68,13 +70,15 @@ class Server:
     """The model (loaded in the background), its batcher and metrics."""
 
     def __init__(self, model_dir, task=None, max_batch_tokens=8192, max_concurrent=512, max_wait_ms=2.0,
-                 max_client_batch=64, workers=1, **pipeline_options):
+                 max_client_batch=64, workers=1, auto_truncate=False, **pipeline_options):
         self.model_dir, self.task, self.options = Path(model_dir), task, pipeline_options
         self.max_batch_tokens, self.max_concurrent, self.max_wait = max_batch_tokens, max_concurrent, max_wait_ms / 1e3
-        self.max_client_batch, self.workers = max_client_batch, workers
+        self.max_client_batch, self.workers, self.auto_truncate = max_client_batch, workers, auto_truncate
         self.limits = Limits(max_client_batch, max_batch_tokens)
         self.pipe = self.batcher = self.load_error = None
-        self.tokenizing = ThreadPoolExecutor(min(4, os.cpu_count() or 1), "bertforge-tokenize")
+        self.forms = {}  # route -> its protocol's error body (status, kind, message) -> (status, body); see error
+        self.tokenizing_threads = min(4, os.cpu_count() or 1)
+        self.tokenizing = ThreadPoolExecutor(self.tokenizing_threads, "bertforge-tokenize")
         self.metrics = Registry()
         for name, kind, text, buckets in [
                 ("bertforge_requests_total", "counter", "requests answered, by endpoint and status", None),
@@ -116,14 +120,20 @@ class Server:
 
     async def answer(self, endpoint: str, body, receive) -> tuple[bytes, dict]:
         """The JSON of the results of a request to /v1/ENDPOINT, in input order, and the response's headers (see
-        finish); Refused for what is not answered.
-        Tokenising and finishing run in the tokenising threads, never on the event loop: one huge input does not
-        hold up the other requests, nor /health. `receive` (ASGI's, the body read) tells when the client leaves."""
+        finish); Refused for what is not answered."""
         self.ready()
         if endpoint != self.endpoint:
             raise Refused(404, "not_found", f"this model ({self.pipe.task}) answers on /v1/{self.endpoint}")
         options = body.model_dump(exclude_unset=True)
-        inputs, truncate = options.pop("inputs"), options.pop("truncate", False)
+        inputs, truncate = options.pop("inputs"), options.pop("truncate", self.auto_truncate)
+        return await self.compute(f"/v1/{endpoint}", inputs, truncate, options, receive, self.finish)
+
+    async def compute(self, path: str, inputs, truncate: bool, options: dict, receive, finish):
+        """`finish(prepared, outputs)` of the pipeline's rows of `inputs` (with these options) within the limits,
+        run by the batcher with those of other requests; Refused for what is not answered. Every route that runs
+        the model comes here. Tokenising and finishing run in the tokenising threads, never on the event loop:
+        one huge input does not hold up the other requests, nor /health. `receive` (ASGI's, the body read) tells
+        when the client leaves."""
         loop = asyncio.get_running_loop()
         prepared = await loop.run_in_executor(self.tokenizing, self.limits.prepare, self.pipe, inputs, truncate,
                                               options)
@@ -131,9 +141,25 @@ class Server:
             outputs = await self.outputs(self.batcher.submit(prepared.rows), receive)
         except Overloaded as e:
             raise Refused(429, "overloaded", str(e)) from None
-        prepared.single = False  # always a list, in input order
-        self.metrics.inc("bertforge_inputs_total", len(prepared.items), endpoint=f"/v1/{endpoint}")
-        return await loop.run_in_executor(self.tokenizing, self.finish, prepared, outputs)
+        self.metrics.inc("bertforge_inputs_total", len(prepared.items), endpoint=path)
+        return await loop.run_in_executor(self.tokenizing, finish, prepared, outputs)
+
+    async def respond(self, path: str, work):
+        """The response to a request to `path`: the JSON and headers that `await work()` gives, counted and timed,
+        or its refusal (a failure: 500, and the server goes on)."""
+        from starlette.responses import Response
+
+        started = time.perf_counter()
+        try:
+            content, headers = await work()
+        except Refused as e:
+            return self.refusal(e.status, e.kind, str(e), path)
+        except Exception as e:  # a bug or a model failure: a 500, and the server goes on
+            log.exception("bertforge: request failed")
+            return self.refusal(500, "backend", f"{type(e).__name__}: {e}", path)
+        self.metrics.inc("bertforge_requests_total", endpoint=path, status=200)
+        self.metrics.observe("bertforge_request_duration_seconds", time.perf_counter() - started, endpoint=path)
+        return Response(content, headers=headers, media_type="application/json")
 
     async def outputs(self, future: asyncio.Future, receive) -> list:
         """The batcher's answer to a request; where its client leaves first, the request is dropped from the
@@ -151,20 +177,28 @@ class Server:
     def finish(self, prepared, outputs) -> tuple[bytes, dict]:
         """The results' JSON, and a Truncated-Inputs header listing the inputs cut where the request asked for
         truncation (/v1/ner: the texts longer than a window, tagged in their first one only)."""
+        prepared.single = False  # always a list, in input order
         results = self.pipe.finish(prepared, outputs)
         cut = [str(i) for i, result in enumerate(results) if getattr(result, "truncated", False)]
         return result_bytes(results), {"truncated-inputs": ",".join(cut)} if cut else {}
 
     def count_refusal(self, status: int, kind: str, endpoint: str):
         self.metrics.inc("bertforge_errors_total", kind=kind)
-        endpoint = endpoint if endpoint in ROUTES else "other"  # a client's path: few label values, bounded
+        known = endpoint in ROUTES or endpoint in self.forms
+        endpoint = endpoint if known else "other"  # a client's path: few label values, bounded
         self.metrics.inc("bertforge_requests_total", endpoint=endpoint, status=status)
 
+    def error(self, path: str, status: int, kind: str, message: str) -> tuple[int, dict]:
+        """The status and JSON body of a refusal on `path`, in its protocol's form: bertforge's {"error",
+        "error_type"}, text-embeddings-inference's (serve_tei.py) or OpenAI's (serve_openai.py)."""
+        return self.forms.get(path, error_body)(status, kind, scrub(message))
+
     def refusal(self, status: int, kind: str, message: str, endpoint: str = ""):
-        """The response to a refused or failed request ({"error", "error_type"}), counted."""
+        """The response to a refused or failed request, in its route's form (see error), counted."""
+        status, body = self.error(endpoint, status, kind, message)
         self.count_refusal(status, kind, endpoint)
         retry = {"Retry-After": RETRY_AFTER} if status == 429 else None  # the queue is full: try again soon
-        return json_response({"error": scrub(message), "error_type": kind}, status, retry)
+        return json_response(body, status, retry)
 
     @property
     def endpoint(self) -> str:
@@ -178,6 +212,7 @@ class Server:
                 "labels": [c.id2label[i] for i in range(c.num_labels)] if pipe.task == "text-classification"
                 or pipe.task == "token-classification" else None,
                 "backend": self.options.get("backend", "torch"), "int8": bool(self.options.get("int8")),
+                "bf16": bool(self.options.get("bf16")),
                 "device": str(getattr(pipe.runtime, "device", "cpu")),
                 "sizes": {"layers": c.num_hidden_layers, "hidden": c.hidden_size, "heads": c.num_attention_heads,
                           "vocabulary": c.vocab_size, "max_position_embeddings": c.max_position_embeddings,
@@ -193,15 +228,19 @@ async def client_left(receive):
         pass
 
 
-def create_app(server: Server, hosts=None, key: str | None = None, body_timeout: float | None = None):
+def create_app(server: Server, hosts=None, key: str | None = None, body_timeout: float | None = None,
+               max_body: int = MAX_BODY):
     """The FastAPI application around a Server (whose model loads in a thread when the app starts), answering the
-    Host names `hosts` (None: any) and, with a `key`, requests that send it, their body whole within
-    `body_timeout` seconds (serve_guard.Guard)."""
+    Host names `hosts` (None: any) and, with a `key`, requests that send it, their body of at most `max_body`
+    bytes whole within `body_timeout` seconds (serve_guard.Guard); bertforge's routes, text-embeddings-inference's
+    (serve_tei.py) and OpenAI's /v1/embeddings (serve_openai.py)."""
     try:
         from contextlib import asynccontextmanager
 
         from fastapi import FastAPI
         from fastapi.exceptions import RequestValidationError
+
+        from . import serve_openai, serve_tei
     except ImportError:
         raise BertforgeError("bertforge serve needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
 
@@ -224,9 +263,13 @@ def create_app(server: Server, hosts=None, key: str | None = None, body_timeout:
 
     app.add_exception_handler(RequestValidationError, malformed)
     app.add_exception_handler(Exception, failed)
-    app.add_middleware(Guard, refused=server.count_refusal, hosts=hosts, key=key, body_timeout=body_timeout)
+    app.add_middleware(Guard, refused=server.count_refusal, max_body=max_body, hosts=hosts, key=key,
+                       body_timeout=body_timeout, render=server.error)
     for endpoint in OPTIONS:
         app.post(f"/v1/{endpoint}", summary=f"{endpoint}: {INPUTS[endpoint]}")(endpoint_handler(server, endpoint))
+    for protocol in (serve_tei, serve_openai):
+        server.forms.update(dict.fromkeys(protocol.ROUTES, protocol.error_body))
+        protocol.add_routes(app, server)
     add_status_routes(app, server)
     return app
 
@@ -244,19 +287,7 @@ def endpoint_handler(server: Server, endpoint: str):
     path = f"/v1/{endpoint}"
 
     async def handle(request: Request, body: body_model):  # type: ignore[valid-type]
-        started = time.perf_counter()
-        try:
-            content, headers = await server.answer(endpoint, body, request.receive)
-        except Refused as e:
-            return server.refusal(e.status, e.kind, str(e), path)
-        except Exception as e:  # a bug or a model failure: a 500, and the server goes on
-            log.exception("bertforge: request failed")
-            return server.refusal(500, "backend", f"{type(e).__name__}: {e}", path)
-        server.metrics.inc("bertforge_requests_total", endpoint=path, status=200)
-        server.metrics.observe("bertforge_request_duration_seconds", time.perf_counter() - started, endpoint=path)
-        from starlette.responses import Response
-
-        return Response(content, headers=headers, media_type="application/json")
+        return await server.respond(path, lambda: server.answer(endpoint, body, request.receive))
 
     return handle
 
@@ -275,11 +306,13 @@ def add_status_routes(app, server: Server):
 
     @app.get("/info")
     async def info():
+        from .serve_tei import tei_info
+
         try:
             server.ready()
         except Refused as e:
             return server.refusal(e.status, e.kind, str(e), "/info")
-        return json_response(server.info())
+        return json_response({**server.info(), **tei_info(server)})
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics():
@@ -296,6 +329,8 @@ def add_serve_arguments(p):
     p.add_argument("--device", type=torch_device, help="cpu, cuda, cuda:1 (default: CUDA when present)")
     p.add_argument("--backend", default="torch", choices=("torch", "onnx"), help="what runs the model")
     p.add_argument("--int8", action="store_true", help="int8 linear layers (torch) or the int8 ONNX model")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast, the linear weights in bf16 (torch): about "
+                   "2x fp32 on CPUs with AVX512-BF16 or AMX (BENCHMARKS.md, \"bf16 inference\")")
     p.add_argument("--max-input-tokens", "--max-length", type=count(1), dest="max_input_tokens",
                    help="tokens per input: a longer one gets a 413 unless its request sends \"truncate\": true, "
                         "which cuts it; QA contexts and texts to tag are windows of this length instead, the whole "
@@ -303,8 +338,14 @@ def add_serve_arguments(p):
     old_spellings(p._option_string_actions["--max-length"], "--max-length")
     p.add_argument("--max-batch-tokens", type=count(1), default=8192, help="tokens per request, all its inputs "
                    "together (more get a 413), and padded tokens per model batch")
-    p.add_argument("--max-concurrent", type=count(1), default=512, help="requests waiting or running; more get a 429")
-    p.add_argument("--max-client-batch", type=count(1), default=64, help="inputs per request; more get a 413")
+    p.add_argument("--max-concurrent", "--max-concurrent-requests", type=count(1), default=512,
+                   dest="max_concurrent", help="requests waiting or running; more get a 429")
+    p.add_argument("--max-client-batch", "--max-client-batch-size", type=count(1), default=64,
+                   dest="max_client_batch", help="inputs per request; more get a 413")
+    p.add_argument("--auto-truncate", action="store_true", help="cut inputs over --max-input-tokens where a request "
+                   "does not say \"truncate\" (and on /v1/embeddings, which cannot say it) instead of a 413")
+    p.add_argument("--payload-limit", type=count(1), default=MAX_BODY, metavar="BYTES",
+                   help="bytes of request body; more get a 413")
     p.add_argument("--max-wait-ms", type=non_negative, default=2.0, help="how long a batch waits for the next request "
                    "(each arrival restarts the wait, ten times at most)")
     p.add_argument("--threads", type=count(1), help="ONNX Runtime threads (torch: set OMP_NUM_THREADS)")
@@ -336,15 +377,18 @@ def run_serve(args) -> int:
         raise BertforgeError(f"--task {task!r}: serve answers {', '.join(ENDPOINTS)}")
     check_limits(args, config, task)
     check_model(folder, args.backend, args.int8)
+    if args.bf16 and (args.backend == "onnx" or args.int8):
+        raise BertforgeError("--bf16 is for the torch backend in floating point: not with --backend onnx or --int8")
     key, hosts = api_key(args), allowed_hosts(args)
     try:
         import uvicorn
     except ImportError:
         raise BertforgeError("bertforge serve needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
     server = Server(args.model, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
-                    args.max_client_batch, args.workers, device=args.device, backend=args.backend, int8=args.int8,
-                    max_length=args.max_input_tokens, threads=args.threads, batch_size=None)
-    app = create_app(server, hosts, key, args.body_timeout)
+                    args.max_client_batch, args.workers, args.auto_truncate, device=args.device, backend=args.backend,
+                    int8=args.int8, bf16=args.bf16, max_length=args.max_input_tokens, threads=args.threads,
+                    batch_size=None)
+    app = create_app(server, hosts, key, args.body_timeout, args.payload_limit)
     sock = listening_socket(args.host, args.port)
     warn_if_open(args.host, key, hosts)
     raise_file_limit(args.max_connections)
@@ -353,14 +397,3 @@ def run_serve(args) -> int:
                             http=http)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
-
-
-def check_limits(args, config: BertConfig, task: str):
-    """One-line errors, before the model loads, for limits that the model or each other make impossible."""
-    positions = config.max_position_embeddings
-    if args.max_input_tokens is not None and args.max_input_tokens > positions:
-        raise BertforgeError(f"--max-input-tokens {args.max_input_tokens} is over the model's {positions} positions")
-    per_input = args.max_input_tokens or min(positions, 384 if task == "question-answering" else positions)
-    if args.max_batch_tokens < per_input:
-        raise BertforgeError(f"--max-batch-tokens {args.max_batch_tokens} is below the {per_input} tokens that one "
-                             f"input may have (--max-input-tokens): such a request could never be answered")

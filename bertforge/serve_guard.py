@@ -43,9 +43,10 @@ class Limits:
         """`pipe.prepare(inputs)` within the limits; Refused (413 over one, 422 malformed) otherwise."""
         from .errors import BertforgeError
         from .inference import rows_tokens
+        from .inputs import is_ids
         from .pipelines import TooLong
 
-        if isinstance(inputs, list):
+        if isinstance(inputs, list) and not is_ids(inputs):  # token ids: one input
             self.check_items(len(inputs))
         try:
             prepared = pipe.prepare(inputs, truncate=truncate, **options)
@@ -58,16 +59,23 @@ class Limits:
             if tokens > self.max_batch_tokens:
                 raise Refused(413, "too_large", f"{name} is {tokens} tokens, over the limit of {self.max_batch_tokens} "
                                                 f"per request (--max-batch-tokens)")
-        tokens = rows_tokens(prepared.rows)
+        self.check_tokens(rows_tokens(prepared.rows))
+        return prepared
+
+    def check_tokens(self, tokens: int):
         if tokens > self.max_batch_tokens:
             raise Refused(413, "too_large", f"inputs are {tokens} tokens together, over the limit of "
                                             f"{self.max_batch_tokens} per request (--max-batch-tokens)")
-        return prepared
 
     def check_items(self, items: int):
         if items > self.max_client_batch:
             raise Refused(413, "too_large", f"inputs has {items} items, over the limit of {self.max_client_batch} "
                                             "(--max-client-batch)")
+
+
+def error_body(status: int, kind: str, message: str) -> tuple[int, dict]:
+    """A refusal's status and JSON body in bertforge's form, {"error", "error_type"}."""
+    return status, {"error": message, "error_type": kind}
 
 
 def json_bytes(content) -> bytes:
@@ -125,12 +133,14 @@ class Guard:
     MAX_BODY (or declares more), without reading the rest, or a 408 where it has not arrived whole `body_timeout`
     seconds after the headers (None: no limit); the application is handed the body read. Plain ASGI:
     Starlette's @app.middleware costs every request an extra task and stream. `refused(status, kind, path)` counts
-    a refusal."""
+    a refusal; `render(path, status, kind, message)` gives its status and JSON body in the route's protocol's
+    form (None: {"error", "error_type"})."""
 
     def __init__(self, app, refused=None, max_body: int = MAX_BODY, hosts=None, key: str | None = None,
-                 body_timeout: float | None = None):
+                 body_timeout: float | None = None, render=None):
         self.app, self.refused, self.max_body, self.body_timeout = app, refused, max_body, body_timeout
         self.hosts, self.key = hosts, None if key is None else key.encode("ascii")
+        self.render = render or (lambda path, status, kind, message: error_body(status, kind, message))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -192,10 +202,11 @@ class Guard:
                                           f"(--body-timeout; {read} bytes read)") from None
 
     async def refuse(self, scope, send, refusal: Refused, headers=()):
+        status, body = self.render(scope["path"], refusal.status, refusal.kind, scrub(str(refusal)))
         if self.refused is not None:
-            self.refused(refusal.status, refusal.kind, scope["path"])
-        body = json_bytes({"error": scrub(str(refusal)), "error_type": refusal.kind})
-        await send({"type": "http.response.start", "status": refusal.status,
+            self.refused(status, refusal.kind, scope["path"])
+        body = json_bytes(body)
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
                                 *headers]})
         await send({"type": "http.response.body", "body": body})

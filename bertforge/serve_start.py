@@ -1,9 +1,9 @@
 """What `bertforge serve` (serve.py) checks before it listens, so that a server that could never answer stops at
 once with a one-line error instead of running: the model's files (its tokenizer, and the weights or the exported
-ONNX model the backend reads) and the address (the socket is bound here and handed to uvicorn). Also who may
-ask: the API key (--api-key, --api-key-file or BERTFORGE_API_KEY) and the Host names answered (--allowed-hosts),
-with a warning where the server listens beyond this machine without a key. And the soft limit on open files,
-raised to hold --max-connections (serve_connections.py).
+ONNX model the backend reads), the limits (check_limits) and the address (the socket is bound here and handed to
+uvicorn). Also who may ask: the API key (--api-key, --api-key-file or BERTFORGE_API_KEY) and the Host names
+answered (--allowed-hosts), with a warning where the server listens beyond this machine without a key. And the
+soft limit on open files, raised to hold --max-connections (serve_connections.py).
 """
 
 import argparse
@@ -117,3 +117,14 @@ def raise_file_limit(connections: int):
     if raised < wanted:
         log.warning(f"bertforge: warning: {raised} open files at most (ulimit -n), too few for --max-connections "
                     f"{connections} and the server's own {FILE_MARGIN}: lower --max-connections or raise the limit")
+
+
+def check_limits(args, config, task: str):
+    """One-line errors, before the model loads, for limits that the model or each other make impossible."""
+    positions = config.max_position_embeddings
+    if args.max_input_tokens is not None and args.max_input_tokens > positions:
+        raise BertforgeError(f"--max-input-tokens {args.max_input_tokens} is over the model's {positions} positions")
+    per_input = args.max_input_tokens or min(positions, 384 if task == "question-answering" else positions)
+    if args.max_batch_tokens < per_input:
+        raise BertforgeError(f"--max-batch-tokens {args.max_batch_tokens} is below the {per_input} tokens that one "
+                             f"input may have (--max-input-tokens): such a request could never be answered")

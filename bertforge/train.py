@@ -12,11 +12,9 @@ accumulation steps: each term (e.g. masked-LM, averaged over masked tokens) is w
 micro-batch over its units in the whole global batch.
 """
 
-import json
 import logging
 import math
 import os
-import shutil
 import signal
 import time
 from contextlib import nullcontext
@@ -29,16 +27,14 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
-from .io import atomic_path, exclusive, read_text, remove_folder, replace_folder, write_text_atomic
+from .io import exclusive, remove_folder
 from .errors import BertforgeError
 from .heap import bound_heap_growth
 from .optim import TimeSchedule, make_optimizer, step_schedule
-from .options import TENSORBOARD_MISSING, TrainArgs
+from .options import TrainArgs
 from .resume import check_resume, write_record
+from .run_folder import Checkpointer, MetricsLog, check_run_folder, step_folder
 from .runtime import warn_if_emulated_bf16
-
-STATE_FILE = "training_state.pt"
-COMPLETE = "COMPLETE"  # written last into a checkpoint folder: a folder without it is not a checkpoint
 
 log = logging.getLogger("bertforge")
 
@@ -88,163 +84,8 @@ def setup_distributed(device: str | None = None) -> Dist:
     return Dist(dist.get_rank(), dist.get_world_size(), torch.device(f"cuda:{local}" if cuda else "cpu"))
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Checkpoints
-
-
-def step_folder(out: Path, step: int) -> Path:
-    return out / f"step-{step:07d}"
-
-
-def latest_checkpoint(out: Path) -> Path | None:
-    """The newest step checkpoint that was written to the end (its COMPLETE marker is written last)."""
-    done = sorted(p for p in out.glob("step-*") if (p / COMPLETE).is_file() and (p / STATE_FILE).is_file())
-    return done[-1] if done else None
-
-
-EVENT_FILES = "events.out.tfevents.*"  # TensorBoard's, with --report-to tensorboard
-RUN_FILES = ("metrics.jsonl", "eval_results.json", EVENT_FILES)  # with step-*/, final/ and best/: what a run leaves
-
-
-def earlier_run(out: Path) -> list[str]:
-    """What an earlier run left in `out`."""
-    left = [p.name for p in (*out.glob("step-*"), out / "final", out / "best") if p.is_dir()]
-    return sorted(left) + sorted(p.name for pattern in RUN_FILES for p in out.glob(pattern) if p.is_file())
-
-
-def check_run_folder(args: "TrainArgs"):
-    """--resume needs a checkpoint to resume; a new run does not start over an earlier one unless told to."""
-    if args.resume:
-        if latest_checkpoint(args.out) is not None:
-            return
-        if (args.out / "final").is_dir() and not args.keep_checkpoints:
-            raise BertforgeError(f"{args.out}: nothing to resume: the run is complete (final/) and its step "
-                                 "checkpoints were removed at its end (--keep-checkpoints keeps them)")
-        raise BertforgeError(f"{args.out}: nothing to resume (no complete checkpoint with its training state); "
-                             "start without --resume")
-    left = earlier_run(args.out) if args.out.is_dir() else []
-    if left and not args.overwrite:
-        raise BertforgeError(f"{args.out}: holds an earlier run ({', '.join(left[:4])}); continue it with --resume, "
-                             "or start over with --overwrite")
-    for name in left:
-        remove_folder(args.out / name) if (args.out / name).is_dir() else (args.out / name).unlink()
-
-
 class Interrupted(KeyboardInterrupt):
     """SIGINT or SIGTERM stopped the run after it saved a checkpoint (the CLI exits 130 with this message)."""
-
-
-class Checkpointer:
-    def __init__(self, args: TrainArgs, job: TrainingJob, ctx: Dist):
-        self.args, self.job, self.ctx = args, job, ctx
-
-    def rng_states(self) -> list[dict]:
-        state = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            state["cuda"] = torch.cuda.get_rng_state()
-        if self.ctx.world == 1:
-            return [state]
-        states = [None] * self.ctx.world
-        dist.all_gather_object(states, state)
-        return states
-
-    def save(self, model, optimizer, scheduler, step: int, name: str | None = None, full: bool = True):
-        """Write a checkpoint folder atomically (rank 0); `full` adds what resuming needs."""
-        rngs = self.rng_states() if full else None
-        if not self.ctx.main:
-            return
-        final = self.args.out / name if name else step_folder(self.args.out, step)
-        tmp = final.with_name(f".{final.name}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        try:
-            self.job.save(model, tmp)
-            if full:
-                with atomic_path(tmp / STATE_FILE) as path:
-                    torch.save({"step": step, "optimizer": optimizer.state_dict(),
-                                "scheduler": scheduler.state_dict(), "rng": rngs}, path)
-            write_text_atomic(tmp / COMPLETE, f"step {step}\n")
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)  # the last complete checkpoint stays as it was
-            raise
-        replace_folder(tmp, final)
-        if full and name is None:
-            for old in sorted(self.args.out.glob("step-*"))[:-self.args.keep]:
-                remove_folder(old)
-
-    def restore(self, model, optimizer, scheduler) -> int:
-        """Load the latest complete checkpoint; returns the step to continue from (0 if none)."""
-        folder = latest_checkpoint(self.args.out)
-        if folder is None:
-            return 0
-        model.load_weights(folder)
-        try:
-            state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
-        except Exception as e:
-            raise BertforgeError(f"{folder / STATE_FILE}: cannot be read ({str(e).splitlines()[0]})") from None
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        if len(state["rng"]) != self.ctx.world:
-            raise BertforgeError(f"{folder}: saved by {len(state['rng'])} processes, resumed with {self.ctx.world}")
-        rng = state["rng"][self.ctx.rank]
-        torch.set_rng_state(rng["torch"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state(rng["cuda"])
-        return state["step"]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Logging
-
-
-class MetricsLog:
-    """RUN/metrics.jsonl, one object per logged step; on resume, rows past the checkpoint are dropped (and a
-    last line torn by a kill), and `rows` holds those kept. With `tensorboard`, each row's figures are also
-    TensorBoard scalars (tagged by their metrics.jsonl keys) in event files beside it."""
-
-    def __init__(self, path: Path, start_step: int, enabled: bool, tensorboard: bool = False):
-        self.path, self.enabled, self.rows, self.board = path, enabled, [], None
-        if not enabled:
-            return
-        if start_step and path.exists():
-            lines = [line for line in read_text(path).split("\n") if line.strip()]
-            for n, line in enumerate(lines, 1):
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    if n == len(lines):
-                        break  # the line being written when the run was killed
-                    raise BertforgeError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-                if row.get("step", 0) <= start_step:
-                    self.rows.append(row)
-        write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in self.rows))
-        if tensorboard:
-            self.board = tensorboard_writer(path.parent, start_step)
-
-    def write(self, row: dict):
-        if not self.enabled:
-            return
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
-        if self.board is not None:
-            for key, value in row.items():
-                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self.board.add_scalar(key, value, row["step"])
-            self.board.flush()
-
-    def close(self):
-        if self.board is not None:
-            self.board.close()
-
-
-def tensorboard_writer(folder: Path, start_step: int):
-    """A TensorBoard writer into the run folder; resumed at a checkpoint, it has TensorBoard drop the events an
-    earlier writer logged past it, as metrics.jsonl drops its rows."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise BertforgeError(f"--report-to tensorboard {TENSORBOARD_MISSING}") from None
-    return SummaryWriter(str(folder), purge_step=start_step + 1 if start_step else None)
 
 
 class StopRequest:
@@ -310,66 +151,9 @@ def _fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist) -> dict
     start = ckpt.restore(model, optimizer, scheduler) if args.resume else 0
     if ctx.main:  # the device the loop used (the field may say None: the default); resumed, a part added
         write_record(args, str(ctx.device), start, previous)
-    metrics_log = MetricsLog(args.out / "metrics.jsonl", start, ctx.main, args.report_to == "tensorboard")
-    trained = nn.parallel.DistributedDataParallel(model) if ctx.world > 1 else model
-    stop = StopRequest()
-    bar = tqdm(total=round(args.time_budget) if timed else args.steps,
-               initial=round(scheduler.seconds) if timed else start, unit="s" if timed else "step",
-               disable=not (args.progress and ctx.main), dynamic_ncols=True)
-    last_eval = {}
-    scores = [row[job.best_metric] for row in metrics_log.rows if job.best_metric in row]
-    best = max(scores, default=-math.inf)
-    since_best = len(scores) - 1 - scores.index(best) if scores else 0  # evaluations since the best (patience)
-    tokens_since, clock = 0, time.perf_counter()
-    done = start
+    loop = Loop(model, job, args, ctx, optimizer, scheduler, ckpt, start)
     try:
-        for step in range(start, args.steps):
-            if timed and scheduler.finished:
-                break
-            model.train()
-            began = time.perf_counter()
-            stats = train_step(trained, job, args, ctx, step, optimizer)
-            spent = time.perf_counter() - began
-            if timed:  # every process steps by rank 0's time, so that all stop at the same step
-                spent = float(ctx.all_reduce(torch.tensor([spent if ctx.main else 0.0], dtype=torch.float64)))
-                scheduler.step(spent)
-            else:
-                scheduler.step()
-            tokens_since += stats.pop("tokens")
-            done = step + 1
-            last = done == args.steps or (timed and scheduler.finished)
-            row = {"step": done, **stats, "lr": scheduler.get_last_lr()[0]}
-            if timed:
-                row["train_seconds"] = round(scheduler.seconds, 3)
-            evaluated = False
-            if args.eval_every and (done % args.eval_every == 0 or last):
-                last_eval, evaluated = evaluate_on_main(model, job, ctx), True
-                row.update(last_eval)
-                if job.best_metric and last_eval.get(job.best_metric, -math.inf) > best:
-                    best, since_best = last_eval[job.best_metric], 0
-                    ckpt.save(model, optimizer, scheduler, done, name="best", full=False)
-                elif job.best_metric and ctx.main:
-                    since_best += 1
-            if done % args.log_every == 0 or last or evaluated:
-                elapsed = time.perf_counter() - clock
-                row["tokens_per_s"] = round(tokens_since / elapsed, 1) if elapsed else None
-                tokens_since, clock = 0, time.perf_counter()
-                metrics_log.write(row)
-                bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s'] or 0:.0f}")
-            bar.update(min(round(scheduler.seconds), bar.total) - bar.n if timed else 1)  # timed: whole seconds
-            flags = ctx.all_reduce(torch.tensor([float(stop.requested),
-                                                 float(bool(args.patience) and since_best >= args.patience)]))
-            stop_now, patience_out = bool(flags[0]), bool(flags[1])
-            if (args.save_every and done % args.save_every == 0) or stop_now:
-                ckpt.save(model, optimizer, scheduler, done)
-            if stop_now:
-                raise Interrupted(f"stopped at step {done}: checkpoint saved in {step_folder(args.out, done)}; "
-                                  "continue with --resume")
-            if patience_out and not last:
-                if ctx.main:
-                    log.info(f"stopped early at step {done}: {args.patience} evaluations without a better "
-                             f"{job.best_metric} than {best:.4f}")
-                break
+        done = loop.run(start)
         if args.keep_checkpoints:
             ckpt.save(model, optimizer, scheduler, done)
         ckpt.save(model, optimizer, scheduler, done, name="final", full=False)
@@ -377,10 +161,104 @@ def _fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist) -> dict
             for folder in args.out.glob("step-*"):
                 remove_folder(folder)
     finally:
-        bar.close()
-        stop.restore()
-        metrics_log.close()
-    return last_eval
+        loop.close()
+    return loop.last_eval
+
+
+class Loop:
+    """The steps of one run, from `start`: train, evaluate (keeping the best checkpoint, counting patience),
+    log, save, and stop when asked (SIGINT/SIGTERM), when patience runs out or when the time budget is spent."""
+
+    def __init__(self, model, job: TrainingJob, args: TrainArgs, ctx: Dist, optimizer, scheduler, ckpt, start: int):
+        self.model, self.job, self.args, self.ctx = model, job, args, ctx
+        self.optimizer, self.scheduler, self.ckpt = optimizer, scheduler, ckpt
+        self.timed = args.time_budget > 0
+        self.metrics_log = MetricsLog(args.out / "metrics.jsonl", start, ctx.main, args.report_to == "tensorboard")
+        self.trained = nn.parallel.DistributedDataParallel(model) if ctx.world > 1 else model
+        self.stop = StopRequest()
+        self.bar = tqdm(total=round(args.time_budget) if self.timed else args.steps,
+                        initial=round(scheduler.seconds) if self.timed else start, unit="s" if self.timed else "step",
+                        disable=not (args.progress and ctx.main), dynamic_ncols=True)
+        self.last_eval = {}
+        scores = [row[job.best_metric] for row in self.metrics_log.rows if job.best_metric in row]
+        self.best = max(scores, default=-math.inf)
+        self.since_best = len(scores) - 1 - scores.index(self.best) if scores else 0  # evaluations since the best
+        self.tokens_since, self.clock = 0, time.perf_counter()
+
+    def run(self, start: int) -> int:
+        """Train from step `start`; the steps done."""
+        done = start
+        for step in range(start, self.args.steps):
+            if self.timed and self.scheduler.finished:
+                break
+            row = self.train(step)
+            done = step + 1
+            last = done == self.args.steps or (self.timed and self.scheduler.finished)
+            evaluated = bool(self.args.eval_every) and (done % self.args.eval_every == 0 or last)
+            if evaluated:
+                row.update(self.evaluate(done))
+            if done % self.args.log_every == 0 or last or evaluated:
+                self.log(row)
+            self.bar.update(min(round(self.scheduler.seconds), self.bar.total) - self.bar.n if self.timed else 1)
+            if self.stops(done, last):
+                break
+        return done
+
+    def train(self, step: int) -> dict:
+        """One optimizer step; its row of figures."""
+        self.model.train()
+        began = time.perf_counter()
+        stats = train_step(self.trained, self.job, self.args, self.ctx, step, self.optimizer)
+        spent = time.perf_counter() - began
+        if self.timed:  # every process steps by rank 0's time, so that all stop at the same step
+            spent = float(self.ctx.all_reduce(torch.tensor([spent if self.ctx.main else 0.0], dtype=torch.float64)))
+            self.scheduler.step(spent)
+        else:
+            self.scheduler.step()
+        self.tokens_since += stats.pop("tokens")
+        row = {"step": step + 1, **stats, "lr": self.scheduler.get_last_lr()[0]}
+        return row | ({"train_seconds": round(self.scheduler.seconds, 3)} if self.timed else {})
+
+    def evaluate(self, done: int) -> dict:
+        """The evaluation's figures; a better `best_metric` saves RUN/best, a worse one counts against patience."""
+        self.last_eval = evaluate_on_main(self.model, self.job, self.ctx)
+        metric = self.job.best_metric
+        if metric and self.last_eval.get(metric, -math.inf) > self.best:
+            self.best, self.since_best = self.last_eval[metric], 0
+            self.ckpt.save(self.model, self.optimizer, self.scheduler, done, name="best", full=False)
+        elif metric and self.ctx.main:
+            self.since_best += 1
+        return self.last_eval
+
+    def log(self, row: dict) -> None:
+        elapsed = time.perf_counter() - self.clock
+        row["tokens_per_s"] = round(self.tokens_since / elapsed, 1) if elapsed else None
+        self.tokens_since, self.clock = 0, time.perf_counter()
+        self.metrics_log.write(row)
+        self.bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s'] or 0:.0f}")
+
+    def stops(self, done: int, last: bool) -> bool:
+        """Saves at --save-every and on a stop request (raising `Interrupted`); whether patience ran out."""
+        args = self.args
+        flags = self.ctx.all_reduce(torch.tensor([float(self.stop.requested),
+                                                  float(bool(args.patience) and self.since_best >= args.patience)]))
+        stop_now, patience_out = bool(flags[0]), bool(flags[1])
+        if (args.save_every and done % args.save_every == 0) or stop_now:
+            self.ckpt.save(self.model, self.optimizer, self.scheduler, done)
+        if stop_now:
+            raise Interrupted(f"stopped at step {done}: checkpoint saved in {step_folder(args.out, done)}; "
+                              "continue with --resume")
+        if patience_out and not last:
+            if self.ctx.main:
+                log.info(f"stopped early at step {done}: {args.patience} evaluations without a better "
+                         f"{self.job.best_metric} than {self.best:.4f}")
+            return True
+        return False
+
+    def close(self):
+        self.bar.close()
+        self.stop.restore()
+        self.metrics_log.close()
 
 
 def train_step(model, job: TrainingJob, args: TrainArgs, ctx: Dist, step: int, optimizer) -> dict:

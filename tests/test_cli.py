@@ -106,3 +106,20 @@ def test_errors_name_the_spelling_typed(capsys):
     assert "argument --max-length: must be" in capsys.readouterr().err
     assert main(["tokenizer", "train", "--out", "o"]) == 2
     assert "required: --input " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["finetune", "evaluate", "predict", "distill"])
+def test_a_task_s_help_shows_its_own_options_only(command, capsys):
+    def help_of(*words):
+        capsys.readouterr()
+        assert main([command, *words, "--help"]) == 0
+        return capsys.readouterr().out
+
+    every = help_of()
+    assert "--choices-columns" in every and "--null-threshold" in every and "--text-column" in every
+    choices = help_of("multiple-choice")
+    assert "--choices-columns" in choices and "--train" in choices and "--model" in choices
+    assert "--null-threshold" not in choices and "--text-column" not in choices and "--tags-column" not in choices
+    assert "The options of multiple-choice only" in choices
+    sst2 = help_of("sst2")
+    assert "--choices-columns" not in sst2 and "--text-column" not in sst2 and "--batch-size" in sst2

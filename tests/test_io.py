@@ -6,8 +6,10 @@ import pytest
 
 from bertforge.errors import BertforgeError
 from bertforge.io import (
-    atomic_path, decoded_blocks, exclusive, read_json, read_json_lines, read_text, text_files, write_text_atomic,
+    atomic_path, decoded_blocks, exclusive, read_json, read_json_lines, read_records, read_text, text_files,
+    write_text_atomic,
 )
+from tests.conftest import require_shared
 
 
 def test_text_files(tmp_path):
@@ -118,3 +120,46 @@ def test_exclusive_holds_a_folder_against_other_holders_and_lets_go(tmp_path):
         with pytest.raises(BertforgeError, match=r"--out .*run: another process is writing it"):
             with exclusive(folder, "--out"):
                 pass
+
+
+@pytest.mark.parametrize("line, encoding, reading, rank", [
+    ("years of sabbatical\u2014and then there came", "cp950", "sabbatical\u2014and", 0),  # Big5 punctuation
+    ("completing what man\u2019s genius has begun", "cp950", "man\u2019s genius", 0),
+    ("It\u2019s \u20ac5 and \u00bd\u00a2, said the people.", "cp1252", "It\u2019s \u20ac5 and \u00bd\u00a2", 0),
+    ("\u4e2d\u6587\u7684\u53e5\u5b50\u3002", "gb18030", "\u4e2d\u6587\u7684\u53e5\u5b50", 1),  # after cp950's
+])
+def test_a_line_that_is_not_utf8_is_shown_as_the_likely_encodings_read_it(tmp_path, line, encoding, reading, rank):
+    path = tmp_path / "text.txt"
+    path.write_bytes(b"A first line in ASCII.\n" + line.encode(encoding) + b"\n")
+    with pytest.raises(BertforgeError) as e:
+        list(decoded_blocks(path))
+    message = str(e.value)
+    assert message.startswith(f"{path}:2: byte ") and "is not valid utf-8; pass --encoding" in message
+    shown = message.split("): ", 1)[1].split("; ")
+    assert shown[rank].startswith(f"{encoding} '") and reading in shown[rank]
+    assert "cp1252" not in shown[0] or encoding == "cp1252"
+    assert "".join(decoded_blocks(path, f"utf-8,{encoding}")).splitlines()[1] == line
+
+
+def test_the_shared_inaugural_address_in_big5_is_named_so():
+    path = require_shared("data", "corpus", "inaugural", "2005-Bush.txt")
+    with pytest.raises(BertforgeError, match="e.g. utf-8,cp950\\): cp950 ' years of sabbatical\u2014and"):
+        list(decoded_blocks(path))
+
+
+def test_tsv_texts_may_start_with_a_literal_quote_as_glue_writes_them(tmp_path):
+    """GLUE's TSV files do not quote: a text that starts with a quote is read as it is, line by line."""
+    path = tmp_path / "train.tsv"
+    lines = ["index\tquestion\tsentence\tlabel", '0\tWho said it?\t"Hello," she said, and left.\tentailment',
+             '1\tWhat is "it"?\t"It" is a word.\tnot_entailment', "2\tWhere?\tHere.\tentailment"]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    records = [record for _, record in read_records(path)]
+    assert [r["sentence"] for r in records] == ['"Hello," she said, and left.', '"It" is a word.', "Here."]
+    assert [location for location, _ in read_records(path)] == [f"{path}:{n}" for n in (2, 3, 4)]
+
+
+def test_tsv_written_by_a_spreadsheet_or_pandas_is_unquoted(tmp_path):
+    """Quoted fields (a tab or a line break inside, doubled quotes) are read as CSV reads them."""
+    path = tmp_path / "mine.tsv"
+    path.write_text('text\tlabel\n"a tab\there"\tpos\n"she said ""hi""\nand left"\tneg\nplain\tpos\n', encoding="utf-8")
+    assert [r["text"] for _, r in read_records(path)] == ["a tab\there", 'she said "hi"\nand left', "plain"]

@@ -190,6 +190,32 @@ def test_feature_extraction_and_sentence_embedding(make_model):
     np.testing.assert_allclose(cls[1], np.array(theirs(TEXTS[1]))[0, 0], atol=TOL)
 
 
+def test_embedding_dimensions_and_token_ids(make_model, tokenizer):
+    """Matryoshka `dimensions`: transformers' mean of the states, its first N values, then unit length; token ids
+    given (a list of whole numbers) are the model's input as they are, checked against the vocabulary."""
+    folder = make_model("BertModel")
+    theirs, embed = reference("feature-extraction", folder), bertforge.pipeline("sentence-embedding", model=folder)
+    for text, vector in zip(TEXTS, embed(TEXTS, dimensions=8)):
+        first = np.array(theirs(text))[0].mean(0)[:8]
+        np.testing.assert_allclose(vector, first / np.linalg.norm(first), atol=TOL)
+    ids = tokenizer(TEXTS)["input_ids"]
+    np.testing.assert_allclose(embed(ids), embed(TEXTS), atol=TOL)
+    np.testing.assert_allclose(embed([ids[0], TEXTS[1]]), embed(TEXTS[:2]), atol=TOL)  # texts and ids mixed
+    np.testing.assert_allclose(embed(ids[1]), embed(TEXTS[1]), atol=TOL)  # one input's ids
+    bare = tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"]  # no [CLS]/[SEP] added to ids
+    with torch.no_grad():
+        states = transformers.BertModel.from_pretrained(folder).eval()(torch.tensor([bare])).last_hidden_state[0]
+    np.testing.assert_allclose(embed(bare, normalize=False), states.mean(0).numpy(), atol=TOL)
+    for inputs, options, message in [([[1, 2], [5, 10 ** 6]], {}, r"inputs\[1\]: token id 1000000 is outside"),
+                                     ("a", {"dimensions": 33}, "dimensions 33 is over the model's 32"),
+                                     ("a", {"dimensions": 0}, "dimensions must be a whole number")]:
+        with pytest.raises(bertforge.BertforgeError, match=message):
+            embed(inputs, **options)
+    with pytest.raises(bertforge.BertforgeError, match="inputs is 600 tokens, over the limit of 512"):
+        embed([5] * 600, truncate=False)
+    assert len(embed([5] * 600, normalize=False)) == 32  # cut to the model's positions by default
+
+
 def test_multiple_choice(make_model, tokenizer):
     folder = make_model("BertForMultipleChoice")
     model = transformers.BertForMultipleChoice.from_pretrained(folder).eval()

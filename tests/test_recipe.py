@@ -117,6 +117,24 @@ def test_mask_prob_masks_that_share(root):
         assert share == pytest.approx(p, abs=0.02)
 
 
+def test_masks_are_drawn_for_the_global_batch_and_held_out_masks_ignore_the_batch_size(root):
+    """Each process keeps its rows of the global batch masked at once: two processes see one's masks; the
+    held-out rows' masks are the same whatever the training batch size, so that runs compare."""
+    tokenizer = BertTokenizer.from_pretrained(root / "rows")
+    job = PretrainJob(root / "rows", tokenizer, 8, seed=0, mask_prob=0.3)
+    whole = job.batch(5, 0, 1)
+    halves = [job.batch(5, rank, 2) for rank in (0, 1)]
+    for k in ("input_ids", "labels"):
+        width = max(h[k].shape[1] for h in halves)
+        joined = torch.cat([torch.nn.functional.pad(h[k], (0, width - h[k].shape[1]), value=-100 if k == "labels"
+                                                    else tokenizer.pad_token_id) for h in halves])
+        assert torch.equal(joined, whole[k][:, :width])
+    assert not torch.equal(job.batch(6, 0, 1)["labels"], whole["labels"])  # another step, other masks
+    held_out = [[b["labels"] for b in PretrainJob(root / "rows", tokenizer, size, seed=0).held_out()]
+                for size in (8, 32)]
+    assert all(torch.equal(a, b) for a, b in zip(*held_out)) and len(held_out[0]) == len(held_out[1])
+
+
 def test_budget_recipe_and_explicit_flags_win(root, tmp_path):
     run = tmp_path / "budget"
     assert main(cli(root / "rows", run, "--steps", "4", "--recipe", "budget", "--lr", "5e-4")) == 0

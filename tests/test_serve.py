@@ -17,6 +17,7 @@ import pytest
 import transformers
 
 import bertforge
+from bertforge.cli import main
 from tests.conftest import REPO
 from tests.test_pipelines import LONG_TEXT, QA, TAGS, TEXTS, assert_same, random_model
 
@@ -231,6 +232,18 @@ def test_queue_full_is_429(folders):
         assert s.post("classify", {"inputs": "hi"}).status_code == 200  # free again
     finally:
         s.stop()
+
+
+def test_bf16_serves_the_bf16_pipeline_s_answers(folders):
+    s = Served(folders["embed"], "--bf16").wait()
+    try:
+        served = s.post("embed", {"inputs": TEXTS}).json()
+        offline = bertforge.pipeline("sentence-embedding", model=folders["embed"], bf16=True)(TEXTS)
+        assert len(served) == len(offline) and all(a == pytest.approx(b, abs=1e-3) for a, b in zip(served, offline))
+        assert httpx.get(s.url + "/info").json()["bf16"] is True
+    finally:
+        s.stop()
+    assert main(["serve", str(folders["embed"]), "--bf16", "--int8"]) == 2  # bf16 is for floating point
 
 
 def test_sigterm_finishes_requests_in_flight(folders):

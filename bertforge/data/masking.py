@@ -62,6 +62,18 @@ def mask_batch(input_ids, special_mask, rng, vocab_size: int, mask_token_id: int
     row_len = np.full(B, L) if lengths is None else _numpy(lengths)
     num_to_predict = np.minimum(max_predictions, np.maximum(1, np.rint(row_len * masked_lm_prob))).astype(np.int64)
 
+    chosen = _choose(candidate, whole_word_starts, num_to_predict, rng)
+    masked_ids, positions, labels = _mask_chosen(ids, chosen, rng, vocab_size, mask_token_id, max_predictions)
+    if as_torch:
+        device = input_ids.device
+        return (torch.from_numpy(masked_ids).to(device), torch.from_numpy(positions).to(device),
+                torch.from_numpy(labels).to(device))
+    return masked_ids, positions, labels
+
+
+def _choose(candidate, whole_word_starts, num_to_predict, rng) -> np.ndarray:
+    """[B, L] bool: the positions to predict, whole words in a random order while they fit each row's count."""
+    B, L = candidate.shape
     after_special = np.ones_like(candidate)
     after_special[:, 1:] = ~candidate[:, :-1]
     starts = candidate if whole_word_starts is None else candidate & (_numpy(whole_word_starts) | after_special)
@@ -83,8 +95,13 @@ def mask_batch(input_ids, special_mask, rng, vocab_size: int, mask_token_id: int
         count += np.where(fits, sorted_len[:, j], 0)
     start_taken = np.zeros((B, L), bool)
     np.put_along_axis(start_taken, order, taken, axis=1)
-    chosen = candidate & np.take_along_axis(start_taken, word_start_col, axis=1)
+    return candidate & np.take_along_axis(start_taken, word_start_col, axis=1)
 
+
+def _mask_chosen(ids, chosen, rng, vocab_size: int, mask_token_id: int, max_predictions: int):
+    """The chosen positions replaced (80% [MASK], 10% kept, 10% a random token), and each row's positions and
+    original tokens listed in column order, padded with position 0 and label -100."""
+    B = len(ids)
     rows, cols_m = np.nonzero(chosen)  # row by row, columns increasing
     original = ids[rows, cols_m]
     n = len(rows)
@@ -99,10 +116,6 @@ def mask_batch(input_ids, special_mask, rng, vocab_size: int, mask_token_id: int
     labels = np.full((B, max_predictions), -100, np.int64)
     positions[rows, slot] = cols_m
     labels[rows, slot] = original
-    if as_torch:
-        device = input_ids.device
-        return (torch.from_numpy(masked_ids).to(device), torch.from_numpy(positions).to(device),
-                torch.from_numpy(labels).to(device))
     return masked_ids, positions, labels
 
 

@@ -1,6 +1,7 @@
 """Fine-tuning tasks: one module per family (reader, encoding, head, metric, outputs) behind the interface of
 `base.TaskFamily`, registered here. Adding a family is one new module and one line in FAMILIES."""
 
+import argparse
 from pathlib import Path
 
 from ..errors import BertforgeError
@@ -50,12 +51,28 @@ def make_family(task: str, data=None, max_length: int | None = None, options: di
 
 def add_family_arguments(parser) -> None:
     """Every family's own options, for the commands that take a task name. Families that share a declaration (the
-    flags of your own data, own_data.OwnData's; a parent family's) get its flags once: argparse takes a flag once."""
+    flags of your own data, own_data.OwnData's; a parent family's) get its flags once: argparse takes a flag once.
+    `COMMAND TASK --help` shows the task's own options only (`narrow_help`, called by cli.Parser)."""
     declarations = {}
     for family in FAMILIES:
         declarations.setdefault(family.add_arguments.__func__, family)
     for family in declarations.values():
         family.add_arguments(parser)
+    parser.narrow_help = lambda words: hide_other_families(parser, words)
+
+
+def hide_other_families(parser, words) -> None:
+    """With a task among `words` (the command line after the command), hide the other families' options from
+    --help."""
+    task = next((w for w in words if w in TASKS), None)
+    if task is None:
+        return
+    own = TASKS[task].option_defaults
+    others = {k for family in FAMILIES for k in family.option_defaults} - set(own)
+    for action in parser._actions:
+        if action.dest in others:
+            action.help = argparse.SUPPRESS
+    parser.epilog = f"The options of {task} only; `{parser.prog.split()[-1]} --help` shows every task's."
 
 
 def family_options(args) -> dict:

@@ -11,7 +11,7 @@ from ..errors import BertforgeError
 from ..io import read_records, rounded, write_text_atomic
 from .base import SEQUENCE_INPUTS, HeadClass, Split, TaskFamily, find_file, softmax
 from .metrics import accuracy
-from .own_data import SOURCES, OwnData, label_text
+from .own_data import SOURCES, OwnData, label_text, nested
 
 
 @dataclass
@@ -158,14 +158,18 @@ class MultipleChoiceFamily(TaskFamily):
 # Your own data
 
 
-def choice_index(value, choices: list[str], location: str) -> int:
-    """The right choice's index: a label that is one of the choices' texts names it, else it is its index from 0."""
+def choice_index(value, choices: list[str], location: str, keys: list[str] | None = None) -> int:
+    """The right choice's index: a label that is one of the choices' keys (ARC's "A".."D" or "1".."4", given with
+    the choices) or texts names it, else it is its index from 0."""
+    if keys is not None and isinstance(value, (str, int)) and not isinstance(value, bool) and str(value) in keys:
+        return keys.index(str(value))
     if isinstance(value, str) and value in choices:
         return choices.index(value)
     if not isinstance(value, bool) and label_text(value, location) in [str(k) for k in range(len(choices))]:
         return int(label_text(value, location))
-    raise BertforgeError(f"{location}: label {value!r} is not among the choices ({' | '.join(choices)}) nor an index "
-                         f"0..{len(choices) - 1}")
+    named = f"the keys ({' | '.join(keys)}) nor " if keys is not None else ""
+    raise BertforgeError(f"{location}: label {value!r} is not among {named}the choices ({' | '.join(choices)}) nor an "
+                         f"index 0..{len(choices) - 1}")
 
 
 class OwnMultipleChoiceFamily(OwnData, MultipleChoiceFamily):
@@ -184,14 +188,27 @@ class OwnMultipleChoiceFamily(OwnData, MultipleChoiceFamily):
         self.columns = (question_column, context_column, list(choices_columns), label_column)
         self.text_fields = {**({"context": str} if context_column else {}), "question": str, "choices": list}
 
-    def choices_of(self, record: dict, location: str) -> list[str]:
+    def choices_of(self, record: dict, location: str) -> tuple[list[str], list[str] | None]:
+        """The choices' texts, and their keys where the column holds them as Hugging Face's ARC does:
+        {"text": [...], "label": ["A", "B", ...]} (named as the column or as its `.text`)."""
         columns = self.columns[2]
         values = record[columns[0]] if len(columns) == 1 else [record[c] for c in columns]
+        keys = None
+        if len(columns) == 1 and columns[0].endswith(".text") and nested(record, columns[0][:-5]):
+            values = record[columns[0][:-5]]  # choices.text: its sibling choices.label holds the keys
+        if isinstance(values, dict):
+            if not isinstance(values.get("text"), list):
+                raise BertforgeError(f"{location}: {columns[0]!r} holds an object with {', '.join(map(repr, values))}, "
+                                     f"not {{\"text\": [choices], \"label\": [keys]}} (Hugging Face's ARC layout); "
+                                     f"the ARC data sets themselves are the built-in task `arc`")
+            values, keys = values["text"], values.get("label")
+            if keys is not None and (not isinstance(keys, list) or len(keys) != len(values)):
+                raise BertforgeError(f"{location}: {columns[0]!r}: \"label\" must list one key per choice")
         if (not isinstance(values, list) or len(values) < 2
                 or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in values)):
             raise BertforgeError(f"{location}: the choices ({', '.join(map(repr, columns))}) must be at least 2 texts: "
                                  f"a column each (--choices-columns A B ...), or one column holding a list")
-        return [str(v) for v in values]
+        return [str(v) for v in values], None if keys is None else [str(k) for k in keys]
 
     def read(self, split: str, tokenizer, limit=None) -> Split:
         question, context, choices, label = self.columns
@@ -203,8 +220,8 @@ class OwnMultipleChoiceFamily(OwnData, MultipleChoiceFamily):
             for column in (question, context):
                 if column is not None and not isinstance(record[column], str):
                     raise BertforgeError(f"{location}: {column!r} must be a text")
-            endings = self.choices_of(record, location)
-            answer = choice_index(record[label], endings, location) if labelled else None
+            endings, keys = self.choices_of(record, location)
+            answer = choice_index(record[label], endings, location, keys) if labelled else None
             first, second = (record[context], record[question]) if context else (record[question], "")
             examples.append(MultipleChoiceExample(f"{split}-{i}", first, second, endings, answer))
         return self.encode(split, examples, tokenizer)

@@ -130,6 +130,18 @@ def dataset_records(spec: str, splits: dict, split: str) -> list[tuple[str, dict
             for i, row in enumerate(data)]
 
 
+def nested(record: dict, path: str) -> bool:
+    """A dotted column name (`choices.text`) found in a record's nested objects is added to it under that name;
+    whether it was."""
+    value = record
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return False
+        value = value[key]
+    record[path] = value
+    return True
+
+
 class OwnData:
     """What a family of your own data adds to its TaskFamily (a mixin, first among the bases): its splits come
     from the SOURCES options (`use_sources`), evaluation is on dev, the flags are `add_arguments`'."""
@@ -179,7 +191,7 @@ class OwnData:
         for location, record in located:
             for flag, names in columns.items():
                 for name in [names] if isinstance(names, str) else names or ():
-                    if name not in record:
+                    if name not in record and not nested(record, name):
                         raise BertforgeError(f"{location}: no column {name!r} (see {flag}; the columns are "
                                              f"{', '.join(map(str, record))})")
         return located
@@ -192,7 +204,7 @@ class OwnData:
     def add_arguments(cls, parser) -> None:
         group = parser.add_argument_group(
             "your own data (text-classification, text-pair-classification, regression, token-classification, "
-            "question-answering, multiple-choice, rerank)")
+            "question-answering, multiple-choice, rerank, retrieval)")
         group.add_argument("--train", help="training file: .csv, .tsv (with a header), .jsonl or .json")
         group.add_argument("--dev", help="evaluation file, in one of the same formats")
         group.add_argument("--test", help="file to predict (labels not needed)")
@@ -218,8 +230,9 @@ class OwnData:
         group.add_argument("--answers-column", default="answers",
                            help='question-answering: column of the answers, {"text": [...], "answer_start": [...]} '
                                 "(JSON in a CSV or TSV cell; empty lists: unanswerable)")
-        group.add_argument("--query-column", default="query", help="rerank: column of the query")
+        group.add_argument("--query-column", default="query", help="rerank, retrieval: column of the query")
         group.add_argument("--passage-column", default="passage",
-                           help="rerank: column of the passage (its relevance to the query: --label-column, 0 to 1)")
+                           help="rerank, retrieval: column of the passage (its relevance to the query: "
+                                "--label-column, 0 to 1)")
         group.add_argument("--choices-columns", nargs="+", default=["choices"], metavar="COLUMN",
                            help="multiple-choice: a column per choice, or one column holding a list of them")

@@ -219,3 +219,41 @@ def test_the_right_choice_as_a_number_or_its_text():
                          (3, "f:2: label 3 is not among the choices")):
         with pytest.raises(BertforgeError, match=words):
             choice_index(value, choices, "f:2")
+
+
+@pytest.mark.parametrize("column", ["choices", "choices.text"])
+def test_own_choices_in_hugging_face_arc_layout_as_the_built_in_task(tokenizer, column):
+    """choices {"text", "label"} (the column, or its dotted path to the texts) and answerKey letters or 1-based
+    digits: the same examples as the `arc` task."""
+    path = require_shared("data", "multiple_choice", "arc_easy", "train.jsonl")
+    family = make_family("multiple-choice", options={"train": path, "choices_columns": [column],
+                                                     "label_column": "answerKey"})
+    own = family.read("train", tokenizer, limit=400).examples
+    built_in = read_multiple_choice("arc", path)[:400]
+    assert [(e.context, e.endings, e.label) for e in own] == [(e.context, e.endings, e.label) for e in built_in]
+    records = [json.loads(line) for line in path.read_text().splitlines()[:400]]
+    digits = [e for e, r in zip(own, records) if r["choices"]["label"][0] == "1"]
+    assert digits and all(e.label == int(r["answerKey"]) - 1 for e, r in zip(own, records) if e in digits)
+
+
+def test_dotted_columns_name_nested_fields(tokenizer, tmp_path):
+    rows = [{"q": {"stem": "Sky?"}, "opts": {"all": ["blue", "red"]}, "gold": {"index": 1}}]
+    family = make_family("multiple-choice", options={"train": write_jsonl(tmp_path / "train.jsonl", rows),
+                                                     "question_column": "q.stem", "choices_columns": ["opts.all"],
+                                                     "label_column": "gold.index"})
+    assert family.read("train", tokenizer).examples == [MultipleChoiceExample("train-0", "Sky?", "", ["blue", "red"],
+                                                                               1)]
+    family = make_family("multiple-choice", options={"train": tmp_path / "train.jsonl", "question_column": "q.text"})
+    with pytest.raises(BertforgeError) as e:
+        family.read("train", tokenizer)
+    one_line_error(e, "train.jsonl:1: no column 'q.text' (see --question-column; the columns are q, opts, gold)")
+
+
+def test_an_object_of_choices_without_texts_is_named(tokenizer, tmp_path):
+    path = write_jsonl(tmp_path / "train.jsonl", [{"question": "Sky?", "choices": {"A": "blue", "B": "red"},
+                                                   "label": "A"}])
+    family = make_family("multiple-choice", options={"train": path})
+    with pytest.raises(BertforgeError) as e:
+        family.read("train", tokenizer)
+    one_line_error(e, "train.jsonl:1: 'choices' holds an object with 'A', 'B', not {\"text\": [choices], \"label\": "
+                      "[keys]} (Hugging Face's ARC layout); the ARC data sets themselves are the built-in task `arc`")
