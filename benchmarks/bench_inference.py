@@ -4,7 +4,7 @@ Cases, each run by both libraries on the same token ids, interleaved (bf, hf, bf
 - sst2:        SST-2 dev sentences in file order, batch 64, each batch padded to its longest row (the headline);
 - sst2-sorted: the same sentences in length-sorted batches, bertforge's own practice (inference.run_model), compared
                with transformers on the file-order batches, and with transformers on the same sorted batches;
-- squad:       SQuAD v1.1 dev windows of up to 384 tokens (bertforge.tasks.squad.featurize, stride 128),
+- squad:       SQuAD v1.1 dev windows of up to 384 tokens (bertforge.answer_spans.featurize, stride 128),
                batch 16, padded per batch.
 fp32, and bf16 autocast where the CPU has native bf16 matmuls (else skipped with the measured figures).
 
@@ -61,7 +61,8 @@ def sst2_rows(tokenizer, limit=None) -> list[dict]:
 
 
 def squad_rows(tokenizer, windows: int) -> list[dict]:
-    from bertforge.tasks.squad import featurize, read_squad
+    from bertforge.answer_spans import featurize
+    from bertforge.tasks.squad import read_squad
 
     examples = read_squad(SQUAD_DEV)[:windows]  # at least one window each
     feats = featurize(examples, tokenizer, 384, 128, 64)[:windows]

@@ -36,7 +36,8 @@ from tokenizers import trainers  # noqa: E402
 
 from bertforge.demo import write_corpus  # noqa: E402
 from bertforge.io import decoded_blocks, text_files  # noqa: E402
-from bertforge.tokenizer import BertTokenizer, build_backend, train_vocab  # noqa: E402
+from bertforge.tokenizer import BertTokenizer, build_backend  # noqa: E402
+from bertforge.wordpiece import train_vocab  # noqa: E402
 from bertforge.vocab import SPECIAL_TOKENS  # noqa: E402
 from bertforge.wordpiece import count_words, learn_vocab  # noqa: E402
 

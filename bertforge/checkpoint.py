@@ -133,14 +133,21 @@ def part_name(key: str) -> str:
     return key.rsplit(".", 1)[0]
 
 
-def describe_mismatch(model_name: str, missing: list[str], unexpected: list[str]) -> list[str]:
-    """Plain-words lines about parts initialised fresh and parts of the checkpoint left unused."""
+def describe_mismatch(model_name: str, missing: list[str], unexpected: list[str],
+                      new_head: bool = False) -> list[tuple[int, str]]:
+    """(log level, plain-words line) about parts initialised fresh and parts of the checkpoint left unused;
+    with `new_head` (fine-tuning), a fresh task head and unused heads are information, not warnings."""
     lines = []
     for part in sorted({part_name(k) for k in missing}):
-        lines.append(f"{part} initialised fresh: fine-tune it before use" if part in PART_NAMES.values()
-                     else f"{part} missing from the checkpoint: initialised fresh")
+        if part not in PART_NAMES.values():
+            lines.append((logging.WARNING, f"{part} missing from the checkpoint: initialised fresh"))
+        elif new_head:
+            lines.append((logging.INFO, f"{part}: a new head, initialised at random; fine-tuning trains it"))
+        else:
+            lines.append((logging.WARNING, f"{part} initialised fresh: fine-tune it before use"))
     for part in sorted({part_name(k) for k in unexpected}):
-        lines.append(f"{part} in the checkpoint is not used by {model_name}")
+        lines.append((logging.INFO if new_head else logging.WARNING,
+                      f"{part} in the checkpoint is not used by {model_name}"))
     return lines
 
 
@@ -170,13 +177,14 @@ class PretrainedMixin:
     def from_pretrained(cls, folder, trust_pickle: bool = False, config: BertConfig | None = None,
                         skip_init: bool = False, *, num_labels: int | None = None, id2label: dict | None = None,
                         label2id: dict | None = None, dtype=None, torch_dtype=None, device=None, device_map=None,
-                        ignore_mismatched_sizes: bool = False, **config_overrides):
+                        ignore_mismatched_sizes: bool = False, new_head: bool = False, **config_overrides):
         """Build the model from `folder/config.json` (or `config`) and load the folder's weights; in eval mode.
 
         As transformers: `num_labels`, `id2label`, `label2id` set the task head's labels (LABEL_0.. when only
         the number is given); `dtype` (or `torch_dtype`; "auto" reads the config's) casts the weights;
-        `ignore_mismatched_sizes` initialises fresh a head whose checkpoint shape differs. `device` (or a
-        one-device `device_map`) moves the model. Other keywords replace BertConfig fields; any other name is
+        `ignore_mismatched_sizes` initialises fresh a head whose checkpoint shape differs; `new_head`: the task
+        head is expected to be fresh (fine-tuning starts one), said as information, not a warning. `device` (or
+        a one-device `device_map`) moves the model. Other keywords replace BertConfig fields; any other name is
         a TypeError. `skip_init` builds the model without drawing random weights first (seconds for a
         base-sized embedding table on a CPU, and every value is overwritten): parts the checkpoint lacks are then
         zeros, so use it only where those parts are not used (a missing pooler, when reading hidden states).
@@ -205,14 +213,17 @@ class PretrainedMixin:
                     parameter.zero_()
         else:
             model = cls(config)
-        model.load_weights(folder, trust_pickle=trust_pickle, ignore_mismatched_sizes=ignore_mismatched_sizes)
+        model.load_weights(folder, trust_pickle, ignore_mismatched_sizes, new_head)
         dtype = weights_dtype(dtype, torch_dtype, config)
         return model.to(device=placement(device, device_map), dtype=dtype).eval()
 
-    def load_weights(self, folder, trust_pickle: bool = False, ignore_mismatched_sizes: bool = False) -> list[str]:
+    def load_weights(self, folder, trust_pickle: bool = False, ignore_mismatched_sizes: bool = False,
+                     new_head: bool = False) -> list[str]:
         """Load a checkpoint's tensors into this model; returns (and logs) the plain-words report.
 
-        `ignore_mismatched_sizes`: a head whose shape differs from the checkpoint's is initialised fresh."""
+        `ignore_mismatched_sizes`: a head whose shape differs from the checkpoint's is initialised fresh;
+        `new_head`: a fresh task head and the checkpoint's unused heads are expected (fine-tuning): logged as
+        information, the rest as warnings."""
         own = self.state_dict()
         prefix = self.base_model_prefix
         wants_prefix = any(k.startswith(prefix + ".") for k in own)
@@ -227,10 +238,10 @@ class PretrainedMixin:
             del weights[key]
         result = self.load_state_dict(weights, strict=False)
         self.fresh_parts = sorted({part_name(k) for k in result.missing_keys})  # initialised, not loaded
-        report = describe_mismatch(type(self).__name__, result.missing_keys, result.unexpected_keys)
-        for line in report:
-            log.warning(line)
-        return report
+        report = describe_mismatch(type(self).__name__, result.missing_keys, result.unexpected_keys, new_head)
+        for level, line in report:
+            log.log(level, line)
+        return [line for _, line in report]
 
     def save_pretrained(self, folder, tokenizer=None):
         """Write config.json and model.safetensors (each atomically), and the tokenizer when given."""

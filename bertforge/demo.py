@@ -18,9 +18,10 @@ from .config import BertConfig
 from .data.create import create_pretraining_data
 from .io import check_output
 from .objectives import OBJECTIVES
-from .options import count, old_spellings, positive_duration, torch_device
+from .options import add_device_argument, count, old_spellings, positive_duration
 from .recipe import RECIPES, resolve
-from .tokenizer import BertTokenizer, train_vocab
+from .tokenizer import BertTokenizer
+from .wordpiece import train_vocab
 
 SKIP_PARTS = {"test", "tests", "idlelib", "site-packages", "lib2to3", "turtledemo", "__pycache__"}
 CODE_LINE = re.compile(r"^\s*(>>>|\.\.\.|\$ |[-=~*]{3,}|:\w+:|\|)")
@@ -107,10 +108,9 @@ def step(title: str, command: str):
 
 
 def run_demo(args) -> int:
-    import torch  # here, not at the top: the command's --help does not load torch
-
-    from .model import BertForPreTraining
+    from .model import BertForPreTraining  # here, not at the top: the command's --help does not load torch
     from .pretrain import pretrain
+    from .runtime import pick_device
 
     out = check_output(args.out, "--out")
     started = time.perf_counter()
@@ -127,7 +127,7 @@ def run_demo(args) -> int:
     tokenizer = train_vocab([corpus], vocab_size=args.vocab_size, out_dir=vocab)
     print(f"   {tokenizer.vocab_size} pieces; 'tokenization' -> {tokenizer.tokenize('tokenization')}")
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = pick_device(args.device)
     recipe = resolve(args.recipe, {"batch_size": args.batch_size}, BertConfig.load(args.config).hidden_size, device)
     nsp = OBJECTIVES[recipe["objective"] or "mlm+nsp"].next_sentence  # None: the data's, pairs here
     kind = "sentence pairs" if nsp else "single segments filled with whole sentences (no NSP)"
@@ -186,5 +186,4 @@ def add_demo_arguments(p):
     p.add_argument("--time-budget", type=positive_duration, default=200.0, metavar="DURATION",
                    help="pre-training time, evaluation and checkpoints excluded (default: 200s)")
     p.add_argument("--seed", type=count(0), default=0, help="random seed (data, pre-training)")
-    p.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N for pre-training and fill-mask "
-                                                      "(default: cuda when present)")
+    add_device_argument(p)

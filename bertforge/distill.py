@@ -84,7 +84,7 @@ def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_d
     if spec in SIZES:
         config = BertConfig.from_name(spec, vocab_size=teacher.config.vocab_size, pad_token_id=tokenizer.pad_token_id)
         return family.model_class(BertConfig.from_dict({**config.to_dict(), **head}))
-    return family.model_class.from_pretrained(student_folder(spec, tokenizer), **head)
+    return family.model_class.from_pretrained(student_folder(spec, tokenizer), new_head=True, **head)
 
 
 def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | None, tokenizer, family: TaskFamily):

@@ -8,7 +8,7 @@ from pathlib import Path
 from .errors import BertforgeError
 from .inference import run_model
 from .io import check_output, write_json
-from .options import count, torch_device
+from .options import add_device_argument, count
 from .tasks import TASKS, add_family_arguments, make_family
 from .tasks.base import Split, TaskFamily, padding
 from .tokenizer import BertTokenizer
@@ -69,11 +69,13 @@ def load_finetuned(args, reading: bool = True):
     """The family, tokenizer and model of a fine-tuned folder; label names are the model's where they fit."""
     family = make_family(args.task, args.data, args.max_length, vars(args), reading)
     tokenizer = BertTokenizer.from_pretrained(args.model)
-    model = family.model_class.from_pretrained(args.model).to(args.device or "cpu")
+    from .runtime import linear_weights_in_bf16, pick_device, warn_if_emulated_bf16  # torch: not at the top
+
+    device = pick_device(args.device)
+    model = family.model_class.from_pretrained(args.model).to(device)
     check_model(family, model, args.model, fine_tuned=True)
     if args.bf16:
-        from .runtime import linear_weights_in_bf16, warn_if_emulated_bf16  # torch: not at the top (--help)
-        warn_if_emulated_bf16(args.device or "cpu")
+        warn_if_emulated_bf16(device)
         linear_weights_in_bf16(model)
     family.use_model_labels(model.config)
     return family, tokenizer, model
@@ -89,7 +91,7 @@ def add_model_run_arguments(p, data_help: str, examples_help: str):
     p.add_argument("--batch-size", type=count(1), default=64, help="rows per forward pass")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (about 2x fp32 on CPUs with AVX512-BF16 "
                    "or AMX)")
-    p.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default cpu)")
+    add_device_argument(p)
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     add_family_arguments(p)
 

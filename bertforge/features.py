@@ -37,7 +37,8 @@ from .options import count, torch_device
 from .errors import BertforgeError
 from .inference import doc_spans, max_context_window, run_model
 from .tasks.base import SEQUENCE_INPUTS, padding
-from .tokenizer import BertTokenizer, truncated_lengths
+from .encoding import truncated_lengths
+from .tokenizer import BertTokenizer
 
 if TYPE_CHECKING:  # torch and the model are imported where they are used: --help does not load torch
     import torch

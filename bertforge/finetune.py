@@ -32,6 +32,7 @@ from .resume import FINETUNE_FIXED
 # removed when the run completes unless --keep-checkpoints.
 FINETUNE_DEFAULTS = dict(batch_size=32, lr=2e-5, warmup=0.1, seed=42, weight_decay=0.01, adam_eps=1e-6,
                          log_every=10, save_every=0, keep=1, keep_checkpoints=False)
+EPOCH_RUN = ("steps", "eval_every")  # training options a fine-tuning run sets itself: epochs, an evaluation each
 LOG_KEYS = {"step", "loss", "lr", "tokens_per_s"}  # the training figures of a metrics.jsonl row
 
 
@@ -100,7 +101,7 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
     torch.manual_seed(train_options["seed"])
-    model = family.model_class.from_pretrained(model_dir, **family.head_config())
+    model = family.model_class.from_pretrained(model_dir, new_head=True, **family.head_config())
     model.config.extra.update(family.config_entries())
     run = {"task": task, "model": str(model_dir), "data": None if data is None else str(data),
            "family_options": family_record(options),
@@ -181,10 +182,18 @@ def model_card(family: TaskFamily, run: dict, results: dict) -> str:
     return (f"# {run['task']}, fine-tuned with bertforge {__version__}\n\n"
             f"- task: `{run['task']}` ({type(family).__name__}, head `{family.model_class.__name__}`)\n"
             f"- labels: {', '.join(map(str, family.labels))}\n"
-            f"- started from: `{run['model']}`\n- data: `{run['data'] or run['family_options']}`, "
+            f"- started from: `{run['model']}`\n- data: {data_sources(run)}, "
             f"{results['train_examples']} training examples, max length {run['max_length']}\n"
             f"- best epoch: {results['epoch_of_best']} of {len(results['history'])}\n"
             f"- command: `{command}`\n\n| metric (best epoch) | value |\n|---|---|\n{scores}\n")
+
+
+def data_sources(run: dict) -> str:
+    """Where a run's data came from, for the model card: the data folder, or your own files or data set."""
+    if run["data"]:
+        return f"`{run['data']}`"
+    options = run["family_options"]
+    return ", ".join(f"{k} `{options[k]}`" for k in ("train", "dev", "test", "dataset") if options.get(k)) or "-"
 
 
 def add_finetune_arguments(p):
@@ -206,7 +215,7 @@ def add_task_run_arguments(p, defaults: dict):
     p.add_argument("--no-length-grouping", action="store_true",
                    help="batches of a plain shuffle (default: batches of similar lengths, little padding)")
     add_family_arguments(p)
-    add_training_arguments(p, defaults, skip=("steps", "eval_every"))
+    add_training_arguments(p, defaults, skip=EPOCH_RUN)
 
 
 def task_run_options(args) -> dict:
@@ -214,7 +223,7 @@ def task_run_options(args) -> dict:
     return dict(epochs=args.epochs, max_length=args.max_length, max_train_examples=args.max_train_examples,
                 max_eval_examples=args.max_eval_examples, group_by_length=not args.no_length_grouping,
                 command=["bertforge", *sys.argv[1:]], arguments=recorded_arguments(args),
-                **family_options(args), **training_options(args, skip=("steps", "eval_every")))
+                **family_options(args), **training_options(args, skip=EPOCH_RUN))
 
 
 def run_finetune(args) -> int:

@@ -97,7 +97,8 @@ def describe(folder: Path) -> list[str]:
         group = key.split(".")[0]
         counts[group if group in ("embeddings", "encoder") else "heads"] += prod(shape)
     parts = {part_name(key) for key in header}
-    heads = [part for part in PART_NAMES.values() if part in parts]
+    untrained = config.extra.get("untrained_heads") or []
+    heads = [part + (" (untrained)" if part in untrained else "") for part in PART_NAMES.values() if part in parts]
     if "classifier" in parts:
         outputs = header["classifier.bias"][0][0]
         labels = f": {', '.join(config.id2label.values())}" if config.num_labels == outputs else ""

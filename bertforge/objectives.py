@@ -49,6 +49,12 @@ class MaskedLM:
     next_sentence = False
     teacher = False  # learns from --teacher
 
+    @property
+    def untrained_heads(self) -> list[str]:
+        """The pre-training heads a checkpoint holds but this objective does not train (config.json says so)."""
+        return [name for name, trained in (("masked-LM head", self.predicts_tokens),
+                                           ("next-sentence head", self.next_sentence)) if not trained]
+
     def check(self, data, mask_prob: float | None) -> None:
         """A one-line error where the data cannot serve the objective."""
         if mask_prob is not None and data.static_masked:

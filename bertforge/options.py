@@ -143,6 +143,14 @@ def device_problem(text: str, kinds=("cpu", "cuda")) -> str | None:
     return None
 
 
+DEVICE_HELP = "cpu, cuda or cuda:N (default: cuda when present, else cpu)"
+
+
+def add_device_argument(parser) -> None:
+    """--device of every command that runs a model, one default for all (runtime.pick_device)."""
+    parser.add_argument("--device", type=torch_device, help=DEVICE_HELP)
+
+
 def torch_device(text: str) -> str:
     """A torch device that this machine has: cpu, cuda, cuda:N (checked before any work starts)."""
     problem = device_problem(text)
@@ -171,7 +179,7 @@ def old_spellings(action, *names: str):
 
 
 def add_encoding_argument(parser) -> None:
-    """--encoding of the commands that read text files (`io.decoded_blocks` tries the fallbacks)."""
+    """--encoding of the commands that read text files (`decoding.decoded_blocks` tries the fallbacks)."""
     parser.add_argument("--encoding", default="utf-8", help="text encoding of the input files, or fallbacks tried "
                         "in order per line: cp1252 for Windows text, utf-8,cp1252 for a mix")
 
@@ -251,7 +259,7 @@ class TrainArgs:
     progress: bool = option(True, "no progress bar", flag="--no-progress", inverse=True)
     report_to: str = option("none", "also log the metrics.jsonl figures as TensorBoard event files in the run "
                             "folder: none or tensorboard (an extra: pip install -e '.[tensorboard]')", type=reporter)
-    device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when present)", type=torch_device)
+    device: str | None = option(None, DEVICE_HELP, type=torch_device)
     extra: dict = field(default_factory=dict)  # recorded in the run's args.json, not used by the loop
 
     @property
@@ -262,9 +270,10 @@ class TrainArgs:
 TYPES = {int: count(0), float: non_negative}  # the checks of fields that name no type of their own
 
 
-def add_training_arguments(parser, defaults: dict, skip=(), notes: dict | None = None) -> None:
+def add_training_arguments(parser, defaults: dict, skip=(), notes: dict | None = None, args_file: bool = True) -> None:
     """Flags for the `TrainArgs` fields (but those in `skip`), with this command's defaults; `notes` end the help
-    of some (a default of None there means: decided elsewhere, e.g. by a recipe, as the note says)."""
+    of some (a default of None there means: decided elsewhere, e.g. by a recipe, as the note says); `args_file`:
+    --args-file, for the commands whose runs record their arguments."""
     group, notes = parser.add_argument_group("training"), notes or {}
     for f in dataclasses.fields(TrainArgs):
         meta = f.metadata
@@ -283,6 +292,8 @@ def add_training_arguments(parser, defaults: dict, skip=(), notes: dict | None =
             kind = None if "choices" in meta else meta.get("type") or TYPES.get(f.type)
             group.add_argument(flag, dest=f.name, type=kind, choices=meta.get("choices"), default=default,
                                help=meta["help"] + shown)
+    if not args_file:
+        return
     group.add_argument("--args-file", type=Path, metavar="RUN/args.json",
                        help="rerun the run this file records: its arguments, but those given here (--resume and "
                             "--overwrite are never taken from it)")

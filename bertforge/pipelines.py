@@ -2,7 +2,7 @@
 
 Task names, inputs and output shapes are transformers' `pipeline()`'s: fill-mask, text-classification
 (alias sentiment-analysis), token-classification (alias ner), feature-extraction; plus question-answering
-(windowed and post-processed as fine-tuning does, see tasks/squad.py), sentence-embedding and
+(windowed and post-processed as fine-tuning does, see answer_spans.py), sentence-embedding and
 multiple-choice. Without a task, the checkpoint's head (config.json `architectures`) decides.
 
 Every task is three steps, so that the server (serve.py) can batch rows of many requests together:
@@ -23,7 +23,7 @@ from .errors import BertforgeError
 from .inference import per_row, run
 from .inputs import as_list, check_count, check_ids, check_text, id_row, input_name, is_ids
 from .runtime import load_runtime
-from .tasks import squad
+from . import answer_spans
 from .tokenizer import BertTokenizer
 from .windows import TextWindows, text_head
 
@@ -278,7 +278,7 @@ class TokenClassification(Pipeline):
 
 class QuestionAnswering(Pipeline):
     """Contexts cut into Google's windows and answers post-processed as `bertforge evaluate` does
-    (tasks/squad.py). `score` is the answer's probability among the n best spans; `start`/`end` are character
+    (answer_spans.py). `score` is the answer's probability among the n best spans; `start`/`end` are character
     offsets in the context. With handle_impossible_answer (SQuAD v2 models) the answer may be "" (no answer)."""
 
     task = "question-answering"
@@ -303,13 +303,14 @@ class QuestionAnswering(Pipeline):
             name = "inputs" if single else f"inputs[{i}]"
             if not isinstance(item, dict) or set(item) != {"question", "context"}:
                 raise BertforgeError(f"{name} must be an object {{\"question\", \"context\"}}")
-            checked.append(squad.SquadExample(str(i), check_text(item["question"], f"{name}.question"),
+            checked.append(answer_spans.SquadExample(str(i), check_text(item["question"], f"{name}.question"),
                                               check_text(item["context"], f"{name}.context"), [], []))
         return checked, single
 
     def encode(self, items, prepared, truncate):
         o = prepared.options
-        windows = squad.squad_windows(items, self.tokenizer, self.max_length, o["doc_stride"], o["max_question_len"])
+        windows = answer_spans.squad_windows(items, self.tokenizer, self.max_length, o["doc_stride"],
+                                             o["max_question_len"])
         prepared.extra["windows"] = windows
         prepared.extra["input_tokens"] = {f"{input_name(prepared, i)}.context": n
                                           for i, n in enumerate(windows.context_tokens)}
@@ -321,7 +322,7 @@ class QuestionAnswering(Pipeline):
 
     def postprocess(self, prepared, outputs):
         o = prepared.options
-        result = squad.postprocess(prepared.items, prepared.extra["windows"], [s for s, _ in outputs],
+        result = answer_spans.postprocess(prepared.items, prepared.extra["windows"], [s for s, _ in outputs],
                                    [e for _, e in outputs], version_2=o["handle_impossible_answer"],
                                    n_best=max(20, o["top_k"]), max_answer_length=o["max_answer_len"],
                                    null_threshold=o["null_threshold"])

@@ -110,12 +110,15 @@ class PretrainJob:
         self.objective.save(model, folder, self.save_checkpoint)
 
     def save_checkpoint(self, model, folder: Path):
-        """The checkpoint with its tokenizer. A run trained with `--dropout` other than its config's saves the
-        config's rate (`saved_dropout`), so that fine-tuning uses it: the budget recipe drops dropout in
-        pre-training only, as Cramming and MosaicBERT do."""
+        """The checkpoint with its tokenizer, its config naming the heads the objective leaves untrained
+        (`info` says so). A run trained with `--dropout` other than its config's saves the config's rate
+        (`saved_dropout`), so that fine-tuning uses it: the budget recipe drops dropout in pre-training only, as
+        Cramming and MosaicBERT do."""
         config = model.config
+        model.config = dataclasses.replace(config, extra={**config.extra,
+                                                          "untrained_heads": self.objective.untrained_heads})
         if self.saved_dropout is not None:
-            model.config = dataclasses.replace(config, hidden_dropout_prob=self.saved_dropout,
+            model.config = dataclasses.replace(model.config, hidden_dropout_prob=self.saved_dropout,
                                                attention_probs_dropout_prob=self.saved_dropout)
         try:
             model.save_pretrained(folder, tokenizer=self.tokenizer)

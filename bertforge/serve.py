@@ -30,7 +30,7 @@ from .batcher import Batcher, Overloaded
 from .config import BertConfig
 from .errors import BertforgeError
 from .metrics_text import Registry
-from .options import count, header_token, host_names, non_negative, old_spellings, torch_device
+from .options import add_device_argument, count, header_token, host_names, non_negative, old_spellings
 from .serve_guard import MAX_BODY, Guard, Limits, Refused, error_body, json_response, result_bytes, scrub
 from .serve_connections import add_connection_arguments, protocol_class
 from .serve_start import (KEY_VARIABLE, allowed_hosts, api_key, check_limits, check_model, listening_socket,
@@ -326,7 +326,7 @@ def add_serve_arguments(p):
                                   f"alone serves sentence-embedding)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     p.add_argument("--port", type=count(0, 65535), default=8000, help="TCP port to listen on")
-    p.add_argument("--device", type=torch_device, help="cpu, cuda, cuda:1 (default: CUDA when present)")
+    add_device_argument(p)
     p.add_argument("--backend", default="torch", choices=("torch", "onnx"), help="what runs the model")
     p.add_argument("--int8", action="store_true", help="int8 linear layers (torch) or the int8 ONNX model")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast, the linear weights in bf16 (torch): about "

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from .config import BertConfig
 from .errors import BertforgeError
-from .finetune import finetune
+from .finetune import EPOCH_RUN, FINETUNE_DEFAULTS, finetune
 from .io import read_json, write_json, write_text_atomic
-from .options import count, torch_device
+from .options import add_training_arguments, count, positive, training_options
 from .tasks import TASKS, make_family
 from .tokenizer import BertTokenizer
 
@@ -71,11 +71,12 @@ def check_model(model: str, vocab: str | None) -> None:
 
 
 def random_model(spec: str, vocab: str, seed: int, folder: Path) -> Path:
-    """A randomly initialised model of size CONFIG (seeded), saved with the vocabulary: a folder finetune reads."""
+    """A randomly initialised encoder of size CONFIG (seeded), saved with the vocabulary: a folder finetune reads
+    (no pre-training heads, which fine-tuning would only drop with a word)."""
     if not (folder / "config.json").is_file():
         import torch  # here, not at the top: the command's --help does not load torch
 
-        from .model import BertForPreTraining
+        from .model import BertModel
 
         tokenizer = BertTokenizer.from_pretrained(vocab)
         config = BertConfig.load(spec.split(":", 1)[1])
@@ -84,7 +85,7 @@ def random_model(spec: str, vocab: str, seed: int, folder: Path) -> Path:
         torch.manual_seed(seed)
         tmp = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        BertForPreTraining(config).save_pretrained(tmp, tokenizer=tokenizer)
+        BertModel(config).save_pretrained(tmp, tokenizer=tokenizer)
         tmp.rename(folder)
     return folder
 
@@ -97,10 +98,11 @@ def model_cost(task: str, folder: Path, data, max_eval_examples: int | None, dev
     import torch
 
     from .evaluate import inference_rate
+    from .runtime import pick_device
 
     family = make_family(task, data, reading=True, options={"progress": False})
     tokenizer = BertTokenizer.from_pretrained(folder)
-    model = family.model_class.from_pretrained(folder, device=device or "cpu")
+    model = family.model_class.from_pretrained(folder, device=pick_device(device))
     split = family.read(family.eval_splits[0], tokenizer, max_eval_examples)
     rate = inference_rate(family, model, split, 64, tokenizer.pad_token_id)
     return {"parameters": sum(p.numel() for p in model.parameters()), "examples_per_s": round(rate, 1),
@@ -187,8 +189,11 @@ def markdown(model: str, summary: dict, wall_s: float) -> str:
 
 def suite(model: str, tasks: list[str], seeds: list[int], out, data, points: list[dict], vocab: str | None = None,
           max_train_examples: int | None = None, max_eval_examples: int | None = None, keep_models: bool = False,
-          progress: bool = True, device: str | None = None) -> dict:
-    """Run (or pick up) every task x point x seed and write OUT/suite.json and OUT/suite.md; return the summary."""
+          progress: bool = True, training: dict | None = None) -> dict:
+    """Run (or pick up) every task x point x seed and write OUT/suite.json and OUT/suite.md; return the summary.
+    `training`: TrainArgs fields for every run (finetune's defaults otherwise), but a point's lr and batch size."""
+    training = training or {}
+    device = training.get("device")
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         raise BertforgeError(f"--tasks: unknown task {unknown[0]!r}: choose from {', '.join(TASKS)}")
@@ -206,9 +211,8 @@ def suite(model: str, tasks: list[str], seeds: list[int], out, data, points: lis
             model_dir = random_model(model, vocab, seed, out / "init" / f"seed-{seed}") \
                 if model.startswith("random:") else model
             began = time.perf_counter()
-            finetune(task, model_dir, data, folder, epochs=point["epochs"], lr=point["lr"],
-                     batch_size=point["batch_size"], max_train_examples=max_train_examples,
-                     max_eval_examples=max_eval_examples, seed=seed, progress=False, device=device)
+            finetune(task, model_dir, data, folder, **{**training, **point}, max_train_examples=max_train_examples,
+                     max_eval_examples=max_eval_examples, seed=seed, progress=False)
             spent, fresh = spent + time.perf_counter() - began, fresh + 1
             if seed == seeds[0] and (folder / "best").is_dir():
                 write_json(folder / "cost.json", model_cost(task, folder / "best", data, max_eval_examples, device))
@@ -247,9 +251,7 @@ def add_suite_arguments(p):
                    help="fine-tuning seeds, each a whole number of at least 0, each once")
     p.add_argument("--data", required=True, help="the tasks' data folder (for GLUE: the folder holding SST-2/ ...)")
     p.add_argument("--out", required=True, help="suite folder: suite.json, suite.md, runs/")
-    p.add_argument("--epochs", type=float, default=3.0, help="passes over each task's training data")
-    p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate")
-    p.add_argument("--batch-size", type=int, default=32, help="global batch")
+    p.add_argument("--epochs", type=positive, default=3.0, help="passes over each task's training data")
     p.add_argument("--grid", nargs="?", const="paper", type=parse_grid, metavar="SPEC",
                    help="run a grid instead of --lr/--batch-size/--epochs and report each task's dev-best point: "
                         "the paper's (lr 2e-5,3e-5,5e-5 x batch 16,32 x epochs 2,3,4) or a subset such as "
@@ -257,18 +259,22 @@ def add_suite_arguments(p):
     p.add_argument("--max-train-examples", type=count(1), help="use only the first N training examples of each task")
     p.add_argument("--max-eval-examples", type=count(1), help="evaluate on only the first N examples")
     p.add_argument("--keep-models", action="store_true", help="keep each run's best/ model (default: metrics only)")
-    p.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when present)")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no line per finished run (runs done, ETA); the report is printed at the end")
+    # each run's training options, as finetune's (--lr and --batch-size: unless --grid sets them)
+    add_training_arguments(p, FINETUNE_DEFAULTS, skip=SUITE_OWN, args_file=False)
+
+
+# Training options a suite sets per run (seed, the run folder) or for itself (its progress lines), not per flag
+SUITE_OWN = ("seed", "resume", "overwrite", "save_every", "keep", "keep_checkpoints", "progress", *EPOCH_RUN)
 
 
 def run_suite(args) -> int:
-    if args.epochs <= 0 or args.lr <= 0 or args.batch_size < 1:
-        raise BertforgeError("--epochs and --lr must be positive, --batch-size at least 1")
     grid = args.grid or {"lr": [args.lr], "batch_size": [args.batch_size], "epochs": [args.epochs]}
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     summary = suite(args.model, args.tasks, args.seeds, args.out, args.data, points, vocab=args.vocab,
                     max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
-                    keep_models=args.keep_models, progress=args.progress, device=args.device)
+                    keep_models=args.keep_models, progress=args.progress,
+                    training=training_options(args, skip=SUITE_OWN + ("lr", "batch_size")))
     print((Path(args.out) / "suite.md").read_text(encoding="utf-8"), end="")
     return 0 if summary["tasks"] else 2

@@ -11,14 +11,12 @@ from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-from tqdm import tqdm
 
-from .encoding import Encoding
+from .encoding import Encoding, as_list, check_texts, truncated_lengths
 from .errors import BertforgeError
-from .io import atomic_path, decoded_blocks, read_json, text_files, write_json, write_text_atomic
+from .io import atomic_path, read_json, write_json, write_text_atomic
 from .vocab import (SPECIAL_NAMES, SPECIAL_TOKENS, added_tokens, check_fits, looks_uncased, max_length_of,
                     read_vocab, vocab_of_pipeline)
-from .wordpiece import count_words, learn_vocab
 
 MAX_CHARS_PER_WORD = 100  # longer words become [UNK]
 DEFAULT_MAX_LENGTH = 512  # the position embeddings of every released BERT
@@ -356,95 +354,3 @@ class BertTokenizer:
         if i not in self._id_to_token:
             raise BertforgeError(f"token id {i} is outside the vocabulary (size {len(self)})")
         return self._id_to_token[i]
-
-
-def check_texts(text, text_pair, batch=True, words=False) -> tuple[list, list | None, bool]:
-    """The texts (and pair texts) as lists, and whether one text was given; or a BertforgeError naming the
-    argument that is not a string. With `words` (is_split_into_words), a text is a list of words."""
-    def one(value):
-        return is_words(value) if words else isinstance(value, str)
-
-    kind = "list of str (words)" if words else "str"
-    if one(text):
-        if text_pair is not None and not one(text_pair):
-            raise BertforgeError(f"text_pair is {type(text_pair).__name__}, expected {kind} (as text is)")
-        return [text], None if text_pair is None else [text_pair], True
-    if not batch or not isinstance(text, (list, tuple)):
-        raise BertforgeError(f"text is {type(text).__name__}, expected {kind}" + (" or a list of them" * batch))
-    for name, values in (("text", text), ("text_pair", text_pair)):
-        if values is None:
-            continue
-        if not isinstance(values, (list, tuple)):
-            raise BertforgeError(f"{name} is {type(values).__name__}, expected a list of {kind} (as text is)")
-        for i, value in enumerate(values):
-            if not one(value):
-                raise BertforgeError(f"{name}[{i}] is {type(value).__name__}, expected {kind}")
-    if text_pair is not None and len(text_pair) != len(text):
-        raise BertforgeError(f"text has {len(text)} items but text_pair has {len(text_pair)}")
-    return list(text), None if text_pair is None else list(text_pair), False
-
-
-def is_words(value) -> bool:
-    return isinstance(value, (list, tuple)) and all(isinstance(w, str) for w in value)
-
-
-def truncated_lengths(n1: int, n2: int, is_pair: bool, budget: int, strategy, max_length: int) -> tuple[int, int]:
-    """How many tokens of the text (n1) and of the pair text (n2) to keep so that together they fit in `budget`.
-
-    longest_first trims the longer text; when both must be cut, the budget is split evenly and the odd token goes
-    to the text that was longer. That is the Hugging Face rule; Google's one-token-at-a-time loop gives the odd
-    token to the first text instead.
-    """
-    if budget < 0:
-        raise BertforgeError(f"max_length={max_length} leaves no room for the special tokens")
-    if n1 + n2 <= budget:
-        return n1, n2
-    if strategy in (True, "longest_first"):
-        if not is_pair:
-            return budget, 0
-        short = min(n1, n2)
-        keep_short, keep_long = (short, budget - short) if 2 * short <= budget else (budget // 2, budget - budget // 2)
-        return (keep_long, keep_short) if n1 > n2 else (keep_short, keep_long)
-    if strategy == "only_second" and not is_pair:
-        raise BertforgeError(f"truncation='only_second' needs text_pair: the text alone is {n1} tokens, "
-                             f"over max_length={max_length}")
-    other = n2 if strategy == "only_first" else n1
-    if budget - other <= 0:
-        raise BertforgeError(f"truncation={strategy!r} cannot fit max_length={max_length}: the other text alone "
-                             f"is {other} tokens")
-    return (budget - other, n2) if strategy == "only_first" else (n1, budget - other)
-
-
-def as_list(ids):
-    """Python ints from a tensor or array; anything else unchanged."""
-    return ids.tolist() if hasattr(ids, "tolist") else ids
-
-
-def train_vocab(files, vocab_size=30522, out_dir=None, lowercase=True, min_frequency=2, limit_alphabet=1000,
-                encoding="utf-8", progress: bool = False) -> BertTokenizer:
-    """Train a WordPiece vocabulary (wordpiece.py: the same one on every run; special tokens: ids 0-4), saved in
-    out_dir if given. `encoding` may list fallbacks (`utf-8,cp1252`); `progress`: bars with rates and ETAs."""
-    paths, _ = text_files(files)
-    if not paths:
-        raise BertforgeError(f"no text files (*.txt, *.raw, *.text) in {' '.join(map(str, files))}")
-
-    def texts():
-        with tqdm(total=sum(p.stat().st_size for p in paths), unit="B", unit_scale=True, desc="read",
-                  disable=not progress) as bar:
-            for path in paths:
-                yield from decoded_blocks(path, encoding, bar)
-
-    backend = build_backend({}, lowercase)
-    word_counts = count_words(texts(), backend.normalizer, backend.pre_tokenizer, progress)
-    if not word_counts:
-        raise BertforgeError(f"{' '.join(map(str, files))}: no text to learn a vocabulary from (only whitespace)")
-    tokens = learn_vocab(word_counts, vocab_size, SPECIAL_TOKENS, min_frequency, limit_alphabet, progress)
-    if len(tokens) > vocab_size:
-        raise BertforgeError(f"--vocab-size {vocab_size} is below what the corpus needs: its alphabet and the "
-                             f"{len(SPECIAL_TOKENS)} special tokens take {len(tokens)} entries")
-    tokenizer = BertTokenizer({t: i for i, t in enumerate(tokens)}, do_lower_case=lowercase)
-    if out_dir is not None:
-        tokenizer.save_pretrained(out_dir)
-    return tokenizer
-
-

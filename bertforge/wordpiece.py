@@ -27,6 +27,12 @@ import heapq
 
 from tqdm import tqdm
 
+from .errors import BertforgeError
+from .decoding import decoded_blocks
+from .io import text_files
+from .tokenizer import BertTokenizer, build_backend
+from .vocab import SPECIAL_TOKENS
+
 PREFIX = "##"  # marks a piece that continues a word
 
 
@@ -148,3 +154,31 @@ def _merge(words, counts, where, a: int, b: int, new: int, pair_counts, holders)
                 i += 1
         words[w] = merged
     return rose
+
+
+def train_vocab(files, vocab_size=30522, out_dir=None, lowercase=True, min_frequency=2, limit_alphabet=1000,
+                encoding="utf-8", progress: bool = False) -> BertTokenizer:
+    """Train a WordPiece vocabulary (`learn_vocab`: the same one on every run; special tokens: ids 0-4), saved in
+    out_dir if given. `encoding` may list fallbacks (`utf-8,cp1252`); `progress`: bars with rates and ETAs."""
+    paths, _ = text_files(files)
+    if not paths:
+        raise BertforgeError(f"no text files (*.txt, *.raw, *.text) in {' '.join(map(str, files))}")
+
+    def texts():
+        with tqdm(total=sum(p.stat().st_size for p in paths), unit="B", unit_scale=True, desc="read",
+                  disable=not progress) as bar:
+            for path in paths:
+                yield from decoded_blocks(path, encoding, bar)
+
+    backend = build_backend({}, lowercase)
+    word_counts = count_words(texts(), backend.normalizer, backend.pre_tokenizer, progress)
+    if not word_counts:
+        raise BertforgeError(f"{' '.join(map(str, files))}: no text to learn a vocabulary from (only whitespace)")
+    tokens = learn_vocab(word_counts, vocab_size, SPECIAL_TOKENS, min_frequency, limit_alphabet, progress)
+    if len(tokens) > vocab_size:
+        raise BertforgeError(f"--vocab-size {vocab_size} is below what the corpus needs: its alphabet and the "
+                             f"{len(SPECIAL_TOKENS)} special tokens take {len(tokens)} entries")
+    tokenizer = BertTokenizer({t: i for i, t in enumerate(tokens)}, do_lower_case=lowercase)
+    if out_dir is not None:
+        tokenizer.save_pretrained(out_dir)
+    return tokenizer

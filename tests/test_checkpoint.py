@@ -364,3 +364,14 @@ def test_head_of_another_size_with_ignore_mismatched_sizes(tmp_path):
             model_class.from_pretrained(tmp_path / "two", num_labels=4)
         model = model_class.from_pretrained(tmp_path / "two", num_labels=4, ignore_mismatched_sizes=True)
         assert model.classifier.weight.shape == (4, TINY["hidden_size"])
+
+
+def test_fine_tuning_s_new_head_is_information_not_a_warning(tmp_path, caplog):
+    save(bf.BertForPreTraining, tmp_path)
+    with caplog.at_level(logging.INFO, logger="bertforge"):
+        bf.BertForSequenceClassification.from_pretrained(tmp_path, new_head=True)
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "bertforge"]
+    assert sorted(said) == [
+        (logging.INFO, "classifier: a new head, initialised at random; fine-tuning trains it"),
+        (logging.INFO, "masked-LM head in the checkpoint is not used by BertForSequenceClassification"),
+        (logging.INFO, "next-sentence head in the checkpoint is not used by BertForSequenceClassification")]

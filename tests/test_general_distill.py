@@ -14,7 +14,7 @@ from bertforge.cli import main
 from bertforge.data.create import create_pretraining_data
 from bertforge.demo import module_documents
 from bertforge.general_distill import PROJECTION_FILE, relation_heads, relation_kl, relation_log_probs
-from bertforge.tokenizer import train_vocab
+from bertforge.wordpiece import train_vocab
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,10 @@ import stat
 
 import pytest
 
+from bertforge.decoding import decoded_blocks
 from bertforge.errors import BertforgeError
 from bertforge.io import (
-    atomic_path, decoded_blocks, exclusive, read_json, read_json_lines, read_records, read_text, text_files,
+    atomic_path, exclusive, read_json, read_json_lines, read_records, read_text, text_files,
     write_text_atomic,
 )
 from tests.conftest import require_shared
@@ -25,16 +26,16 @@ def test_text_files(tmp_path):
 def test_vocabulary_and_data_read_the_same_files(tmp_path, monkeypatch):
     """`tokenizer train` and `data create` pick the same files from one folder (one rule for both)."""
     from bertforge.data import corpus
-    from bertforge import tokenizer
+    from bertforge import wordpiece
 
     for name in ["x.txt", "README", "notes.json", "y.text"]:
         (tmp_path / name).write_text("Some text here. More text.\n")
     read = []
     real = text_files
     monkeypatch.setattr(corpus, "text_files", lambda inputs: read.append(real(inputs)[0]) or real(inputs))
-    monkeypatch.setattr(tokenizer, "text_files", lambda inputs: read.append(real(inputs)[0]) or real(inputs))
-    tokenizer.train_vocab([tmp_path], vocab_size=60, min_frequency=1)
-    vocab = tokenizer.train_vocab([tmp_path], vocab_size=60, min_frequency=1)
+    monkeypatch.setattr(wordpiece, "text_files", lambda inputs: read.append(real(inputs)[0]) or real(inputs))
+    wordpiece.train_vocab([tmp_path], vocab_size=60, min_frequency=1)
+    vocab = wordpiece.train_vocab([tmp_path], vocab_size=60, min_frequency=1)
     corpus.read_corpus([tmp_path], vocab, tmp_path / "tokens.bin")
     assert read[0] == read[-1] and [p.name for p in read[0]] == ["x.txt", "y.text"]
 

@@ -34,6 +34,16 @@ def test_a_new_objective_is_one_class_and_one_entry(data_dir, tmp_path, monkeypa
     assert "mlm_most_frequent_token_accuracy" in json.loads((run / "baselines.json").read_text())
 
 
+def test_info_names_the_heads_the_objective_left_untrained(data_dir, tmp_path, capsys):  # noqa: F811
+    for objective, said in (("mlm", "masked-LM head, next-sentence head (untrained)"),
+                            ("mlm+nsp", "masked-LM head, next-sentence head\n")):
+        run = tmp_path / objective
+        assert main(["pretrain", *cli(data_dir, run, "--objective", objective, steps=1)]) == 0
+        capsys.readouterr()
+        assert main(["info", str(run / "final")]) == 0
+        assert f"heads:         pooler, {said}" in capsys.readouterr().out
+
+
 def test_no_code_outside_the_registry_tests_an_objective_name():
     """No comparison or membership test against an objective's name anywhere in the package but objectives.py."""
     names = set(OBJECTIVES)

@@ -17,7 +17,7 @@ import transformers
 
 import bertforge
 from bertforge.errors import BertforgeError
-from bertforge.tasks import squad
+from bertforge import answer_spans
 from tests.conftest import REPO
 
 transformers.logging.set_verbosity_error()
@@ -272,14 +272,14 @@ def test_question_answering_short_contexts(make_model, tokenizer):
 
 def test_question_answering_long_context_as_evaluate(make_model, tokenizer):
     """A context over several windows: the answers of fine-tuning's windowing and post-processing
-    (tasks/squad.py) on the model's logits, each window run alone."""
+    (answer_spans.py) on the model's logits, each window run alone."""
     folder = make_model("BertForQuestionAnswering")
     context = " ".join(f"Sentence {i} tells of the town of Ghent and its {i * 7} bridges over the Lys."
                        for i in range(40))
     items = [{"question": "How many bridges?", "context": context}, QA[0]]
     got = bertforge.pipeline(model=folder, max_length=128)(items, top_k=2, doc_stride=64)
-    examples = [squad.SquadExample(str(i), r["question"], r["context"], [], []) for i, r in enumerate(items)]
-    windows = squad.featurize(examples, tokenizer, 128, 64, 64)
+    examples = [answer_spans.SquadExample(str(i), r["question"], r["context"], [], []) for i, r in enumerate(items)]
+    windows = answer_spans.featurize(examples, tokenizer, 128, 64, 64)
     assert len(windows) > 3
     model = bertforge.BertForQuestionAnswering.from_pretrained(folder)
     starts, ends = [], []
@@ -289,7 +289,7 @@ def test_question_answering_long_context_as_evaluate(make_model, tokenizer):
                         token_type_ids=torch.tensor(w.token_type_ids[None], dtype=torch.long))
             starts.append(out.start_logits[0].numpy())
             ends.append(out.end_logits[0].numpy())
-    result = squad.postprocess(examples, windows, starts, ends)
+    result = answer_spans.postprocess(examples, windows, starts, ends)
     for ex, answers in zip(examples, got):
         assert answers[0]["answer"] == result.predictions[ex.id]
         assert [a["answer"] for a in answers] == [b["text"] for b in result.nbest[ex.id][:2]]

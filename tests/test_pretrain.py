@@ -18,7 +18,7 @@ from bertforge.cli import main
 from bertforge.data.create import create_pretraining_data
 from bertforge.pretrain import collapse_warning
 from bertforge.demo import module_documents
-from bertforge.tokenizer import train_vocab
+from bertforge.wordpiece import train_vocab
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 

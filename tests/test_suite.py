@@ -146,3 +146,13 @@ def test_a_torn_run_result_is_done_again_with_a_warning(tmp_path, monkeypatch, c
     assert warnings[1].startswith(str(torn)) and "not valid JSON" in warnings[1] and "done again" in warnings[1]
     report = json.loads((out / "suite.json").read_text())
     assert [r["metrics"]["accuracy"] for r in report["runs"]] == [0.1, 0.2]
+
+
+def test_training_options_reach_every_run(glue, tmp_path):
+    """The suite takes finetune's training options (one definition) and gives them to each run."""
+    out = tmp_path / "suite"
+    assert main(argv(out, "--tasks", "sst2", "--seeds", "1", "--warmup", "0.3", "--weight-decay", "0",
+                     "--max-grad-norm", "0.5", "--no-progress")) == 0
+    args = json.loads((out / "runs" / "sst2" / "lr0.001-bs8-ep2" / "seed-1" / "args.json").read_text())
+    assert (args["warmup"], args["weight_decay"], args["max_grad_norm"], args["lr"], args["batch_size"]) == \
+        (0.3, 0.0, 0.5, 1e-3, 8)

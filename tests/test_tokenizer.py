@@ -10,7 +10,8 @@ import torch
 
 from bertforge.errors import BertforgeError
 from bertforge.commands.tokenizer import SAMPLES, add_tokenizer_arguments, run_tokenizer
-from bertforge.tokenizer import BertTokenizer, looks_uncased, read_vocab, train_vocab
+from bertforge.tokenizer import BertTokenizer, looks_uncased, read_vocab
+from bertforge.wordpiece import train_vocab
 from tests.conftest import require_shared
 
 HARD_STRINGS = [

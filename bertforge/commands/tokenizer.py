@@ -1,11 +1,12 @@
-"""`bertforge tokenizer train|encode`: a WordPiece vocabulary learnt from text files (tokenizer.train_vocab), or
+"""`bertforge tokenizer train|encode`: a WordPiece vocabulary learnt from text files (wordpiece.train_vocab), or
 how a text is tokenized."""
 
 import time
 
 from ..io import check_output
 from ..options import add_encoding_argument, count, old_spellings
-from ..tokenizer import BertTokenizer, train_vocab
+from ..tokenizer import BertTokenizer
+from ..wordpiece import train_vocab
 from ..vocab import SPECIAL_TOKENS
 
 

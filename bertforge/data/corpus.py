@@ -31,7 +31,8 @@ from tokenizers import AddedToken, Tokenizer
 from tqdm import tqdm
 
 from ..errors import BertforgeError
-from ..io import decoded_blocks, text_files
+from ..decoding import decoded_blocks
+from ..io import text_files
 
 ENCODE_BATCH_CHARS = 1 << 20  # text per encode_batch call: enough to keep the tokenizer's threads busy
 GROUP_SENTENCES = 64  # sentences per tokenizer input (SentenceEncoder)

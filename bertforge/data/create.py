@@ -54,16 +54,7 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
     """
     if not isinstance(tokenizer, BertTokenizer):
         tokenizer = BertTokenizer.from_pretrained(tokenizer)
-    for flag, value, ok, rule in (
-            ("--max-length", max_seq_length, 5 <= max_seq_length <= MAX_SEQ_LENGTH,
-             f"from 5 ([CLS] A [SEP] B [SEP]) to {MAX_SEQ_LENGTH} (positions are stored as uint16)"),
-            ("--short-seq-prob", short_seq_prob, 0 <= short_seq_prob <= 1, "between 0 and 1"),
-            ("--masked-lm-prob", masked_lm_prob, 0 < masked_lm_prob < 1, "above 0 and below 1"),
-            ("--dupe-factor", dupe_factor, dupe_factor >= 1, "at least 1"),
-            ("--max-predictions", max_predictions, max_predictions >= 1, "at least 1"),
-            ("--eval-docs", eval_docs, eval_docs == AUTO or eval_docs >= 0, "0 or more, or auto")):
-        if not ok:
-            raise BertforgeError(f"{flag} {value}: must be {rule}")
+    check_settings(max_seq_length, short_seq_prob, masked_lm_prob, dupe_factor, max_predictions, eval_docs)
     final = Path(out)
     with exclusive(final, "--out"):
         # Everything is written into a partial folder that replaces `final` only when complete: a failed or
@@ -81,16 +72,10 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
             held_out = np.random.default_rng([seed, 0]).choice(n_docs, n_eval, replace=False)
             is_eval = np.zeros(n_docs, bool)
             is_eval[held_out] = True
-            header = {
-                "vocab_sha256": vocab_sha256(tokenizer.vocab), "vocab_size": tokenizer.vocab_size,
-                "do_lower_case": tokenizer.do_lower_case,
-                "token_dtype": np.dtype(token_dtype(tokenizer.vocab_size)).name,
-                "special_token_ids": {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
-                                      "mask": tokenizer.mask_token_id, "pad": tokenizer.pad_token_id},
-                "max_seq_length": max_seq_length, "short_seq_prob": short_seq_prob, "seed": seed, "masked": mask,
-                "nsp": nsp, "masked_lm_prob": masked_lm_prob, "max_predictions": max_predictions,
-                "whole_word_mask": whole_word_mask,
-            }
+            header = {**vocabulary_header(tokenizer), "max_seq_length": max_seq_length,
+                      "short_seq_prob": short_seq_prob, "seed": seed, "masked": mask, "nsp": nsp,
+                      "masked_lm_prob": masked_lm_prob, "max_predictions": max_predictions,
+                      "whole_word_mask": whole_word_mask}
             continuation = continuation_table(tokenizer.vocab)
             stats = {"corpus": {**read_stats, "eval_documents": n_eval, "eval_docs": eval_docs}}
             train = {**header, "split": "train", "dupe_factor": dupe_factor}
@@ -109,6 +94,27 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
             shutil.rmtree(out, ignore_errors=True)
             raise
         return stats
+
+
+def check_settings(max_seq_length, short_seq_prob, masked_lm_prob, dupe_factor, max_predictions, eval_docs) -> None:
+    for flag, value, ok, rule in (
+            ("--max-length", max_seq_length, 5 <= max_seq_length <= MAX_SEQ_LENGTH,
+             f"from 5 ([CLS] A [SEP] B [SEP]) to {MAX_SEQ_LENGTH} (positions are stored as uint16)"),
+            ("--short-seq-prob", short_seq_prob, 0 <= short_seq_prob <= 1, "between 0 and 1"),
+            ("--masked-lm-prob", masked_lm_prob, 0 < masked_lm_prob < 1, "above 0 and below 1"),
+            ("--dupe-factor", dupe_factor, dupe_factor >= 1, "at least 1"),
+            ("--max-predictions", max_predictions, max_predictions >= 1, "at least 1"),
+            ("--eval-docs", eval_docs, eval_docs == AUTO or eval_docs >= 0, "0 or more, or auto")):
+        if not ok:
+            raise BertforgeError(f"{flag} {value}: must be {rule}")
+
+
+def vocabulary_header(tokenizer) -> dict:
+    """What the data's index records of its vocabulary: its hash, size, casing, token dtype, special ids."""
+    return {"vocab_sha256": vocab_sha256(tokenizer.vocab), "vocab_size": tokenizer.vocab_size,
+            "do_lower_case": tokenizer.do_lower_case, "token_dtype": np.dtype(token_dtype(tokenizer.vocab_size)).name,
+            "special_token_ids": {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
+                                  "mask": tokenizer.mask_token_id, "pad": tokenizer.pad_token_id}}
 
 
 def _write_split(corpus, documents, directory: Path, header: dict, continuation: np.ndarray, seed: list,

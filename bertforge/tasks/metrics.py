@@ -218,7 +218,7 @@ def ner_metrics(gold, pred) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# SQuAD's official metrics (evaluate-v1.1.py and evaluate-v2.0.py); examples are tasks.squad.SquadExample
+# SQuAD's official metrics (evaluate-v1.1.py and evaluate-v2.0.py); examples are answer_spans.SquadExample
 
 _PUNCTUATION = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

@@ -3,7 +3,7 @@ the task family."""
 
 import bisect
 import itertools
-import warnings
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +13,8 @@ from ..errors import BertforgeError, where
 from ..io import atomic_path, read_text
 from .base import HeadClass, Split, TaskFamily
 from .metrics import entities, ner_metrics, split_tag
+
+log = logging.getLogger("bertforge")
 
 
 @dataclass
@@ -115,7 +117,7 @@ def encode_ner(sentences: list[NerSentence], tokenizer, label_to_id: dict[str, i
     if again:
         action = "split at word boundaries" if split_long else "truncated (their last words will be predicted O)"
         long = len({i for i, _, _ in again})
-        warnings.warn(f"{long} of {len(sentences)} sentences are longer than {max_length} tokens: {action}")
+        log.warning(f"{long} of {len(sentences)} sentences are longer than {max_length} tokens: {action}")
         part = tokenizer([" ".join(sentences[i].words[a:b]) for i, a, b in again], truncation=True,
                          max_length=max_length, return_offsets_mapping=True)
         rows = sorted(rows + [(span, part, k) for k, span in enumerate(again)], key=lambda row: row[0])

@@ -15,7 +15,8 @@ from pathlib import Path
 from ..errors import BertforgeError
 from .base import Split
 from .own_data import SOURCES, OwnData
-from .squad import SquadExample, SquadFamily
+from ..answer_spans import SquadExample
+from .squad import SquadFamily
 
 VERSION_2 = "version_2_with_negative"  # the config.json entry, named as Google's and Hugging Face's run_squad flag
 

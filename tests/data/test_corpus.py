@@ -117,7 +117,7 @@ def test_real_latin1_file():
 
 
 def test_blocks_do_not_split_paragraphs(tmp_path, monkeypatch):
-    monkeypatch.setattr("bertforge.io.BLOCK_BYTES", 16)
+    monkeypatch.setattr("bertforge.decoding.BLOCK_BYTES", 16)
     path = tmp_path / "raw.txt"
     path.write_text("This paragraph is wrapped\nover three lines and\nends here. Next one.\n\nSecond paragraph.\n")
     assert sentences(path, fmt="raw") == ["This paragraph is wrapped over three lines and ends here.", "Next one.",

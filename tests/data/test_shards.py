@@ -12,7 +12,7 @@ from bertforge.cli import main
 from bertforge.data import create_pretraining_data, load_pretraining_data
 from bertforge.demo import module_documents
 from bertforge.errors import BertforgeError
-from bertforge.tokenizer import train_vocab
+from bertforge.wordpiece import train_vocab
 from tests.conftest import one_line_error
 
 

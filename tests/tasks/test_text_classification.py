@@ -42,6 +42,8 @@ def test_string_labels_fine_tune_predict_and_load_in_transformers(tiny_model, tm
     assert results["task"] == "text-classification" and {"accuracy", "macro_f1"} <= set(results)
     model = BertForSequenceClassification.from_pretrained(out / "best")
     assert model.config.id2label == NAMES and model.config.label2id == {"negative": 0, "positive": 1}
+    card = (out / "best" / "README.md").read_text()
+    assert f"- data: train `{tmp_path / 'train.csv'}`, dev `{tmp_path / 'dev.csv'}`, 48 training examples" in card
 
     texts = ["a gripping , beautiful film .", "dull and far too long .", "it was fine ."]
     capsys.readouterr()
