@@ -138,6 +138,21 @@ def test_fine_tune_then_transformers_and_sentence_transformers_read_the_reranker
     sentence_transformers = pytest.importorskip("sentence_transformers")
     cross = sentence_transformers.CrossEncoder(str(run / "best"), device="cpu")
     assert ours == pytest.approx(list(cross.predict(pairs)), abs=1e-5)
+    assert served_scores(run / "best", pairs[0][0], [p for _, p in pairs]) == pytest.approx(ours, abs=1e-5)
+
+
+def served_scores(folder, query: str, texts: list[str]) -> list[float]:
+    """The scores `bertforge serve` answers on TEI's /rerank, in the texts' order."""
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("fastapi")
+    from tests.test_serve import Served
+
+    served = Served(folder).wait()
+    try:
+        ranked = httpx.post(served.url + "/rerank", json={"query": query, "texts": texts}, timeout=60).json()
+    finally:
+        served.stop()
+    return [r["score"] for r in sorted(ranked, key=lambda r: r["index"])]
 
 
 @pytest.mark.parametrize("label, message", [("0.5x", r"relevance '0.5x' is not a number from 0 to 1"),
