@@ -23,7 +23,7 @@ COMMANDS = {
     "suite": ("suite", "fine-tune one model on several tasks x seeds (or a grid) and report mean ± sd"),
     "predict": ("predict", "predictions of a fine-tuned model: a task's submission file, or on your own text"),
     "squad-split": ("commands.squad_split", "split a SQuAD file by article into train and dev files"),
-    "features": ("features", "hidden states of chosen layers, per token, word or sentence"),
+    "features": ("commands.features", "hidden states of chosen layers, per token, word or sentence"),
     "info": ("info", "describe a checkpoint folder: sizes, parameters, heads, vocabulary"),
     "convert": ("convert", "rewrite a trusted pytorch_model.bin folder, or Google's TF checkpoint, as safetensors"),
     "export": ("convert", "write a checkpoint as ONNX (fp32, and int8 with --int8), checked against PyTorch"),

@@ -9,6 +9,7 @@ from pathlib import Path
 from .errors import BertforgeError
 from .io import atomic_path, new_model_folder
 from .options import ONNX_OPSETS, onnx_opset
+from .sentence_folder import keep_sentence_folder
 
 
 def add_convert_arguments(parser):
@@ -45,6 +46,7 @@ def run_convert(args) -> int:
                      "special_tokens_map.json"):
             if (src / name).is_file():
                 shutil.copyfile(src / name, tmp / name)
+        keep_sentence_folder(src, tmp)  # the same model in another format: its pooling goes with it
         tensors = {k: v.contiguous() for k, v in weights.items() if k not in TIED_ALIASES}
         with atomic_path(tmp / SAFETENSORS) as path:
             save_file(tensors, path, metadata={"format": "pt"})

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .config import SIZES, BertConfig
 from .errors import BertforgeError
-from .finetune import FINETUNE_DEFAULTS, add_task_run_arguments, family_record, read_splits, task_run_options, \
+from .finetune import FINETUNE_DEFAULTS, PAPER, add_task_run_arguments, family_record, read_splits, task_run_options, \
     task_training_options, train_on_task
 from .io import check_output
 from .options import count, positive, share
@@ -28,7 +28,7 @@ from .tokenizer import BertTokenizer
 
 # The rate of the measured students from random weights (BENCHMARKS.md, "Distillation"): far above fine-tuning's
 # 2e-5; a student that starts from the teacher's layers or a pre-trained folder may want a lower --lr.
-DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, "lr": 3e-4}
+DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, "batch_size": PAPER["batch_size"], "lr": 3e-4}
 PER_EXAMPLE = ("BertForSequenceClassification", "BertForMultipleChoice")  # the heads task distillation serves
 
 
@@ -56,8 +56,7 @@ def load_teacher(family: TaskFamily, folder: Path):
     config = teacher.config
     if family.model_class.__name__ == "BertForSequenceClassification":
         names = [str(config.id2label[i]) for i in range(config.num_labels)]
-        generic = names == [f"LABEL_{i}" for i in range(len(names))]
-        if len(names) != len(family.labels) or not (generic or names == [str(x) for x in family.labels]):
+        if family.model_order(config) != list(range(len(family.labels))):  # its outputs are the data's labels
             raise BertforgeError(f"--teacher {folder}: its labels ({', '.join(names)}) are not the data's "
                                  f"({', '.join(map(str, family.labels))})")
     return teacher
@@ -278,7 +277,7 @@ def add_distill_arguments(p):
                         "task's text columns")
     p.add_argument("--cache-dir", type=Path, help="where the teacher's outputs are kept (default: "
                    "$BERTFORGE_CACHE/teacher-outputs, or ~/.cache/bertforge/teacher-outputs)")
-    add_task_run_arguments(p, DISTILL_DEFAULTS)
+    add_task_run_arguments(p, DISTILL_DEFAULTS, PAPER["epochs"])
 
 
 def run_distill(args) -> int:

@@ -6,7 +6,9 @@ masked in attention (`PaddedLayout`). Batch and sequence axes (and the
 choices of a multiple-choice model) are dynamic. OUT becomes a folder that `pipeline(..., backend="onnx")`
 and `bertforge serve OUT --backend onnx` read: model.onnx (model_int8.onnx with --int8: int8 weights with a
 scale per output channel, activations quantised per batch), onnx.json (the head), config.json and the
-tokenizer files. On all-MiniLM-L6-v2, per-channel scales keep SST-2 sentence embeddings at a mean cosine of
+tokenizer files, and a sentence-transformers folder's files (sentence_folder.py): the graph of an encoder outputs
+its token vectors, which `pipeline("sentence-embedding", backend="onnx")` pools as the folder declares. On
+all-MiniLM-L6-v2, per-channel scales keep SST-2 sentence embeddings at a mean cosine of
 0.992 to fp32 (0.957 with one scale per matrix) at the same speed.
 """
 
@@ -28,6 +30,7 @@ from .io import atomic_path, new_model_folder, write_text_atomic
 from .options import ONNX_OPSETS
 from .packing import Layout
 from .runtime import HEAD_OUTPUTS, ONNX_FILES, OnnxRuntime, TorchRuntime
+from .sentence_folder import keep_sentence_folder
 from .tokenizer import BertTokenizer
 
 HEADS = {"BertForPreTraining": "BertForMaskedLM", **{name: name for name in HEAD_OUTPUTS}}
@@ -151,6 +154,8 @@ def export_onnx(model_dir, out, int8: bool = False, opset: int = 17, overwrite: 
         for name in COPIED:
             if (folder / name).is_file() and not in_place:
                 shutil.copyfile(folder / name, target / name)
+        if not in_place:
+            keep_sentence_folder(folder, target)  # a sentence-transformers folder's pooling goes with its encoder
         write_text_atomic(target / "onnx.json", json.dumps({"architecture": architecture, "outputs":
                                                             list(HEAD_OUTPUTS[architecture])}) + "\n")
         if int8:

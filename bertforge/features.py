@@ -8,8 +8,12 @@ No fine-tuning: the encoder runs once over the texts and the hidden states of th
 - word level: per text an array [words, dim], one row per whitespace-separated word of the input (punctuation
   that BERT splits off stays with its word), from the word's first piece (the paper's NER setup) or the mean of
   its pieces. A word the tokenizer drops entirely (e.g. only control characters) gets a zero row.
-- sentence level: per text a vector [dim]: the mean over all real tokens ([CLS] and [SEP] included, as
-  sentence-transformers' mean pooling) or the [CLS] row, of the combined layers.
+- sentence level: per text a vector [dim] pooled from the combined layers' token vectors ([CLS] and [SEP]
+  included) as sentence-transformers pools them (sentence_folder.pool: mean, cls, max, lasttoken, ...), of unit
+  length with normalize. A sentence-transformers folder's declaration gives the defaults left None: the last
+  layer, its pooling, Normalize, max_seq_length (as the window length: a longer text is windowed, where
+  sentence-transformers cuts it) and default prompt; a plain folder's are the last four layers, mean, not
+  normalized, windows of 512.
 
 Texts longer than `max_length` are cut into overlapping windows, each starting `stride` tokens past the last
 (Google's doc_stride), and each token is taken from the window where it has the most context on both sides (as
@@ -24,17 +28,15 @@ import bisect
 import json
 import logging
 import re
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .io import atomic_path, check_output, read_text, rounded
-from .options import count, torch_device
 from .errors import BertforgeError
+from .io import atomic_path, rounded
+from .sentence_folder import check_pooling, normalized, pool, read_sentence_folder
 from .inference import doc_spans, max_context_window, run_model
 from .tasks.base import SEQUENCE_INPUTS, padding
 from .encoding import truncated_lengths
@@ -47,9 +49,7 @@ log = logging.getLogger("bertforge")
 
 LEVELS = ("token", "word", "sentence")
 COMBINES = ("concat", "sum", "mean")
-POOLINGS = ("mean", "cls")
 WORD_VECTORS = ("first", "mean")
-PAIR_SEPARATOR = re.compile(r"^(.*) \|\|\| (.*)$")  # Google's extract_features input format
 WORD = re.compile(r"\S+")  # the words of str.split()
 
 
@@ -96,16 +96,16 @@ class FeatureExtractor:
         folder = Path(model_dir)
         if not folder.is_dir():
             raise BertforgeError(f"{folder}: no such model folder")
-        import torch
-
         from .model import BertModel
+        from .runtime import pick_device
 
         self.folder = folder
         self.tokenizer = BertTokenizer.from_pretrained(folder)
         self.model = BertModel.from_pretrained(folder, skip_init=True)
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = pick_device(device)
         self.model.to(self.device)
         self.config = self.model.config
+        self.declared = read_sentence_folder(folder)
 
     def check_layers(self, layers) -> tuple[int, ...]:
         layers = tuple(int(layer) for layer in layers)
@@ -119,28 +119,26 @@ class FeatureExtractor:
                     f"hidden-state indices run from 0 (embeddings) to {n}, or from -{n + 1} to -1 (last layer)")
         return layers
 
-    def extract(self, texts, layers=(-1, -2, -3, -4), combine="concat", level="token", pooling="mean",
-                word_vector="first", max_length=512, stride=None, batch_size=32, bf16=False,
-                progress: str | None = None) -> Features:
-        """Features of `texts` (strings, or (A, B) pairs whose B may be None); see the module docstring.
-        A `progress` label shows a bar (rows/s, ETA) on stderr."""
+    def extract(self, texts, layers=None, combine="concat", level="token", pooling=None, word_vector="first",
+                max_length=None, stride=None, batch_size=32, bf16=False, progress: str | None = None,
+                normalize=None) -> Features:
+        """Features of `texts` (strings, or (A, B) pairs whose B may be None); see the module docstring (what
+        None means for layers, pooling, max_length and normalize). A `progress` label shows a bar on stderr."""
         for name, value, allowed in (("combine", combine, COMBINES), ("level", level, LEVELS),
-                                     ("pooling", pooling, POOLINGS), ("word_vector", word_vector, WORD_VECTORS)):
+                                     ("word_vector", word_vector, WORD_VECTORS)):
             if value not in allowed:
                 raise BertforgeError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
-        layers = self.check_layers(layers)
+        declared = self.declared if level == "sentence" else None  # the folder's, at sentence level only
+        layers = self.check_layers(((-1,) if declared else (-1, -2, -3, -4)) if layers is None else layers)
+        pooling = check_pooling(pooling or (declared.pooling if declared else "mean"))
+        declared_length = declared and declared.max_seq_length and min(declared.max_seq_length,
+                                                                       self.config.max_position_embeddings)
+        max_length = max_length or declared_length or 512
         pairs = _as_pairs(texts)
-        limit = self.config.max_position_embeddings
-        if not 3 <= max_length <= limit:
-            raise BertforgeError(f"max_length must be between 3 and {limit} (the model's positions), not {max_length}")
-        room = max_length - 2
-        stride = max(1, room // 2) if stride is None else stride
-        if stride < 1:
-            raise BertforgeError(f"stride must be at least 1, not {stride}")
-        if batch_size < 1:
-            raise BertforgeError(f"batch_size must be at least 1, not {batch_size}")
-
-        items, windows, truncated = self._plan(pairs, max_length, stride)
+        stride = self._check_sizes(max_length, stride, batch_size)
+        skip = declared.skipped(self.tokenizer) if declared else 0  # a prompt's tokens, left out of the pooling
+        items, windows, truncated = self._plan([(declared.text(a), b) for a, b in pairs] if declared else pairs,
+                                               max_length, stride)
         if truncated:
             log.warning(f"{truncated} of {sum(b is not None for _, b in pairs)} text pairs were longer than "
                         f"max_length={max_length} and were truncated (longest text first)")
@@ -161,7 +159,7 @@ class FeatureExtractor:
             if level == "token":
                 results.append(matrix)
             elif level == "sentence":
-                results.append(matrix[0].copy() if pooling == "cls" else matrix.mean(0))
+                results.append(pool(matrix, pooling, skip))
             else:
                 vectors, item.tokens, missing = _word_vectors(item, matrix, word_vector)
                 results.append(vectors)
@@ -172,10 +170,24 @@ class FeatureExtractor:
 
         dim = self.config.hidden_size * (len(layers) if combine == "concat" else 1)
         vectors = np.stack(results).reshape(len(items), dim) if level == "sentence" else results
+        if level == "sentence" and (bool(declared and declared.normalize) if normalize is None else normalize):
+            vectors = normalized(vectors)
         return Features(level=level, layers=layers, combine=combine, vectors=vectors,
                         tokens=None if level == "sentence" else [item.tokens for item in items],
                         texts=[a if b is None else f"{a} ||| {b}" for a, b in pairs], dim=dim,
                         windowed=windowed, truncated=truncated)
+
+    def _check_sizes(self, max_length: int, stride: int | None, batch_size: int) -> int:
+        """The stride (None: half a window), once the sizes are checked."""
+        limit = self.config.max_position_embeddings
+        if not 3 <= max_length <= limit:
+            raise BertforgeError(f"max_length must be between 3 and {limit} (the model's positions), not {max_length}")
+        stride = max(1, (max_length - 2) // 2) if stride is None else stride
+        if stride < 1:
+            raise BertforgeError(f"stride must be at least 1, not {stride}")
+        if batch_size < 1:
+            raise BertforgeError(f"batch_size must be at least 1, not {batch_size}")
+        return stride
 
     def _plan(self, pairs, max_length: int, stride: int):
         """Tokenize, and cut each text into windows: [CLS] A [SEP] (windows of a long A) or [CLS] A [SEP] B [SEP]."""
@@ -276,39 +288,20 @@ def _word_vectors(item: _Item, matrix: np.ndarray, how: str) -> tuple[np.ndarray
     return out, words, int((counts == 0).sum())
 
 
-def extract_features(model_dir, texts, layers=(-1, -2, -3, -4), combine="concat", level="token", pooling="mean",
-                     word_vector="first", max_length=512, stride=None, batch_size=32, bf16=False,
-                     device=None, progress: str | None = None) -> Features:
+def extract_features(model_dir, texts, layers=None, combine="concat", level="token", pooling=None,
+                     word_vector="first", max_length=None, stride=None, batch_size=32, bf16=False,
+                     device=None, progress: str | None = None, normalize=None) -> Features:
     """Load the model in `model_dir` and return the features of `texts`; see the module docstring.
 
     For many calls on one model, build a `FeatureExtractor` once and call its `extract`.
     """
     return FeatureExtractor(model_dir, device).extract(
         texts, layers=layers, combine=combine, level=level, pooling=pooling, word_vector=word_vector,
-        max_length=max_length, stride=stride, batch_size=batch_size, bf16=bf16, progress=progress)
+        max_length=max_length, stride=stride, batch_size=batch_size, bf16=bf16, progress=progress, normalize=normalize)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Input and output files
-
-
-def read_texts(path, pair: bool = False) -> list:
-    """One text per line of a file (or stdin for "-"), stripped; with `pair`, "A ||| B" lines become (A, B)."""
-    name = "<stdin>" if str(path) == "-" else str(path)
-    data = sys.stdin.read() if str(path) == "-" else read_text(path)
-    lines = data.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    lines = [line.strip() for line in lines]
-    if not any(lines):
-        raise BertforgeError(f"{name}: no text (empty input)")
-    if not pair:
-        return lines
-    out = []
-    for line in lines:
-        m = PAIR_SEPARATOR.match(line)
-        out.append((m.group(1), m.group(2)) if m else (line, None))
-    return out
+# Output files
 
 
 def check_output_format(path, level: str) -> str:
@@ -361,58 +354,3 @@ def _layer_entries(features: Features, row: np.ndarray) -> list[dict]:
         return [{"index": layer, "values": rounded(row[k * size:(k + 1) * size])}
                 for k, layer in enumerate(features.layers)]
     return [{"index": list(features.layers), "combine": features.combine, "values": rounded(row)}]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The command
-
-
-def _layer_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise BertforgeError(f"--layers: expected comma-separated integers such as -1,-2,-3,-4, not {text!r}") \
-            from None
-
-
-def add_features_arguments(parser):
-    # "-1,-2,-3,-4" is a value, not an option: let this parser read such lists as it reads negative numbers.
-    parser._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*$|^-\d*\.\d+$")
-    parser.add_argument("--model", required=True, help="checkpoint folder (config.json, weights, vocab.txt)")
-    parser.add_argument("--input", required=True, help="text file, one text per line, or - for stdin")
-    parser.add_argument("--out", required=True,
-                        help="output file: .npz or .jsonl (token/word level), .npy, .npz or .jsonl (sentence level)")
-    parser.add_argument("--pair", action="store_true", help='lines are text pairs "A ||| B" (Google\'s format)')
-    parser.add_argument("--layers", default="-1,-2,-3,-4",
-                        help="hidden states to use, 0 = embeddings, -1 = last layer")
-    parser.add_argument("--combine", choices=COMBINES, default="concat", help="how the layers are combined")
-    parser.add_argument("--level", choices=LEVELS, default="token", help="a vector per token, per word or per text")
-    parser.add_argument("--pooling", choices=POOLINGS, default="mean", help="sentence level: mean of tokens or [CLS]")
-    parser.add_argument("--word-vector", choices=WORD_VECTORS, default="first",
-                        help="word level: the first piece's vector (as the paper's NER) or the mean of the pieces")
-    parser.add_argument("--max-length", type=count(3), default=512, help="window length in tokens")
-    parser.add_argument("--stride", type=count(1),
-                        help="longer texts: each window starts this many tokens past the last (default: half a window)")
-    parser.add_argument("--batch-size", type=count(1), default=32, help="windows per forward pass")
-    parser.add_argument("--bf16", action="store_true", help="run the encoder under bfloat16 autocast")
-    parser.add_argument("--device", type=torch_device, help="cpu, cuda or cuda:N (default: cuda when available)")
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-
-
-def run_features(args) -> int:
-    t0 = time.time()
-    check_output_format(args.out, args.level)
-    check_output(args.out, "--out", folder=False, inputs=[args.input])
-    layers = _layer_list(args.layers)
-    texts = read_texts(args.input, pair=args.pair)
-    features = extract_features(args.model, texts, layers=layers, combine=args.combine, level=args.level,
-                                pooling=args.pooling, word_vector=args.word_vector, max_length=args.max_length,
-                                stride=args.stride, batch_size=args.batch_size, bf16=args.bf16, device=args.device,
-                                progress="features" if args.progress else None)
-    out = write_features(features, args.out)
-    rows = {"token": "tokens", "word": "words"}.get(args.level)
-    shape = f"[{len(features)}, {features.dim}]" if rows is None else \
-        f"{len(features)} arrays of [{rows}, {features.dim}]"
-    print(f"{len(features)} texts -> {args.level}-level features {shape} (layers {','.join(map(str, layers))}, "
-          f"{args.combine}) written to {out} in {time.time() - t0:.1f} s")
-    return 0

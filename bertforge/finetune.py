@@ -2,11 +2,13 @@
 
 What differs between tasks is the task family's (tasks/): reading, encoding, the head, the metric. What is
 shared is here: length-grouped batches (little padding), the training loop of `train.py` with the paper's
-fine-tuning recipe as defaults, evaluation every epoch with the best checkpoint kept in RUN/best/, and
-RUN/eval_results.json (its history read back from metrics.jsonl, so a resumed run reports every epoch).
+fine-tuning recipe as defaults, or settings that suit a few hundred examples (`--recipe`), evaluation every
+epoch with the best checkpoint kept in RUN/best/, and RUN/eval_results.json (its history read back from
+metrics.jsonl, so a resumed run reports every epoch).
 """
 
 import json
+import logging
 import math
 import sys
 import time
@@ -16,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import BertConfig
+from .errors import BertforgeError
 from .evaluate import check_length, evaluate_splits, predict_split
 from .inference import pad_batch, row_lengths
 from . import __version__
@@ -27,11 +30,20 @@ from .tokenizer import BertTokenizer
 from .options import TrainArgs
 from .resume import FINETUNE_FIXED
 
-# The paper's fine-tuning recipe (spec section 7): batch 32, lr 2e-5, 3 epochs, 10% warm-up.
+log = logging.getLogger("bertforge")
+
+# The paper's fine-tuning recipe (spec section 7): batch 32, lr 2e-5, 3 epochs, 10% warm-up (FINETUNE_DEFAULTS).
 # Step checkpoints (with the optimizer state, three times the model's size) serve --resume only: one at a time,
 # removed when the run completes unless --keep-checkpoints.
-FINETUNE_DEFAULTS = dict(batch_size=32, lr=2e-5, warmup=0.1, seed=42, weight_decay=0.01, adam_eps=1e-6,
-                         log_every=10, save_every=0, keep=1, keep_checkpoints=False)
+PAPER = dict(lr=2e-5, batch_size=32, epochs=3.0)
+FINETUNE_DEFAULTS = dict(warmup=0.1, seed=42, weight_decay=0.01, adam_eps=1e-6, log_every=10, save_every=0, keep=1,
+                         keep_checkpoints=False)
+# `--recipe adaptive` (the command's default), for what --lr, --batch-size and --epochs leave unsaid: the paper's
+# recipe where it makes at least MIN_STEPS optimizer steps (3,200 examples and more), else batches of
+# SMALL_BATCH at SMALL_LR for the epochs that MIN_STEPS take (at most MAX_EPOCHS). The paper's 3 epochs of 32 at
+# 2e-5 are 48 steps on 500 examples, which leave SST-2 at chance (BENCHMARKS.md, "Fine-tuning defaults").
+RECIPES = ("adaptive", "paper")
+MIN_STEPS, SMALL_BATCH, SMALL_LR, MAX_EPOCHS = 300, 16, 1e-4, 20
 EPOCH_RUN = ("steps", "eval_every")  # training options a fine-tuning run sets itself: epochs, an evaluation each
 LOG_KEYS = {"step", "loss", "lr", "tokens_per_s"}  # the training figures of a metrics.jsonl row
 
@@ -83,15 +95,16 @@ class FinetuneJob:
         model.save_pretrained(folder, tokenizer=self.tokenizer)
 
 
-def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: int | None = None,
+def finetune(task: str, model_dir, data, out, epochs: float | None = None, max_length: int | None = None,
              max_train_examples: int | None = None, max_eval_examples: int | None = None,
              group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
-             **options) -> dict:
+             recipe: str = "paper", **options) -> dict:
     """Fine-tune `model_dir` on a task; writes RUN/best/, RUN/eval_results.json (and, where the family predicts a
     test split, its predictions by the best model) and returns the best metrics.
 
-    `options`: TrainArgs fields (defaults FINETUNE_DEFAULTS) and the task family's own options; `command` and
-    `arguments` (the parsed command line, which --args-file reruns) are recorded in args.json."""
+    `options`: TrainArgs fields (defaults FINETUNE_DEFAULTS) and the task family's own options; the lr, batch
+    size and `epochs` not given are the `recipe`'s (`recipe_settings`); `command` and `arguments` (the parsed
+    command line, which --args-file reruns) are recorded in args.json."""
     import torch  # here, not at the top: the command's --help does not load torch
 
     started = time.perf_counter()
@@ -100,6 +113,7 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
     check_length(family, BertConfig.load(str(model_dir)), model_dir)  # before the data is read
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
+    epochs, chosen_by = choose_settings(recipe, len(splits.train.examples), train_options, epochs)
     torch.manual_seed(train_options["seed"])
     model = family.model_class.from_pretrained(model_dir, new_head=True, **family.head_config())
     model.config.extra.update(family.config_entries())
@@ -107,8 +121,38 @@ def finetune(task: str, model_dir, data, out, epochs: float = 3.0, max_length: i
            "family_options": family_record(options),
            "epochs": epochs, "max_length": family.max_length, "max_train_examples": max_train_examples,
            "max_eval_examples": max_eval_examples, "group_by_length": group_by_length, "command": command,
-           "arguments": arguments}
+           "arguments": arguments, "recipe": recipe, "chosen_by": chosen_by}
     return train_on_task(family, model, tokenizer, splits, splits.train.encoded, out, train_options, run, started)
+
+
+def recipe_settings(recipe: str, examples: int) -> tuple[dict, str]:
+    """The lr, batch size and epochs of `recipe` (see RECIPES) for this many training examples, and why."""
+    if recipe not in RECIPES:
+        raise BertforgeError(f"--recipe must be one of {', '.join(RECIPES)}, not {recipe!r}")
+    paper_steps = PAPER["epochs"] * math.ceil(examples / PAPER["batch_size"])
+    if recipe == "paper":
+        return dict(PAPER), "the paper's recipe (--recipe paper)"
+    if paper_steps >= MIN_STEPS:
+        return dict(PAPER), f"the paper's recipe: {paper_steps:g} steps on {examples} training examples"
+    epochs = min(MAX_EPOCHS, math.ceil(MIN_STEPS / math.ceil(examples / SMALL_BATCH)))
+    return ({"lr": SMALL_LR, "batch_size": SMALL_BATCH, "epochs": float(epochs)},
+            f"{examples} training examples: the paper's recipe would make {paper_steps:g} steps, so batches of "
+            f"{SMALL_BATCH} at {SMALL_LR:g} for {epochs} epochs (at least {MIN_STEPS} steps, at most {MAX_EPOCHS} "
+            f"epochs; --recipe paper keeps the paper's)")
+
+
+def choose_settings(recipe: str, examples: int, train_options: dict, epochs: float | None) -> tuple[float, str]:
+    """Fills the lr and batch size of `train_options` that were not given (None or absent) with the recipe's,
+    says so, and returns the epochs and the reason recorded in args.json."""
+    chosen, why = recipe_settings(recipe, examples)
+    given = {"lr": train_options.get("lr"), "batch_size": train_options.get("batch_size"), "epochs": epochs}
+    settings = {k: chosen[k] if v is None else v for k, v in given.items()}
+    train_options.update(lr=settings["lr"], batch_size=settings["batch_size"])
+    left = [k for k, v in given.items() if v is None]
+    if left:
+        log.info(f"fine-tuning with lr {settings['lr']:g}, batch {settings['batch_size']}, "
+                 f"{settings['epochs']:g} epochs ({', '.join(left)} from {why})")
+    return settings["epochs"], why if left else "given"
 
 
 def family_record(options: dict) -> dict:
@@ -199,23 +243,29 @@ def data_sources(run: dict) -> str:
 def add_finetune_arguments(p):
     p.add_argument("task", help=f"one of {', '.join(TASKS)}")
     p.add_argument("--model", required=True, help="pre-trained checkpoint folder (Hugging Face layout)")
-    add_task_run_arguments(p, FINETUNE_DEFAULTS)
+    p.add_argument("--recipe", choices=RECIPES, default="adaptive",
+                   help="what --lr, --batch-size and --epochs not given are: adaptive: the paper's recipe (lr 2e-5, "
+                        f"batch 32, 3 epochs) where it makes at least {MIN_STEPS} steps, else batch {SMALL_BATCH} at "
+                        f"{SMALL_LR:g} for the epochs {MIN_STEPS} steps take; paper: always the paper's")
+    add_task_run_arguments(p, {**FINETUNE_DEFAULTS, "lr": None, "batch_size": None}, None,
+                           notes=dict.fromkeys(("lr", "batch_size", "epochs"), " (default: the --recipe's)"))
 
 
-def add_task_run_arguments(p, defaults: dict):
+def add_task_run_arguments(p, defaults: dict, epochs: float | None, notes: dict | None = None):
     """The data, the run folder, the epochs and the training options: what training on a task takes beside the
-    model it starts from (finetune, distill)."""
+    model it starts from (finetune, distill). A default of None is decided elsewhere, as `notes` say."""
     p.add_argument("--data", help="the task's data folder (or file); "
                                   "your own data: --train/--dev/--test or --dataset instead")
     p.add_argument("--out", required=True, help="run folder: best/, eval_results.json, metrics.jsonl")
-    p.add_argument("--epochs", type=positive, default=3.0, help="passes over the training data")
+    p.add_argument("--epochs", type=positive, default=epochs,
+                   help="passes over the training data" + (notes or {}).get("epochs", ""))
     p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 to 384)")
     p.add_argument("--max-train-examples", type=count(1), help="use only the first N training examples")
     p.add_argument("--max-eval-examples", type=count(1), help="evaluate on only the first N examples")
     p.add_argument("--no-length-grouping", action="store_true",
                    help="batches of a plain shuffle (default: batches of similar lengths, little padding)")
     add_family_arguments(p)
-    add_training_arguments(p, defaults, skip=EPOCH_RUN)
+    add_training_arguments(p, defaults, skip=EPOCH_RUN, notes=notes)
 
 
 def task_run_options(args) -> dict:
@@ -228,6 +278,6 @@ def task_run_options(args) -> dict:
 
 def run_finetune(args) -> int:
     check_output(args.out, "--out", inputs=[p for p in (args.model, args.data) if p])
-    results = finetune(args.task, args.model, args.data, args.out, **task_run_options(args))
+    results = finetune(args.task, args.model, args.data, args.out, recipe=args.recipe, **task_run_options(args))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0

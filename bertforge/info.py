@@ -9,6 +9,7 @@ from pathlib import Path
 from .config import BertConfig
 from .errors import BertforgeError
 from .io import read_json
+from .sentence_folder import read_sentence_folder
 from .sizes import read_header
 from .tokenizer import looks_uncased
 
@@ -106,7 +107,8 @@ def describe(folder: Path) -> list[str]:
 
     architecture = ", ".join(config.extra.get("architectures", [])) or "not stated in config.json"
     size = sum(f.stat().st_size for f in files)
-    return [
+    declared = read_sentence_folder(folder)
+    lines = [
         f"folder:        {folder}",
         f"architecture:  {architecture}",
         f"sizes:         {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
@@ -120,6 +122,9 @@ def describe(folder: Path) -> list[str]:
         f"weights:       {', '.join(f.name for f in files)}, {', '.join(dtypes)}, {size / 2**20:.1f} MiB",
         f"vocabulary:    {vocabulary(folder, config)}, {vocabulary_case(folder)}",
     ]
+    if declared:
+        lines.append(f"embedding:     sentence-transformers folder: {declared.summary()}")
+    return lines
 
 
 def run_info(args) -> int:

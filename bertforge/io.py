@@ -231,7 +231,10 @@ def replace_folder(tmp: Path, final: Path):
 # What a model folder holds (a checkpoint, its tokenizer, an ONNX export): a folder of these alone may be replaced
 # by another model with --overwrite; a folder holding anything else is never replaced (those files would be lost).
 MODEL_FILES = ("config.json", "bert_config.json", "model.safetensors.index.json", "pytorch_model.bin", "onnx.json",
-               "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+               "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+               # a sentence-transformers folder's (sentence_folder.py)
+               "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling",
+               "2_Normalize")
 MODEL_SUFFIXES = (".safetensors", ".onnx")
 
 

@@ -3,7 +3,8 @@
 Task names, inputs and output shapes are transformers' `pipeline()`'s: fill-mask, text-classification
 (alias sentiment-analysis), token-classification (alias ner), feature-extraction; plus question-answering
 (windowed and post-processed as fine-tuning does, see answer_spans.py), sentence-embedding and
-multiple-choice. Without a task, the checkpoint's head (config.json `architectures`) decides.
+multiple-choice. Without a task, the checkpoint's head (config.json `architectures`) decides, and a
+sentence-transformers folder (modules.json, sentence_folder.py) is a sentence-embedding one.
 
 Every task is three steps, so that the server (serve.py) can batch rows of many requests together:
 `prepare` checks and encodes the inputs into rows (inference.py), `forward` runs a padded batch and returns
@@ -23,6 +24,7 @@ from .errors import BertforgeError
 from .inference import per_row, run
 from .inputs import as_list, check_count, check_ids, check_text, id_row, input_name, is_ids
 from .runtime import load_runtime
+from .sentence_folder import SentencePooling, check_pooling, normalized, pool, read_sentence_folder
 from . import answer_spans
 from .tokenizer import BertTokenizer
 from .windows import TextWindows, text_head
@@ -370,32 +372,40 @@ class FeatureExtraction(Pipeline):
         return [[states.tolist()] for states in outputs]
 
 
-POOLINGS = ("mean", "cls")
-
-
 class SentenceEmbedding(FeatureExtraction):
-    """One vector per text: the mean over its tokens ([CLS] and [SEP] included, as sentence-transformers) or
-    the [CLS] vector, of the last layer; with `dimensions` (Matryoshka), its first that many values; then unit
-    length with normalize."""
+    """One vector per text pooled from the last layer's token vectors ([CLS] and [SEP] included) as
+    sentence-transformers pools them (sentence_folder.pool); with `dimensions` (Matryoshka), its first that many
+    values; then unit length with normalize. A sentence-transformers folder's declaration (pooling, Normalize,
+    max_seq_length, prompt) gives the defaults; else mean, normalized. Token ids are pooled as given (no prompt)."""
 
     task = "sentence-embedding"
-    defaults = {"pooling": "mean", "normalize": True, "dimensions": None}
+
+    def __init__(self, runtime, tokenizer, config, folder, *args, **kwargs):
+        self.declared = read_sentence_folder(folder) or SentencePooling()
+        self.defaults = {"pooling": self.declared.pooling, "normalize": self.declared.normalize, "dimensions": None}
+        self.default_max_length = self.declared.max_seq_length
+        super().__init__(runtime, tokenizer, config, folder, *args, **kwargs)
+        self.skip = self.declared.skipped(tokenizer)
 
     def check_options(self, options):
-        if options["pooling"] not in POOLINGS:
-            raise BertforgeError(f"pooling must be one of {', '.join(POOLINGS)}, not {options['pooling']!r}")
+        check_pooling(options["pooling"])
         if options["dimensions"] is not None:
             check_count(options, "dimensions")
             if options["dimensions"] > self.config.hidden_size:
                 raise BertforgeError(f"dimensions {options['dimensions']} is over the model's "
                                      f"{self.config.hidden_size}")
 
+    def encode(self, items, prepared, truncate):
+        texts = [isinstance(item, str) for item in items]
+        prepared.extra["skip"] = [self.skip if text else 0 for text in texts]  # a prompt's tokens, in texts only
+        return super().encode([self.declared.text(x) if text else x for x, text in zip(items, texts)], prepared,
+                              truncate)
+
     def postprocess(self, prepared, outputs):
-        vectors = np.stack([s[0] if prepared.options["pooling"] == "cls" else s.mean(0) for s in outputs])
+        vectors = np.stack([pool(states, prepared.options["pooling"], skip)
+                            for states, skip in zip(outputs, prepared.extra["skip"])])
         vectors = vectors[:, :prepared.options["dimensions"]]
-        if prepared.options["normalize"]:
-            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        return vectors.tolist()
+        return (normalized(vectors) if prepared.options["normalize"] else vectors).tolist()
 
 
 class MultipleChoice(Pipeline):
@@ -447,7 +457,10 @@ HEAD_TASKS = {"BertForMaskedLM": "fill-mask", "BertForPreTraining": "fill-mask",
 
 
 def head_task(config: BertConfig, folder: Path) -> str:
-    """The task of the checkpoint's head, from config.json `architectures`."""
+    """The task of the checkpoint's head, from config.json `architectures`; a sentence-transformers folder's is
+    sentence-embedding."""
+    if read_sentence_folder(folder) is not None:
+        return "sentence-embedding"
     heads = config.extra.get("architectures") or []
     known = [HEAD_TASKS[h] for h in heads if h in HEAD_TASKS]
     if not known:

@@ -45,7 +45,9 @@ ENDPOINTS = {"text-classification": "classify", "sentence-embedding": "embed", "
 OPTIONS = {
     "classify": {"top_k": (int | None, "labels to return, best first (null: all); absent: the best label"),
                  "function_to_apply": (str, "softmax, sigmoid or none")},
-    "embed": {"pooling": (str, "mean or cls"), "normalize": (bool, "unit-length vectors (default true)"),
+    "embed": {"pooling": (str, "mean, cls, max, lasttoken, mean_sqrt_len_tokens or weightedmean (default: the "
+                                "model folder's, else mean)"),
+              "normalize": (bool, "unit-length vectors (default: the model folder's, else true)"),
               "dimensions": (int, "Matryoshka: the first N values of each vector (then normalised)")},
     "fill-mask": {"top_k": (int, "tokens per [MASK] (default 5)")},
     "ner": {"aggregation_strategy": (str, "none, simple, first, max or average")},

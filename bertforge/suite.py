@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .config import BertConfig
 from .errors import BertforgeError
-from .finetune import EPOCH_RUN, FINETUNE_DEFAULTS, finetune
+from .finetune import EPOCH_RUN, FINETUNE_DEFAULTS, PAPER, finetune
 from .io import read_json, write_json, write_text_atomic
 from .options import add_training_arguments, count, positive, training_options
 from .tasks import TASKS, make_family
@@ -251,7 +251,7 @@ def add_suite_arguments(p):
                    help="fine-tuning seeds, each a whole number of at least 0, each once")
     p.add_argument("--data", required=True, help="the tasks' data folder (for GLUE: the folder holding SST-2/ ...)")
     p.add_argument("--out", required=True, help="suite folder: suite.json, suite.md, runs/")
-    p.add_argument("--epochs", type=positive, default=3.0, help="passes over each task's training data")
+    p.add_argument("--epochs", type=positive, default=PAPER["epochs"], help="passes over each task's training data")
     p.add_argument("--grid", nargs="?", const="paper", type=parse_grid, metavar="SPEC",
                    help="run a grid instead of --lr/--batch-size/--epochs and report each task's dev-best point: "
                         "the paper's (lr 2e-5,3e-5,5e-5 x batch 16,32 x epochs 2,3,4) or a subset such as "
@@ -262,7 +262,7 @@ def add_suite_arguments(p):
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no line per finished run (runs done, ETA); the report is printed at the end")
     # each run's training options, as finetune's (--lr and --batch-size: unless --grid sets them)
-    add_training_arguments(p, FINETUNE_DEFAULTS, skip=SUITE_OWN, args_file=False)
+    add_training_arguments(p, {**FINETUNE_DEFAULTS, **PAPER}, skip=SUITE_OWN, args_file=False)
 
 
 # Training options a suite sets per run (seed, the run folder) or for itself (its progress lines), not per flag

@@ -86,3 +86,18 @@ def test_onnx_errors(exported, capsys, tmp_path):
         bertforge.pipeline(model=src, backend="onnx")
     with pytest.raises(BertforgeError, match="--backend must be one of"):
         bertforge.pipeline(model=src, backend="tensorrt")
+
+
+def test_sentence_transformers_folder_exports_with_its_pooling(tmp_path, tokenizer, capsys):
+    """The export keeps the folder's declaration, so the ONNX folder embeds as the checkpoint does (max pooling,
+    not normalized, at most 16 tokens: none of the defaults)."""
+    from bertforge.sentence_folder import read_sentence_folder, write_sentence_folder
+
+    src = random_model(tmp_path / "model", "BertModel", tokenizer)
+    write_sentence_folder(src, "max", normalize=False, max_seq_length=16)
+    assert main(["export", "onnx", str(src), str(tmp_path / "onnx")]) == 0
+    assert read_sentence_folder(tmp_path / "onnx") == read_sentence_folder(src)
+    embed = bertforge.pipeline(model=tmp_path / "onnx", backend="onnx")  # sentence-embedding: the folder says so
+    assert embed.max_length == 16
+    expected = bertforge.pipeline("sentence-embedding", model=src, max_length=16)(TEXTS, pooling="max", normalize=False)
+    assert_same(embed(TEXTS), expected)

@@ -12,8 +12,8 @@ import torch
 import transformers
 
 from bertforge.errors import BertforgeError
-from bertforge.features import (FeatureExtractor, add_features_arguments, extract_features, read_texts,
-                                run_features, write_features)
+from bertforge.commands.features import add_features_arguments, read_texts, run_features
+from bertforge.features import FeatureExtractor, extract_features, write_features
 from tests.conftest import require_shared
 
 transformers.logging.set_verbosity_error()

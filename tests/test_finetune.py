@@ -5,6 +5,7 @@ accuracy of real fine-tuning is measured by benchmarks/ and recorded in BENCHMAR
 """
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -40,7 +41,7 @@ def test_glue_classification_writes_results_and_best(tiny_model, tmp_path):
     assert saved["history"][saved["epoch_of_best"] - 1]["accuracy"] == saved["accuracy"]
     assert len(saved["history"]) == 2 and saved["train_examples"] == 32
     best = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "best")
-    assert best.config.id2label == {0: "0", 1: "1"}
+    assert best.config.id2label == {0: "negative", 1: "positive"}  # GLUE's names, as transformers' run_glue
     assert (tmp_path / "run" / "best" / "vocab.txt").is_file()
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 8 and "accuracy" in rows[-1]
@@ -152,7 +153,7 @@ def test_patience_stops_early_and_the_model_card_says_what_was_trained(tiny_mode
     assert len(result["history"]) == 2 and result["epoch_of_best"] == 1
     assert (tmp_path / "run" / "final").is_dir()
     card = (tmp_path / "run" / "best" / "README.md").read_text()
-    assert "# sst2, fine-tuned with bertforge" in card and "labels: 0, 1" in card
+    assert "# sst2, fine-tuned with bertforge" in card and "labels: negative, positive" in card
     assert f"| accuracy | {result['accuracy']:.4f} |" in card and "32 training examples" in card
     saved = json.loads((tmp_path / "run" / "args.json").read_text())
     assert saved["patience"] == 1 and saved["extra"]["task"] == "sst2" and saved["extra"]["data"] == str(data)
@@ -272,3 +273,87 @@ def test_resume_refuses_another_task_data_model_or_length(tiny_model, resumable,
     for word in [*map(filled, words), str(resumable / "args.json")]:
         assert word in said[0], said[0]
     assert {p: p.read_bytes() for p in sorted(resumable.rglob("*")) if p.is_file()} == before
+
+
+def relabelled(best, folder, names, swap=False):
+    """A copy of a fine-tuned SST-2 model whose config names its labels `names`; with swap, its outputs in the
+    other order (the classifier's rows swapped: the same model, labelled as transformers' models may be)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(best, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["id2label"] = {str(i): n for i, n in enumerate(names)}
+    config["label2id"] = {n: i for i, n in enumerate(names)}
+    (folder / "config.json").write_text(json.dumps(config))
+    if swap:
+        weights = load_file(folder / "model.safetensors")
+        for key in ("classifier.weight", "classifier.bias"):
+            weights[key] = weights[key].flip(0).contiguous()
+        save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+def test_glue_label_names_in_predict_and_pipeline_and_for_older_models(tiny_model, tmp_path, capsys):
+    """A fine-tuned SST-2 model answers negative/positive in predict and pipeline(); a model fine-tuned before label
+    names (ids "0"/"1"), one named as transformers' models may be, in the other order, and one with LABEL_i,
+    evaluate to the same score and predict the same labels and probabilities."""
+    import bertforge
+
+    data = require_shared("data", "glue", "SST-2")
+    result = run("sst2", tiny_model, data, tmp_path / "run", epochs=2)
+    best = tmp_path / "run" / "best"
+    texts = [e.text_a for e in read_glue("sst2", data.parent, "dev")[:24]]
+
+    def predicted(folder):
+        capsys.readouterr()
+        assert main(["predict", "sst2", "--model", str(folder), *(f"--text={t}" for t in texts)]) == 0
+        return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    ours = predicted(best)
+    assert all(list(p["probabilities"]) == ["negative", "positive"] for p in ours)
+    piped = bertforge.pipeline(model=best)(texts, top_k=None)
+    assert [p["label"] for p in ours] == [r[0]["label"] for r in piped]
+    assert [p["probabilities"]["positive"] for p in ours] == pytest.approx(
+        [next(x["score"] for x in r if x["label"] == "positive") for r in piped], abs=1e-5)
+    for name, names, swap in (("old", ["0", "1"], False), ("theirs", ["POSITIVE", "NEGATIVE"], True),
+                              ("generic", ["LABEL_0", "LABEL_1"], False)):
+        folder = relabelled(best, tmp_path / name, names, swap)
+        assert rescored(capsys, "sst2", folder, data, 24)["accuracy"] == pytest.approx(result["accuracy"])
+        theirs = predicted(folder)
+        assert [p["label"] for p in theirs] == [p["label"] for p in ours], name
+        for mine, other in zip(ours, theirs):
+            assert list(other["probabilities"]) == ["negative", "positive"]
+            assert list(other["probabilities"].values()) == pytest.approx(list(mine["probabilities"].values()),
+                                                                          abs=1e-5)
+
+
+@pytest.mark.parametrize("recipe, examples, expected", [
+    ("adaptive", 500, {"lr": 1e-4, "batch_size": 16, "epochs": 10.0}),  # 32 steps an epoch: 300 take 10
+    ("adaptive", 100, {"lr": 1e-4, "batch_size": 16, "epochs": 20.0}),  # at most 20 epochs
+    ("adaptive", 3200, {"lr": 2e-5, "batch_size": 32, "epochs": 3.0}),  # the paper's: 300 steps
+    ("adaptive", 67349, {"lr": 2e-5, "batch_size": 32, "epochs": 3.0}),
+    ("paper", 500, {"lr": 2e-5, "batch_size": 32, "epochs": 3.0}),
+])
+def test_the_recipe_s_settings_by_the_number_of_training_examples(recipe, examples, expected):
+    from bertforge.finetune import recipe_settings
+
+    settings, why = recipe_settings(recipe, examples)
+    assert settings == expected and why
+
+
+def test_without_rate_batch_or_epochs_the_run_adapts_and_says_so(tiny_model, tmp_path, caplog):
+    data = require_shared("data", "glue", "SST-2")
+    argv = ["finetune", "sst2", "--model", str(tiny_model), "--data", str(data), "--max-train-examples", "40",
+            "--max-eval-examples", "16", "--no-progress"]
+    with caplog.at_level(logging.INFO, logger="bertforge"):
+        assert main([*argv, "--out", str(tmp_path / "adaptive"), "--lr", "3e-4"]) == 0
+    said = "fine-tuning with lr 0.0003, batch 16, 20 epochs (batch_size, epochs from 40 training examples"
+    assert said in caplog.text
+    saved = json.loads((tmp_path / "adaptive" / "args.json").read_text())
+    assert (saved["lr"], saved["batch_size"], saved["steps"]) == (3e-4, 16, 60)  # 3 steps an epoch, 20 epochs
+    assert saved["extra"]["recipe"] == "adaptive" and "40 training examples" in saved["extra"]["chosen_by"]
+    assert main([*argv, "--out", str(tmp_path / "paper"), "--recipe", "paper"]) == 0
+    saved = json.loads((tmp_path / "paper" / "args.json").read_text())
+    assert (saved["lr"], saved["batch_size"], saved["steps"], saved["extra"]["epochs"]) == (2e-5, 32, 6, 3.0)

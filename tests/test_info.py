@@ -29,6 +29,17 @@ def test_minilm(minilm_dir, capsys):
     assert out["heads"] == "pooler"
     assert out["weights"] == "model.safetensors, float32, 86.7 MiB"
     assert out["vocabulary"] == "30522 tokens (as vocab.txt), uncased (tokenizer_config.json)"
+    assert "embedding" not in out
+
+
+def test_sentence_transformers_folder(minilm_dir, tmp_path, capsys):
+    from bertforge.sentence_folder import write_sentence_folder
+
+    for file in minilm_dir.iterdir():
+        (tmp_path / file.name).symlink_to(file)
+    write_sentence_folder(tmp_path, "cls", normalize=False, max_seq_length=128)
+    assert info(tmp_path, capsys)["embedding"] == \
+        "sentence-transformers folder: cls pooling, not normalized, max_seq_length 128"
 
 
 def test_pretraining_folder(tmp_path, capsys):

@@ -67,5 +67,5 @@ def test_finetune_starts_from_it(transformers_folder, tmp_path):
     best = tmp_path / "run" / "best"
     assert json.loads((tmp_path / "run" / "eval_results.json").read_text())["train_examples"] == 16
     model = transformers.BertForSequenceClassification.from_pretrained(best)  # and back into transformers
-    assert model.config.id2label == {0: "0", 1: "1"}
+    assert model.config.id2label == {0: "negative", 1: "positive"}  # GLUE's names, which transformers shows
     assert transformers.AutoTokenizer.from_pretrained(best)("hi")["input_ids"] == [101, 7632, 102]

@@ -100,6 +100,24 @@ class TaskFamily:
         if self.data is None or config.num_labels == len(self.labels):
             self.labels = [config.id2label[i] for i in range(config.num_labels)]
 
+    def label_aliases(self, i: int) -> set[str]:
+        """What a model's id2label may call label i (lower-cased): its name, or transformers' LABEL_i."""
+        return {str(self.labels[i]).lower(), f"label_{i}"}
+
+    def model_order(self, config) -> list[int] | None:
+        """The model's output of each of the family's labels, where each of the model's label names means one of
+        them (label_aliases); None where one does not."""
+        if config.num_labels != len(self.labels):
+            return None
+        order = {}
+        for output in range(config.num_labels):
+            name = str(config.id2label[output]).lower()
+            means = [i for i in range(len(self.labels)) if name in self.label_aliases(i)]
+            if len(means) != 1 or means[0] in order:
+                return None
+            order[means[0]] = output
+        return [order[i] for i in range(len(self.labels))]
+
     def loss_units(self, batch: dict) -> int:
         """How many units the batch's mean loss is over (rows, unless the loss is per token)."""
         return len(batch["input_ids"])

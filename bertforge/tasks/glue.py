@@ -27,6 +27,7 @@ class GlueTask:
     hf_text: tuple[str, str | None]  # the same texts' fields in the `datasets` glue configs
     splits: tuple[str, ...] = ("train", "dev", "test")
     columns: tuple[str, ...] | None = None  # names for labelled files without a header (CoLA)
+    names: tuple[str, ...] | None = None  # the labels' names where the files write 0/1 (`datasets`' glue features)
 
     @property
     def num_labels(self) -> int:
@@ -41,17 +42,20 @@ _ENTAILMENT = ("entailment", "not_entailment")
 
 GLUE_TASKS = {t.name: t for t in [
     GlueTask("cola", "CoLA", "sentence", None, "label", _BINARY, ("sentence", None),
-             columns=("source", "label", "original-label", "sentence")),
-    GlueTask("sst2", "SST-2", "sentence", None, "label", _BINARY, ("sentence", None)),
-    GlueTask("mrpc", "MRPC", "#1 String", "#2 String", "Quality", _BINARY, ("sentence1", "sentence2")),
+             columns=("source", "label", "original-label", "sentence"), names=("unacceptable", "acceptable")),
+    GlueTask("sst2", "SST-2", "sentence", None, "label", _BINARY, ("sentence", None), names=("negative", "positive")),
+    GlueTask("mrpc", "MRPC", "#1 String", "#2 String", "Quality", _BINARY, ("sentence1", "sentence2"),
+             names=("not_equivalent", "equivalent")),
     GlueTask("stsb", "STS-B", "sentence1", "sentence2", "score", None, ("sentence1", "sentence2")),
-    GlueTask("qqp", "QQP", "question1", "question2", "is_duplicate", _BINARY, ("question1", "question2")),
+    GlueTask("qqp", "QQP", "question1", "question2", "is_duplicate", _BINARY, ("question1", "question2"),
+             names=("not_duplicate", "duplicate")),
     GlueTask("mnli", "MNLI", "sentence1", "sentence2", "gold_label", ("contradiction", "entailment", "neutral"),
              ("premise", "hypothesis"),
              splits=("train", "dev_matched", "dev_mismatched", "test_matched", "test_mismatched")),
     GlueTask("qnli", "QNLI", "question", "sentence", "label", _ENTAILMENT, ("question", "sentence")),
     GlueTask("rte", "RTE", "sentence1", "sentence2", "label", _ENTAILMENT, ("sentence1", "sentence2")),
-    GlueTask("wnli", "WNLI", "sentence1", "sentence2", "label", _BINARY, ("sentence1", "sentence2")),
+    GlueTask("wnli", "WNLI", "sentence1", "sentence2", "label", _BINARY, ("sentence1", "sentence2"),
+             names=("not_entailment", "entailment")),
 ]}
 
 
@@ -162,7 +166,11 @@ def write_glue_submission(task: str, predictions, path) -> None:
 
 
 class GlueFamily(TaskFamily):
-    """The nine GLUE tasks: a sequence classifier (a regressor for STS-B) on the pooled output."""
+    """The nine GLUE tasks: a sequence classifier (a regressor for STS-B) on the pooled output. Its labels are the
+    tasks' names (SST-2 negative, positive), which fine-tuning writes in config.json's id2label; the submission
+    file keeps the files' values. A model whose label names all mean the task's (label_aliases: the names, the
+    files' values as models fine-tuned before label names have them, transformers' LABEL_i) is read in the task's
+    order; one with other names keeps them, its outputs taken in the task's order."""
 
     names = tuple(GLUE_TASKS)
     model_class = HeadClass("BertForSequenceClassification")
@@ -171,7 +179,8 @@ class GlueFamily(TaskFamily):
         super().__init__(task, data, max_length)
         self.glue = glue_task(task)
         self.root = data.parent if data and (data / "train.tsv").is_file() else data
-        self.labels = list(self.glue.labels) if self.glue.labels else [self.glue.name]
+        self.labels = list(self.glue.names or self.glue.labels or [self.glue.name])
+        self.order = None  # the model's output of each label, where its label names are in another order
         self.best_metric = GLUE_METRICS[task][0]
         self.eval_splits = ("dev_matched", "dev_mismatched") if task == "mnli" else ("dev",)
         self.text_fields = {name: str for name in self.glue.hf_text if name}
@@ -186,8 +195,20 @@ class GlueFamily(TaskFamily):
         a, b = self.glue.hf_text
         return GlueExample(guid, record[a], record[b] if b else None, None)
 
-    def predictions(self, outputs) -> np.ndarray:
+    def label_aliases(self, i: int) -> set[str]:
+        return super().label_aliases(i) | ({self.glue.labels[i].lower()} if self.glue.labels else set())
+
+    def use_model_labels(self, config) -> None:
+        self.order = self.model_order(config) if self.glue.labels else None
+        if self.order is None:
+            super().use_model_labels(config)
+
+    def logits(self, outputs) -> np.ndarray:
         logits = np.stack(outputs["logits"])
+        return logits if self.order is None else logits[:, self.order]
+
+    def predictions(self, outputs) -> np.ndarray:
+        logits = self.logits(outputs)
         return logits[:, 0] if self.glue.labels is None else logits.argmax(-1)
 
     def score(self, split: Split, outputs) -> dict:
@@ -201,7 +222,7 @@ class GlueFamily(TaskFamily):
         return path
 
     def describe(self, split: Split, outputs) -> list[dict]:
-        logits = np.stack(outputs["logits"])
+        logits = self.logits(outputs)
         if self.glue.labels is None:
             return [{"score": rounded(row[0])} for row in logits]
         return [{"label": self.labels[int(p.argmax())], "probabilities": dict(zip(self.labels, rounded(p)))}

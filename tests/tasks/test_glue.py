@@ -2,11 +2,14 @@ import re
 import sys
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from bertforge.errors import BertforgeError
+from bertforge.config import BertConfig
 from bertforge.tasks.glue import (
     GLUE_TASKS,
+    GlueFamily,
     encode_glue,
     glue_task,
     load_glue_from_datasets,
@@ -149,3 +152,19 @@ def test_datasets_labels_follow_the_files_order(monkeypatch):
     examples = load_glue_from_datasets("mnli", "dev_matched")
     assert calls == [("nyu-mll/glue", "mnli", "validation_matched")]
     assert [(e.text_a, e.text_b, e.label) for e in examples] == [("p", "h", 1), ("p", "h", 0), ("p", "h", None)]
+
+
+def test_model_labels_are_read_in_the_task_order():
+    """A model's label names, in any order or case, are the task's; other names stay the model's own, in its
+    order; the submission file keeps the files' values."""
+    family = GlueFamily("mnli", None, 128)
+    family.use_model_labels(BertConfig.from_name("tiny", id2label={0: "ENTAILMENT", 1: "neutral", 2: "contradiction"}))
+    assert family.labels == ["contradiction", "entailment", "neutral"]
+    outputs = {"logits": [np.array([3.0, 2.0, 1.0]), np.array([0.0, 0.0, 5.0])]}  # entailment, contradiction
+    assert [d["label"] for d in family.describe(None, outputs)] == ["entailment", "contradiction"]
+    assert family.predictions(outputs).tolist() == [1, 0]
+    sst2 = GlueFamily("sst2", None, 128)
+    assert sst2.labels == ["negative", "positive"]
+    sst2.use_model_labels(BertConfig.from_name("tiny", id2label={0: "bad", 1: "good"}))
+    assert sst2.labels == ["bad", "good"] and sst2.order is None
+    assert sst2.describe(None, {"logits": [np.array([0.0, 1.0])]})[0]["label"] == "good"
