@@ -3,14 +3,15 @@
 
 The loss is sentence-transformers' MultipleNegativesRankingLoss: each query's cosine similarities to every passage
 of the batch, times 20, are the logits of a cross-entropy whose target is its own passage (the others are its
-negatives). On disk it is the plain encoder (a BertModel folder), which the retrieval family adds the
-sentence-transformers files to.
+negatives). On disk it is the plain encoder (a BertModel folder) with the sentence-transformers files that
+declare its pooling (sentence_folder.py), so that `SentenceTransformer(folder)` loads it as it was trained.
 """
 
 import torch
 import torch.nn.functional as F
 
 from .model import BertModel
+from .sentence_folder import write_sentence_folder
 
 SCALE = 20.0  # sentence-transformers' MultipleNegativesRankingLoss scale
 
@@ -42,3 +43,7 @@ class BertBiEncoder(BertModel):
         scores = SCALE * queries.float() @ passages.float().T
         loss = F.cross_entropy(scores, torch.arange(len(scores), device=scores.device))
         return {"loss": loss, "scores": scores}
+
+    def save_pretrained(self, folder, tokenizer=None):
+        super().save_pretrained(folder, tokenizer)
+        write_sentence_folder(folder, pooling="mean", normalize=True)
