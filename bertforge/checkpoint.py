@@ -160,6 +160,13 @@ def encoder_parts(keys, prefix: str) -> list[str]:
 class PretrainedMixin:
     """`from_pretrained` / `save_pretrained` for the model classes (which define `base_model_prefix`)."""
 
+    saved_as: str | None = None  # the class config.json's `architectures` names, where not this one
+
+    @classmethod
+    def architecture(cls) -> str:
+        """What config.json's `architectures` records for this class."""
+        return cls.saved_as or cls.__name__
+
     @classmethod
     def from_pretrained(cls, folder, trust_pickle: bool = False, config: BertConfig | None = None,
                         skip_init: bool = False, *, num_labels: int | None = None, id2label: dict | None = None,
@@ -234,7 +241,7 @@ class PretrainedMixin:
         """Write config.json and model.safetensors (each atomically), and the tokenizer when given."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        config = {**self.config.to_dict(), "architectures": [type(self).__name__]}
+        config = {**self.config.to_dict(), "architectures": [self.architecture()]}
         config.pop("torch_dtype", None)  # as transformers 5: the weights' dtype, under its new name
         config["dtype"] = str(next(self.parameters()).dtype).removeprefix("torch.")
         write_text_atomic(folder / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -51,7 +51,7 @@ def check_model(family: TaskFamily, model, folder, fine_tuned: bool) -> None:
     config = model.config
     check_length(family, config, folder)
     saved_as = config.extra.get("architectures") or []
-    wanted = family.model_class.__name__
+    wanted = family.model_class.architecture()
     if fine_tuned and saved_as and wanted not in saved_as:
         raise BertforgeError(f"{folder}: a {saved_as[0]} model, but {family.task} needs a {wanted}")
     if fine_tuned and model.fresh_parts:
@@ -86,7 +86,7 @@ def add_model_run_arguments(p, data_help: str, examples_help: str):
     p.add_argument("task", help=f"one of {', '.join(TASKS)}")
     p.add_argument("--model", required=True, help="a fine-tuned folder (e.g. RUN/best)")
     p.add_argument("--data", help=data_help)
-    p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 or 384)")
+    p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 to 384)")
     p.add_argument("--max-eval-examples", type=count(1), help=examples_help)
     p.add_argument("--batch-size", type=count(1), default=64, help="rows per forward pass")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (about 2x fp32 on CPUs with AVX512-BF16 "

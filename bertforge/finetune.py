@@ -259,7 +259,7 @@ def add_task_run_arguments(p, defaults: dict, epochs: float | None, notes: dict 
     p.add_argument("--out", required=True, help="run folder: best/, eval_results.json, metrics.jsonl")
     p.add_argument("--epochs", type=positive, default=epochs,
                    help="passes over the training data" + (notes or {}).get("epochs", ""))
-    p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 or 384)")
+    p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 to 384)")
     p.add_argument("--max-train-examples", type=count(1), help="use only the first N training examples")
     p.add_argument("--max-eval-examples", type=count(1), help="evaluate on only the first N examples")
     p.add_argument("--no-length-grouping", action="store_true",

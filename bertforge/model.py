@@ -421,7 +421,8 @@ class TaskHead(BertPreTrainedModel):
 
 
 class BertForSequenceClassification(TaskHead):
-    """Classification (num_labels > 1) or regression (num_labels == 1) on the pooled [CLS] output."""
+    """Classification (num_labels > 1) or regression (num_labels == 1) on the pooled [CLS] output; with problem_type
+    multi_label_classification, a sigmoid per output (binary cross-entropy), as transformers."""
 
     def __init__(self, config: BertConfig):
         super().__init__(config, config.num_labels)
@@ -431,10 +432,10 @@ class BertForSequenceClassification(TaskHead):
         logits, states = self.features(input_ids, attention_mask, token_type_ids, inputs)
         loss = None
         if labels is not None:
-            if self.config.num_labels == 1:
+            if self.config.problem_type == "multi_label_classification":  # one output: a reranker's relevance
+                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float().reshape(logits.shape))
+            elif self.config.num_labels == 1:
                 loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
-            elif self.config.problem_type == "multi_label_classification":
-                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
             else:
                 loss = F.cross_entropy(logits.float(), labels)
         return finish(return_dict, loss=loss, logits=logits, **states)

@@ -10,13 +10,16 @@ from .glue import GlueFamily
 from .multiple_choice import MultipleChoiceFamily, OwnMultipleChoiceFamily
 from .ner import NerFamily
 from .question_answering import QuestionAnsweringFamily
+from .rerank import RerankFamily
+from .retrieval import RetrievalFamily
 from .squad import SquadFamily
 from .text_classification import TextClassificationFamily
 from .token_classification import TokenClassificationFamily
 
 FAMILIES: tuple[type[TaskFamily], ...] = (GlueFamily, NerFamily, MultipleChoiceFamily, SquadFamily,
                                           TextClassificationFamily, TokenClassificationFamily,
-                                          QuestionAnsweringFamily, OwnMultipleChoiceFamily)
+                                          QuestionAnsweringFamily, OwnMultipleChoiceFamily,
+                                          RerankFamily, RetrievalFamily)
 TASKS: dict[str, type[TaskFamily]] = {name: family for family in FAMILIES for name in family.names}
 
 

@@ -8,6 +8,7 @@ its head's labels and options, and turns the model's outputs into metrics, submi
 JSON-ready predictions.
 """
 
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,16 +21,14 @@ SEQUENCE_INPUTS = {"input_ids": PAD, "token_type_ids": 0, "attention_mask": 0}
 
 
 class HeadClass:
-    """A family's `model_class`, named here and imported from `bertforge.model` on first use: the task
-    registry stays free of torch, so that the commands' --help does not load it."""
+    """A family's `model_class`, named here and imported from its module (`bertforge.model`'s unless named) on
+    first use: the task registry stays free of torch, so that the commands' --help does not load it."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, module: str = "model"):
+        self.name, self.module = name, module
 
     def __get__(self, obj, owner=None) -> type:
-        from .. import model
-
-        return getattr(model, self.name)
+        return getattr(importlib.import_module(f"bertforge.{self.module}"), self.name)
 
 
 @dataclass

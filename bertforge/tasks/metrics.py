@@ -1,5 +1,5 @@
-"""Evaluation metrics by their official definitions, in numpy: GLUE's, CoNLL's entity-level F1 (conlleval), and
-SQuAD's (evaluate-v1.1.py and evaluate-v2.0.py)."""
+"""Evaluation metrics by their official definitions, in numpy: GLUE's, CoNLL's entity-level F1 (conlleval),
+SQuAD's (evaluate-v1.1.py and evaluate-v2.0.py), and ranking's (MRR@k, nDCG@k)."""
 
 import re
 import string
@@ -102,6 +102,57 @@ def glue_metrics(task: str, preds, labels) -> dict[str, float]:
     if task not in GLUE_METRICS:
         raise BertforgeError(f"unknown GLUE task {task!r}: expected one of {', '.join(GLUE_METRICS)}")
     return {name: _METRICS[name](preds, labels) for name in GLUE_METRICS[task]}
+
+
+RELEVANT = 0.5  # a passage whose relevance label is at least this counts as relevant (for MRR)
+
+
+def ranking_groups(queries: list[str], relevance, source: str) -> list[np.ndarray]:
+    """The rows of each query (grouped by its text) that has several passages, one of them relevant: the queries
+    a ranking is scored on. None is an error naming `source`."""
+    rows: dict[str, list[int]] = {}
+    for i, query in enumerate(queries):
+        rows.setdefault(query, []).append(i)
+    relevance = np.asarray(relevance, dtype=np.float64)
+    groups = [np.array(r) for r in rows.values() if len(r) > 1 and (relevance[r] >= RELEVANT).any()]
+    if not groups:
+        raise BertforgeError(f"{source}: no query has several passages with a relevant one (label >= {RELEVANT}): "
+                             f"nothing to rank")
+    return groups
+
+
+def top_relevance(relevance: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
+    """The relevance labels of the k best-scored passages, best first; ties broken against the scorer."""
+    return relevance[np.lexsort((relevance, -scores))][:k]
+
+
+def ranking_metrics(groups: list[np.ndarray], relevance, scores, k: int = 10) -> dict[str, float]:
+    """Mean MRR@k and nDCG@k over the queries' `groups` of rows, passages ordered by descending score (ties broken
+    against the model: the less relevant first). MRR@k: 1 / the rank of the first relevant passage within the top
+    k, else 0 (MS MARCO's). nDCG@k: DCG of the top k over the ideal order's, gains linear in the label (rel, as
+    scikit-learn's ndcg_score), discount 1 / log2(rank + 1)."""
+    relevance, scores = np.asarray(relevance, dtype=np.float64), np.asarray(scores, dtype=np.float64)
+    discounts = 1 / np.log2(np.arange(2, k + 2))
+    mrr, ndcg = [], []
+    for rows in groups:
+        rel = relevance[rows]
+        ranked = top_relevance(rel, scores[rows], k)
+        hits = np.flatnonzero(ranked >= RELEVANT)
+        mrr.append(1 / (hits[0] + 1) if len(hits) else 0.0)
+        ideal = np.sort(rel)[::-1][:k] @ discounts[:min(k, len(rel))]
+        ndcg.append(ranked @ discounts[:len(ranked)] / ideal)
+    return {f"mrr@{k}": float(np.mean(mrr)), f"ndcg@{k}": float(np.mean(ndcg)), "ranked_queries": len(groups)}
+
+
+def retrieval_metrics(scores: np.ndarray, relevant: np.ndarray, k: int = 10) -> dict[str, float]:
+    """Each query (a row) searching all passages (the columns): ranking_metrics' MRR@k and nDCG@k, and recall@k,
+    the share of its relevant passages among its k best-scored, averaged over the queries."""
+    relevance = np.asarray(relevant, dtype=np.float64)
+    width = relevance.shape[1]
+    groups = [np.arange(i * width, (i + 1) * width) for i in range(len(relevance))]
+    metrics = ranking_metrics(groups, relevance.ravel(), np.asarray(scores).ravel(), k)
+    recall = [top_relevance(rel, row, k).sum() / rel.sum() for rel, row in zip(relevance, scores)]
+    return {**metrics, f"recall@{k}": float(np.mean(recall))}
 
 
 def split_tag(tag: str) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """Your own data, for the families that fine-tune on it (text classification, token classification, question
-answering, multiple choice): where a split comes from, its records with their locations, the label set, and the
-command-line flags of them all, declared once.
+answering, multiple choice, reranking): where a split comes from, its records with their locations, the label set,
+and the command-line flags of them all, declared once.
 
 A split is a file (--train, --dev, --test: CSV or TSV with a header row, JSON lines, or one JSON array in a
 .json file), a file in a --data folder (train.*, dev.*, test.*), or a split of a Hugging Face `datasets` data set
@@ -204,7 +204,7 @@ class OwnData:
     def add_arguments(cls, parser) -> None:
         group = parser.add_argument_group(
             "your own data (text-classification, text-pair-classification, regression, token-classification, "
-            "question-answering, multiple-choice)")
+            "question-answering, multiple-choice, rerank, retrieval)")
         group.add_argument("--train", help="training file: .csv, .tsv (with a header), .jsonl or .json")
         group.add_argument("--dev", help="evaluation file, in one of the same formats")
         group.add_argument("--test", help="file to predict (labels not needed)")
@@ -230,5 +230,9 @@ class OwnData:
         group.add_argument("--answers-column", default="answers",
                            help='question-answering: column of the answers, {"text": [...], "answer_start": [...]} '
                                 "(JSON in a CSV or TSV cell; empty lists: unanswerable)")
+        group.add_argument("--query-column", default="query", help="rerank, retrieval: column of the query")
+        group.add_argument("--passage-column", default="passage",
+                           help="rerank, retrieval: column of the passage (its relevance to the query: "
+                                "--label-column, 0 to 1)")
         group.add_argument("--choices-columns", nargs="+", default=["choices"], metavar="COLUMN",
                            help="multiple-choice: a column per choice, or one column holding a list of them")
