@@ -1,8 +1,8 @@
 """`bertforge export onnx DIR OUT [--int8]`: the checkpoint as ONNX, checked by ONNX Runtime against PyTorch.
 
 The model's padding-free path picks its branch from the data (whether a batch has padding), which a traced
-graph cannot, so the export runs the same layers on the plain padded path: [B, L, H] throughout, padding
-masked in attention (`PaddedLayout`). Batch and sequence axes (and the
+graph cannot, so while exporting the model runs its own forward on its padded path: [B, L, H] throughout,
+padding masked in attention (`packing.Layout.padding`). Batch and sequence axes (and the
 choices of a multiple-choice model) are dynamic. OUT becomes a folder that `pipeline(..., backend="onnx")`
 and `bertforge serve OUT --backend onnx` read: model.onnx (model_int8.onnx with --int8: int8 weights with a
 scale per output channel, activations quantised per batch), onnx.json (the head), config.json and the
@@ -28,7 +28,6 @@ from .errors import BertforgeError
 from .inference import pad
 from .io import atomic_path, new_model_folder, write_text_atomic
 from .options import ONNX_OPSETS
-from .packing import Layout
 from .heads import HEADS
 from .runtime import ONNX_FILES, OnnxRuntime, TorchRuntime
 from .sentence_folder import keep_sentence_folder
@@ -39,61 +38,19 @@ SAMPLES = ["The quick brown fox jumps over the lazy dog.", "Paris is the [MASK] 
            "Tokenization splits unfamiliar words into pieces, and the model reads every one of them in context."]
 
 
-class PaddedLayout(Layout):
-    """The plain padded path's layout ([B, L, H] throughout, no dropout) with the padding masked in attention
-    (and, in a left-to-right model, the keys to the right)."""
-
-    def __init__(self, attention_mask: torch.Tensor, causal: bool):
-        super().__init__(attention_mask.shape[0], attention_mask.shape[1], None, None, causal=causal,
-                         device=attention_mask.device)
-        self.padding = attention_mask.bool()[:, None, None, :]
-
-    @property
-    def key_mask(self) -> torch.Tensor:
-        left = super().key_mask
-        return self.padding if left is None else self.padding & left
-
-
 class ExportGraph(nn.Module):
-    """A task model's forward on the padded path, returning its head's outputs (heads.HEADS)."""
+    """A model's own forward for its ONNX graph, returning its head's outputs (heads.HEADS) as the torch runtime
+    returns them; while exporting, the model runs its padded path (model.py: BertModel.forward)."""
 
     def __init__(self, model, mask_id: int):
         super().__init__()
-        self.model, self.mask_id = model, mask_id
-        self.architecture = type(model).__name__
-        self.bert = model if isinstance(model, models.BertModel) else model.bert
-
-    def encode(self, input_ids, attention_mask, token_type_ids):
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-        layout = PaddedLayout(attention_mask, self.bert.config.is_decoder)
-        x = self.bert.embeddings(input_ids, token_type_ids, positions, layout)
-        return self.bert.encoder(x, layout)[0]
-
-    def pooled(self, x, attention_mask):
-        """The pooler on [CLS], or on the last real token in a left-to-right model (Encoded.pooled_tokens)."""
-        if not self.bert.config.is_decoder:
-            return self.bert.pooler(x[:, 0])
-        last = (attention_mask.long() * torch.arange(x.shape[1], device=x.device)).amax(1)
-        return self.bert.pooler(x[torch.arange(x.shape[0], device=x.device), last])
+        self.model = model
+        self.runtime = TorchRuntime(model, torch.device("cpu"), mask_id)
 
     def forward(self, input_ids, attention_mask, token_type_ids):
-        m, name = self.model, self.architecture
-        if name == "BertForMultipleChoice":
-            batch, choices, length = input_ids.shape
-            ids, mask, types = (t.reshape(-1, length) for t in (input_ids, attention_mask, token_type_ids))
-            return m.classifier(self.pooled(self.encode(ids, mask, types), mask)).view(batch, choices)
-        x = self.encode(input_ids, attention_mask, token_type_ids)
-        if name == "BertModel":
-            return x
-        if name == "BertForSequenceClassification":
-            return m.classifier(self.pooled(x, attention_mask))
-        if name == "BertForTokenClassification":
-            return m.classifier(x)
-        if name == "BertForQuestionAnswering":
-            logits = m.qa_outputs(x).float().masked_fill(~attention_mask.bool()[..., None], torch.finfo().min)
-            return logits[..., 0], logits[..., 1]
-        positions = (input_ids == self.mask_id).flatten().nonzero().squeeze(1)  # masked LM
-        return m.cls.predictions(x.flatten(0, 1)[positions], m.word_embeddings.weight)
+        out = self.runtime({"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids})
+        values = tuple(out[name] for name in self.runtime.outputs)
+        return values[0] if len(values) == 1 else values
 
 
 def sample_batch(tokenizer: BertTokenizer, architecture: str, texts: list[str]) -> dict:

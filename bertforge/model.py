@@ -275,7 +275,9 @@ class BertModel(BertPreTrainedModel):
         batch, length = tokens.shape
         if token_type_ids is None:
             token_type_ids = torch.zeros(batch, length, dtype=torch.long, device=tokens.device)
-        packing = Packing.from_attention_mask(attention_mask) if attention_mask is not None else None
+        # An ONNX graph runs on the padding (a graph of data-dependent shapes runs slower): the padded path then
+        padded = attention_mask is not None and torch.onnx.is_in_onnx_export()
+        packing = Packing.from_attention_mask(attention_mask) if attention_mask is not None and not padded else None
         if packing is not None:  # embed the real tokens only
             input_ids, inputs_embeds, token_type_ids = (t.flatten(0, 1)[packing.indices] if t is not None else None
                                                         for t in (input_ids, inputs_embeds, token_type_ids))
@@ -284,8 +286,9 @@ class BertModel(BertPreTrainedModel):
             position_ids = torch.arange(length, device=tokens.device).expand(batch, length)
 
         noise = self.dropout_noise(token_type_ids.shape, batch, length, tokens.device)
+        padding = attention_mask.bool() if padded else None
         layout = Layout(batch, length, packing, noise, [] if output_attentions else None, self.config.is_decoder,
-                        tokens.device)
+                        tokens.device, padding)
         x = self.embeddings(input_ids, token_type_ids, position_ids, layout, inputs_embeds)
         x, states = self.encoder(x, layout, output_hidden_states)
         if layout.noise is not None:
@@ -293,7 +296,7 @@ class BertModel(BertPreTrainedModel):
         if packing is not None and states:
             states = [packing.unpack(s) for s in states]
         return Encoded(x, packing, batch, length, tuple(states) if states else None,
-                       tuple(layout.attentions) if output_attentions else None, self.config.is_decoder)
+                       tuple(layout.attentions) if output_attentions else None, self.config.is_decoder, padding)
 
     def dropout_noise(self, token_shape, batch: int, length: int, device) -> DropoutNoise | None:
         """This pass's dropout, one keep mask per DropoutSite of the encoder; None in eval or without dropout."""

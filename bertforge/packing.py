@@ -189,6 +189,7 @@ class Layout:
     attentions: list | None = None  # with output_attentions: each layer's probabilities, [B, heads, L, L]
     causal: bool = False  # each position attends to itself and its left only (config.is_decoder)
     device: torch.device = torch.device("cpu")
+    padding: torch.Tensor | None = None  # [B, L] True on real tokens, on the padded path (ONNX export)
 
     def dropout(self, kind: str) -> Keep | None:
         return self.noise.take(kind) if self.noise is not None else None
@@ -224,6 +225,8 @@ class Layout:
         """True where a query may attend to a key: [B, 1, 1, L] for padding, [.., L, L] when causal; None when
         every key may be attended to."""
         mask = self.packing.key_mask if self.packing is not None else None
+        if self.padding is not None:
+            mask = self.padding[:, None, None, :]
         if self.causal:
             left = torch.ones(self.length, self.length, dtype=torch.bool, device=self.device).tril()
             mask = left if mask is None else mask & left
@@ -232,7 +235,14 @@ class Layout:
     def key_bias(self, heads: int, like: torch.Tensor) -> torch.Tensor:
         """An additive mask for the [B * heads, L, L] scores: 0 where a key may be attended to, the lowest value
         for padding keys (and, when causal, keys to the right)."""
-        bias = like.new_zeros(1, 1, 1) if self.packing is None else self.packing.key_bias(heads, like.dtype)
+        if self.packing is not None:
+            bias = self.packing.key_bias(heads, like.dtype)
+        elif self.padding is not None:
+            bias = like.new_zeros(self.batch, 1, 1, self.length).masked_fill(~self.padding[:, None, None, :],
+                                                                             torch.finfo(like.dtype).min)
+            bias = bias.expand(-1, heads, -1, -1).reshape(self.batch * heads, 1, self.length)
+        else:
+            bias = like.new_zeros(1, 1, 1)
         return bias + causal_bias(self.length, like) if self.causal else bias
 
     def merge_heads(self, context: torch.Tensor) -> torch.Tensor:
@@ -254,6 +264,7 @@ class Encoded:
     hidden_states: tuple | None
     attentions: tuple | None = None
     causal: bool = False  # a left-to-right model (config.is_decoder): see pooled_tokens
+    padding: torch.Tensor | None = None  # [B, L] True on real tokens, on the padded path (ONNX export)
 
     def sequence(self) -> torch.Tensor:
         """[B, L, H], zeros at the padding."""
@@ -273,7 +284,9 @@ class Encoded:
         (causal), the last real token, the one position that has seen the whole input."""
         device = self.x.device
         last = torch.zeros(self.batch, dtype=torch.long, device=device)
-        if self.causal and self.packing is None:
+        if self.causal and self.padding is not None:
+            last = (self.padding.long() * torch.arange(self.length, device=device)).amax(1)
+        elif self.causal and self.packing is None:
             last += self.length - 1
         elif self.causal:
             last.scatter_reduce_(0, self.packing.rows, self.packing.cols, "amax")
