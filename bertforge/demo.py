@@ -108,8 +108,7 @@ def step(title: str, command: str):
 
 
 def run_demo(args) -> int:
-    from .model import BertForPreTraining  # here, not at the top: the command's --help does not load torch
-    from .pretrain import pretrain
+    from .pretrain import pretrain  # here, not at the top: the command's --help does not load torch
     from .runtime import pick_device
 
     out = check_output(args.out, "--out")
@@ -149,17 +148,27 @@ def run_demo(args) -> int:
                       schedule=recipe["schedule"], warmup=recipe["warmup"], eval_every=10**12,
                       save_every=10**12, log_every=10, overwrite=True, device=device)
 
-    step("held-out documents (15% of their tokens masked)", f"bertforge plot {run}")
+    step("held-out documents (15% of their tokens masked)", f"tail -n 1 {run / 'metrics.jsonl'}")
     print(f"   masked-LM accuracy {result['eval_mlm_accuracy']:.1%}  (most frequent token: "
           f"{result['mlm_most_frequent_token_accuracy']:.1%}), perplexity {result['eval_mlm_perplexity']:.1f}")
     if "eval_nsp_accuracy" in result:
         print(f"   next-sentence accuracy {result['eval_nsp_accuracy']:.1%}  "
               f"(majority: {result['nsp_majority_accuracy']:.1%})")
 
+    show_fill_mask(run / "final", device)
+    print(f"\ndone in {time.perf_counter() - started:.0f} s; the model is in {run / 'final'}")
+    return 0
+
+
+def show_fill_mask(folder, device) -> None:
+    """The model's top 5 for the demo's sentences, counting the hits."""
+    from .model import BertForPreTraining  # here, not at the top: the command's --help does not load torch
+
+    sentence = FILL_MASK_SENTENCES[0][0]
     step("fill-mask (top 5; a hit when the masked word is among them)",
-         f"python -c \"import bertforge; bertforge.BertForPreTraining.from_pretrained('{run / 'final'}')\"")
-    model = BertForPreTraining.from_pretrained(run / "final").to(device)
-    tokenizer = BertTokenizer.from_pretrained(run / "final")
+         f"python -c \"import bertforge; print(bertforge.pipeline('fill-mask', model='{folder}')('{sentence}'))\"")
+    model = BertForPreTraining.from_pretrained(folder).to(device)
+    tokenizer = BertTokenizer.from_pretrained(folder)
     hits = 0
     for sentence, answers in FILL_MASK_SENTENCES:
         guesses = fill_mask(model, tokenizer, sentence)[0]
@@ -168,8 +177,6 @@ def run_demo(args) -> int:
         shown = ", ".join(f"{tok} ({p:.0%})" for tok, p in guesses)
         print(f"   {sentence}\n      -> {shown}   [{'hit' if hit else 'miss'}: {'/'.join(sorted(answers))}]")
     print(f"   {hits} of {len(FILL_MASK_SENTENCES)} sentences hold the masked word in their top 5")
-    print(f"\ndone in {time.perf_counter() - started:.0f} s; the model is in {run / 'final'}")
-    return 0
 
 
 def add_demo_arguments(p):

@@ -22,7 +22,7 @@ from .errors import BertforgeError
 from .evaluate import check_length, evaluate_splits, predict_split
 from .inference import pad_batch, row_lengths
 from . import __version__
-from .io import check_output, read_json_lines, write_json, write_text_atomic
+from .io import check_output, read_json, read_json_lines, write_json, write_text_atomic
 from .options import add_training_arguments, count, positive, recorded_arguments, training_options
 from .tasks import TASKS, add_family_arguments, family_options, make_family
 from .tasks.base import Split, TaskFamily, padding
@@ -113,7 +113,7 @@ def finetune(task: str, model_dir, data, out, epochs: float | None = None, max_l
     check_length(family, BertConfig.load(str(model_dir)), model_dir)  # before the data is read
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
-    epochs, chosen_by = choose_settings(recipe, len(splits.train.examples), train_options, epochs)
+    epochs, chosen_by = choose_settings(recipe, len(splits.train.examples), train_options, epochs, out)
     torch.manual_seed(train_options["seed"])
     model = family.model_class.from_pretrained(model_dir, new_head=True, **family.head_config())
     model.config.extra.update(family.config_entries())
@@ -141,10 +141,17 @@ def recipe_settings(recipe: str, examples: int) -> tuple[dict, str]:
             f"epochs; --recipe paper keeps the paper's)")
 
 
-def choose_settings(recipe: str, examples: int, train_options: dict, epochs: float | None) -> tuple[float, str]:
+def choose_settings(recipe: str, examples: int, train_options: dict, epochs: float | None,
+                    out) -> tuple[float, str]:
     """Fills the lr and batch size of `train_options` that were not given (None or absent) with the recipe's,
-    says so, and returns the epochs and the reason recorded in args.json."""
+    says so, and returns the epochs and the reason recorded in args.json. A resumed run goes on with what its
+    args.json records (the data it resumes on may be cut to another size)."""
     chosen, why = recipe_settings(recipe, examples)
+    record = Path(out) / "args.json"
+    if train_options.get("resume") and record.is_file():
+        began = read_json(record)
+        chosen, why = ({"lr": began["lr"], "batch_size": began["batch_size"], "epochs": began["extra"]["epochs"]},
+                       f"the run being resumed ({record})")
     given = {"lr": train_options.get("lr"), "batch_size": train_options.get("batch_size"), "epochs": epochs}
     settings = {k: chosen[k] if v is None else v for k, v in given.items()}
     train_options.update(lr=settings["lr"], batch_size=settings["batch_size"])

@@ -149,6 +149,11 @@ def onnx_file(folder: Path, int8: bool = False) -> Path:
     return path
 
 
+def check_precision(backend: str, int8: bool, bf16: bool) -> None:
+    if bf16 and (backend == "onnx" or int8):
+        raise BertforgeError("--bf16 is for the torch backend in floating point: not with --backend onnx or --int8")
+
+
 def load_runtime(folder, model_class, backend: str = "torch", device: str | None = None, int8: bool = False,
                  mask_id: int = 4, threads: int | None = None, bf16: bool = False):
     """The runtime of `folder` with `model_class`'s head (torch, fp32 or under bf16 autocast), or of the folder's
@@ -156,8 +161,7 @@ def load_runtime(folder, model_class, backend: str = "torch", device: str | None
     folder = Path(folder)
     if backend not in BACKENDS:
         raise BertforgeError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
-    if bf16 and (backend == "onnx" or int8):
-        raise BertforgeError("--bf16 is for the torch backend in floating point: not with --backend onnx or --int8")
+    check_precision(backend, int8, bf16)
     chosen = pick_device(device)
     if bf16:
         warn_if_emulated_bf16(chosen)

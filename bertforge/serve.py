@@ -378,9 +378,7 @@ def run_serve(args) -> int:
     if task not in ENDPOINTS:
         raise BertforgeError(f"--task {task!r}: serve answers {', '.join(ENDPOINTS)}")
     check_limits(args, config, task)
-    check_model(folder, args.backend, args.int8)
-    if args.bf16 and (args.backend == "onnx" or args.int8):
-        raise BertforgeError("--bf16 is for the torch backend in floating point: not with --backend onnx or --int8")
+    check_model(folder, args.backend, args.int8, args.bf16)
     key, hosts = api_key(args), allowed_hosts(args)
     try:
         import uvicorn

@@ -24,12 +24,14 @@ FILE_MARGIN = 256  # open files beside the connections: the model's, the listeni
 KEY_VARIABLE = "BERTFORGE_API_KEY"
 
 
-def check_model(folder: Path, backend: str, int8: bool):
-    """A one-line error where the folder lacks what loading it in the background would need."""
+def check_model(folder: Path, backend: str, int8: bool, bf16: bool = False):
+    """A one-line error where the folder lacks what loading it in the background would need, or the precision
+    asked for does not fit the backend."""
     from .checkpoint import check_weights
-    from .runtime import onnx_file
+    from .runtime import check_precision, onnx_file
     from .tokenizer import BertTokenizer
 
+    check_precision(backend, int8, bf16)
     BertTokenizer.from_pretrained(folder)
     if backend == "onnx":
         onnx_file(folder, int8)
