@@ -126,7 +126,7 @@ def run_demo(args) -> int:
     tokenizer = train_vocab([corpus], vocab_size=args.vocab_size, out_dir=vocab)
     print(f"   {tokenizer.vocab_size} pieces; 'tokenization' -> {tokenizer.tokenize('tokenization')}")
 
-    device = pick_device(args.device)
+    device = str(pick_device(args.device))  # the command line's spelling, for the hints and pretrain
     recipe = resolve(args.recipe, {"batch_size": args.batch_size}, BertConfig.load(args.config).hidden_size, device)
     nsp = OBJECTIVES[recipe["objective"] or "mlm+nsp"].next_sentence  # None: the data's, pairs here
     kind = "sentence pairs" if nsp else "single segments filled with whole sentences (no NSP)"
