@@ -165,6 +165,10 @@ def _fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist) -> dict
     return loop.last_eval
 
 
+# With a time budget the bar counts training seconds of the budget: no rate of "seconds per second"
+TIMED_BAR = "{l_bar}{bar}| {n_fmt}/{total_fmt} s of training [{elapsed} in all, {remaining} left{postfix}]"
+
+
 class Loop:
     """The steps of one run, from `start`: train, evaluate (keeping the best checkpoint, counting patience),
     log, save, and stop when asked (SIGINT/SIGTERM), when patience runs out or when the time budget is spent."""
@@ -178,7 +182,8 @@ class Loop:
         self.stop = StopRequest()
         self.bar = tqdm(total=round(args.time_budget) if self.timed else args.steps,
                         initial=round(scheduler.seconds) if self.timed else start, unit="s" if self.timed else "step",
-                        disable=not (args.progress and ctx.main), dynamic_ncols=True)
+                        disable=not (args.progress and ctx.main), dynamic_ncols=True,
+                        bar_format=TIMED_BAR if self.timed else None)
         self.last_eval = {}
         scores = [row[job.best_metric] for row in self.metrics_log.rows if job.best_metric in row]
         self.best = max(scores, default=-math.inf)
