@@ -27,7 +27,9 @@ class Overloaded(Exception):
 
 
 @dataclass
-class Job:
+class Request:
+    """One request's rows on their way through the batches, and its future."""
+
     rows: list
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
@@ -64,7 +66,7 @@ class Batcher:
         self.trim, self.trimmed = heap_trimmer(), 0.0
         self.company = True  # whether the last batch gathered more than its first request
         self.pending = 0  # requests queued or running
-        self.jobs: dict[asyncio.Future, Job] = {}  # by their futures, the jobs not yet done
+        self.jobs: dict[asyncio.Future, Request] = {}  # by their futures, the jobs not yet done
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.work, name=f"bertforge-batcher-{i}", daemon=True)
                         for i in range(workers)]
@@ -78,7 +80,7 @@ class Batcher:
                 raise Overloaded(f"{self.pending} requests are waiting already (--max-concurrent {self.max_pending})")
             self.pending += 1
         loop = asyncio.get_running_loop()
-        job = Job(rows, loop.create_future(), loop)
+        job = Request(rows, loop.create_future(), loop)
         with self.lock:
             self.jobs[job.future] = job
         if rows:
@@ -103,7 +105,7 @@ class Batcher:
         for thread in self.threads:
             thread.join()
 
-    def gather(self, first: Job) -> tuple[list[Job], bool]:
+    def gather(self, first: Request) -> tuple[list[Request], bool]:
         """The first job and those queued after it, up to the token budget; and whether the end-of-work mark
         was seen. The wait ends when no request has come for `max_wait` (requests sent together, as clients
         answered by the same batch send their next ones, join one batch), and after ten such windows at most.
@@ -143,7 +145,7 @@ class Batcher:
             self.trim(0)
             self.trimmed = time.monotonic()
 
-    def run(self, jobs: list[Job]):
+    def run(self, jobs: list[Request]):
         for job in jobs:
             if job.dropped:
                 self.done(job)
@@ -174,7 +176,7 @@ class Batcher:
             if job.dropped:
                 self.done(job)
 
-    def done(self, job: Job, error: BaseException | None = None):
+    def done(self, job: Request, error: BaseException | None = None):
         with self.lock:
             if job.closed:
                 return

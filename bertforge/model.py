@@ -28,7 +28,7 @@ from torch.utils.checkpoint import checkpoint
 from .checkpoint import PretrainedMixin
 from .compat import ModelApiMixin, finish
 from .config import BertConfig
-from .packing import DropoutNoise, Encoded, Keep, Layout, Packing
+from .packing import DropoutNoise, EncoderOutput, Keep, Layout, Packing
 
 
 ACT = {
@@ -198,7 +198,7 @@ class BertPooler(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, tokens):
-        """From the vectors [B, H] the encoder pools (Encoded.pooled_tokens: [CLS], or the last token of a
+        """From the vectors [B, H] the encoder pools (EncoderOutput.pooled_tokens: [CLS], or the last token of a
         left-to-right model)."""
         return torch.tanh(self.dense(tokens))
 
@@ -263,7 +263,7 @@ class BertModel(BertPreTrainedModel):
                       hidden_states=enc.hidden_states, attentions=enc.attentions)
 
     def encode(self, input_ids=None, attention_mask=None, token_type_ids=None, *, position_ids=None,
-               inputs_embeds=None, output_attentions=False, output_hidden_states=False) -> Encoded:
+               inputs_embeds=None, output_attentions=False, output_hidden_states=False) -> EncoderOutput:
         """The encoder's output as the heads read it: packed [T, H] when the batch has padding.
 
         `inputs_embeds` [B, L, H] replace the token embedding look-up of `input_ids` (give one of the two);
@@ -295,7 +295,7 @@ class BertModel(BertPreTrainedModel):
             layout.noise.check_used()
         if packing is not None and states:
             states = [packing.unpack(s) for s in states]
-        return Encoded(x, packing, batch, length, tuple(states) if states else None,
+        return EncoderOutput(x, packing, batch, length, tuple(states) if states else None,
                        tuple(layout.attentions) if output_attentions else None, self.config.is_decoder, padding)
 
     def dropout_noise(self, token_shape, batch: int, length: int, device) -> DropoutNoise | None:
@@ -349,7 +349,7 @@ class BertPreTrainingHeads(nn.Module):
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
-def masked_lm(head: BertLMPredictionHead, embedding_weight, encoded: Encoded, labels):
+def masked_lm(head: BertLMPredictionHead, embedding_weight, encoded: EncoderOutput, labels):
     """Masked-LM logits and loss. With labels (-100 = not predicted), only the masked positions are scored.
 
     Returns (logits, loss): logits are [B, L, V] without labels, [masked, V] (in row-major order) with them.
@@ -415,7 +415,7 @@ class TaskHead(BertPreTrainedModel):
         setattr(self, self.head_name, nn.Linear(config.hidden_size, num_outputs))
         self.init_weights()
 
-    def features(self, input_ids, attention_mask, token_type_ids, inputs: dict):
+    def head_outputs(self, input_ids, attention_mask, token_type_ids, inputs: dict):
         """The head's outputs and the encoder's (hidden_states, attentions); `inputs` are encode's keywords."""
         enc = self.bert.encode(input_ids, attention_mask, token_type_ids, **inputs)
         x = self.bert.pooler(enc.pooled_tokens()) if self.uses_pooler else enc.sequence()
@@ -432,7 +432,7 @@ class BertForSequenceClassification(TaskHead):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
                 **inputs):
-        logits, states = self.features(input_ids, attention_mask, token_type_ids, inputs)
+        logits, states = self.head_outputs(input_ids, attention_mask, token_type_ids, inputs)
         loss = None
         if labels is not None:
             if self.config.problem_type == "multi_label_classification":  # one output: a reranker's relevance
@@ -454,7 +454,7 @@ class BertForTokenClassification(TaskHead):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
                 **inputs):
-        logits, states = self.features(input_ids, attention_mask, token_type_ids, inputs)
+        logits, states = self.head_outputs(input_ids, attention_mask, token_type_ids, inputs)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
@@ -472,7 +472,7 @@ class BertForQuestionAnswering(TaskHead):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, start_positions=None,
                 end_positions=None, return_dict=True, **inputs):
-        logits, states = self.features(input_ids, attention_mask, token_type_ids, inputs)
+        logits, states = self.head_outputs(input_ids, attention_mask, token_type_ids, inputs)
         logits = logits.float()
         if attention_mask is not None:  # an answer never lies in the padding (whose states are not computed)
             logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)
@@ -502,7 +502,7 @@ class BertForMultipleChoice(TaskHead):
         batch, choices = given.shape[:2] if given is not None else (0, 0)  # (encode says what is missing)
         flat = [t.flatten(0, 1) if torch.is_tensor(t) else t for t in (input_ids, attention_mask, token_type_ids)]
         inputs = {k: v.flatten(0, 1) if torch.is_tensor(v) else v for k, v in inputs.items()}
-        logits, states = self.features(*flat, inputs)
+        logits, states = self.head_outputs(*flat, inputs)
         logits = logits.view(batch, choices)
         if choice_mask is not None:
             logits = logits.masked_fill(~choice_mask.bool(), -math.inf)

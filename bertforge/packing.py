@@ -253,7 +253,7 @@ class Layout:
 
 
 @dataclass
-class Encoded:
+class EncoderOutput:
     """The last hidden states, packed [T, H] (with `packing`) or [B, L, H], the unpacked hidden_states and the
     attention probabilities (when asked)."""
 
