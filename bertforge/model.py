@@ -117,9 +117,15 @@ class BertSelfAttention(nn.Module):
             q, k, v = (t.flatten(0, 1) for t in (q, k, v))
             scores = torch.baddbmm(layout.key_bias(self.num_heads, q), q, k.transpose(1, 2),
                                    alpha=1 / math.sqrt(self.head_size))
-            probs = torch.softmax(scores, dim=-1) if drop is None else drop.apply(torch.softmax(scores, dim=-1))
-            layout.record_attention(probs, self.num_heads)
-            context = torch.bmm(probs, v).view(layout.batch, self.num_heads, layout.length, self.head_size)
+            probs = torch.softmax(scores, dim=-1)
+            if drop is not None:  # the keep mask here, its scale 1/(1-p) on the smaller product below
+                probs = probs * drop.mask
+            if layout.attentions is not None:
+                layout.record_attention(probs if drop is None else probs * drop.scale, self.num_heads)
+            context = torch.bmm(probs, v)
+            if drop is not None:
+                context = context.mul_(drop.scale)
+            context = context.view(layout.batch, self.num_heads, layout.length, self.head_size)
         return layout.merge_heads(context)
 
 
