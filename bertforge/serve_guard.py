@@ -44,7 +44,7 @@ class Limits:
         from .errors import BertforgeError
         from .inference import rows_tokens
         from .inputs import is_ids
-        from .pipelines import TooLong
+        from .pipeline_base import TooLong
 
         if isinstance(inputs, list) and not is_ids(inputs):  # token ids: one input
             self.check_items(len(inputs))
