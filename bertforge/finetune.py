@@ -196,7 +196,8 @@ def train_on_task(family: TaskFamily, model, tokenizer, splits: TaskSplits, enco
     ctx = setup_distributed(train_options.get("device"))
     out = Path(out)
     batch_size, bf16 = train_options["batch_size"], train_options.get("bf16", False)
-    progress = train_options.get("progress", True)
+    # the evaluation's bar sits under the training bar: on a terminal only (in a log it leaves cursor codes)
+    progress = train_options.get("progress", True) and sys.stderr.isatty()
 
     def evaluate(m):
         return evaluate_splits(family, m, splits.evaluated, batch_size * 2, tokenizer.pad_token_id, bf16, progress)

@@ -357,3 +357,13 @@ def test_without_rate_batch_or_epochs_the_run_adapts_and_says_so(tiny_model, tmp
     assert main([*argv, "--out", str(tmp_path / "paper"), "--recipe", "paper"]) == 0
     saved = json.loads((tmp_path / "paper" / "args.json").read_text())
     assert (saved["lr"], saved["batch_size"], saved["steps"], saved["extra"]["epochs"]) == (2e-5, 32, 6, 3.0)
+
+
+def test_a_log_gets_the_training_bar_without_cursor_codes(tiny_model, tmp_path, capfd):
+    """Off a terminal (a log file), the evaluation's bar under the training bar is left out: no cursor codes."""
+    data = require_shared("data", "glue", "SST-2")
+    assert main(["finetune", "sst2", "--model", str(tiny_model), "--data", str(data), "--out", str(tmp_path / "run"),
+                 "--max-train-examples", "32", "--max-eval-examples", "16", "--epochs", "1", "--lr", "1e-3",
+                 "--batch-size", "8"]) == 0
+    err = capfd.readouterr().err
+    assert "step" in err and "\x1b[A" not in err and "evaluate dev" not in err
