@@ -1,4 +1,5 @@
-"""What runs a checkpoint's forward pass for inference: PyTorch (fp32, or int8 linear layers) or ONNX Runtime.
+"""What runs a checkpoint's forward pass for inference: PyTorch (fp32, bf16 autocast, or int8 linear layers)
+or ONNX Runtime.
 
 A runtime is called with a padded batch of tensors (see inference.pad) and returns the head's outputs by name,
 the same names from every backend (heads.HEADS). The masked-LM head returns `mask_logits` [masked, V]: the
