@@ -84,7 +84,10 @@ def run_export(args) -> int:
 
     report = export_onnx(args.model, args.out, args.int8, args.opset, getattr(args, "overwrite", False))
     for name, difference in report.items():
-        print(f"{Path(args.out) / name}: max |ONNX Runtime - PyTorch| = {difference:.2e}")
+        verdict = ("within 1e-4 of PyTorch: the same model" if name == ONNX_FILES[False] else
+                   "int8 weights and activations: outputs differ by design; check its accuracy on your data "
+                   "(SST-2 dev kept 82.45% of fp32's 82.68%: BENCHMARKS.md, int8 against fp32)")
+        print(f"{Path(args.out) / name}: max |ONNX Runtime - PyTorch| = {difference:.2e} ({verdict})")
     if report[ONNX_FILES[False]] > 1e-4:
         raise BertforgeError(f"the fp32 export differs from PyTorch by {report[ONNX_FILES[False]]:.2e} (over 1e-4)")
     return 0

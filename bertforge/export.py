@@ -134,7 +134,7 @@ def quantise(source: Path, path: Path) -> None:
 
     root = logging.getLogger()
     level = root.level
-    root.setLevel(logging.WARNING)  # it logs a line per tensor it leaves fp32
+    root.setLevel(logging.ERROR)  # a line per tensor it leaves fp32, and advice on pre-processing the graph
     try:
         quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8, per_channel=True)
     finally:

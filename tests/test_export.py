@@ -48,6 +48,7 @@ def test_onnx_export_matches_pytorch(exported, capsys, head):
     src, out, report = exported(head, capsys)
     differences = dict(re.findall(r"(model(?:_int8)?\.onnx): max \|ONNX Runtime - PyTorch\| = (\S+)", report))
     assert float(differences["model.onnx"]) <= 1e-4 and "model_int8.onnx" in differences
+    assert "(within 1e-4 of PyTorch: the same model)" in report and "outputs differ by design" in report
     task, inputs, options = CASES[head]
     expected = bertforge.pipeline(task, model=src)(inputs, **options)
     assert_same(bertforge.pipeline(task, model=out, backend="onnx")(inputs, **options), expected)
