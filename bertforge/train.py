@@ -204,7 +204,9 @@ class Loop:
                 row.update(self.evaluate(done))
             if done % self.args.log_every == 0 or last or evaluated:
                 self.log(row)
-            self.bar.update(min(round(self.scheduler.seconds), self.bar.total) - self.bar.n if self.timed else 1)
+            advance = min(round(self.scheduler.seconds), self.bar.total) - self.bar.n if self.timed else 1
+            if advance:  # timed: whole seconds; a step within the same second redraws nothing
+                self.bar.update(advance)
             if self.stops(done, last):
                 break
         return done

@@ -12,3 +12,5 @@ def test_the_demo_runs_end_to_end(tmp_path, capsys):
     assert (out / "run" / "final" / "model.safetensors").is_file()
     assert "--device cpu" in printed or "--device cuda" in printed  # the hint names the device as typed
     assert "s of training [" in err and "s/s" not in err  # the time budget's bar counts seconds, not a rate
+    starts = [line for line in err.replace("\r", "\n").splitlines() if " 0/2 s of training" in line]
+    assert starts and len(starts) == len(set(starts))  # a step within the same second redraws nothing
