@@ -71,7 +71,7 @@ def linear_weights_in_bf16(model: torch.nn.Module) -> None:
     """The linear layers' own weights stored in bf16, which autocast would otherwise cast on every call (1.3x
     faster, the same numbers). Weights shared with another module (the masked-LM decoder's, tied to the word
     embeddings) stay fp32: the embeddings feed LayerNorm."""
-    shared = {id(p) for name, m in model.named_modules() if not isinstance(m, torch.nn.Linear)
+    shared = {id(p) for m in model.modules() if not isinstance(m, torch.nn.Linear)
               for p in m.parameters(recurse=False)}
     for m in model.modules():
         if isinstance(m, torch.nn.Linear) and id(m.weight) not in shared:
