@@ -81,7 +81,7 @@ def main():
     args = p.parse_args()
     common.setup(args.threads)
     print(common.machine())
-    from bertforge.runtime import native_bf16
+    from bertforge.inference.runtime import native_bf16
     print(f"bf16 matrix units on this CPU: {'yes' if native_bf16('cpu') else 'no (bf16 is emulated: slower)'}")
     rows = sst2_dev_rows(args.limit)
     classification(args, rows)

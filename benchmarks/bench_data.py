@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bertforge.data.corpus import file_sentences  # noqa: E402
-from bertforge.io import text_files  # noqa: E402
+from bertforge.core.io import text_files  # noqa: E402
 from bertforge.data.create import create_pretraining_data, format_report  # noqa: E402
-from bertforge.tokenizer import BertTokenizer  # noqa: E402
+from bertforge.text.tokenizer import BertTokenizer  # noqa: E402
 
 SHARED = Path(os.environ.get("BERTFORGE_SHARED", REPO.parent / "shared"))
 SUBSET = ["inaugural", "state_union"]

@@ -16,9 +16,9 @@ from benchmarks.common import machine, setup
 
 import torch  # noqa: F401  (after common: its thread settings apply)
 
-from bertforge.evaluate import predict_split
+from bertforge.finetuning.evaluate import predict_split
 from bertforge.tasks import make_family
-from bertforge.tokenizer import BertTokenizer
+from bertforge.text.tokenizer import BertTokenizer
 
 
 def main() -> None:

@@ -2,7 +2,8 @@
 
 The same recipe for both: lr 2e-5, batch 32, max length 128, 1 epoch, seed 42, warm-up 10% then linear decay,
 AdamW (weight decay 0.01 off biases and LayerNorm, eps 1e-6, fused), gradient clipping 1.0, fp32, no
-evaluation during training, nothing saved by transformers. bertforge runs `bertforge.finetune.finetune("sst2",
+evaluation during training, nothing saved by transformers. bertforge runs
+`bertforge.finetuning.finetune.finetune("sst2",
 ...)` as a user would (length-grouped batches; it also evaluates once at the end of the epoch and writes its
 checkpoints); transformers runs `Trainer` with `DataCollatorWithPadding` (dynamic padding, random order),
 `report_to="none"`, `use_cpu=True`, `save_strategy="no"`, then `Trainer.predict` on the dev set.
@@ -32,8 +33,8 @@ RECIPE = dict(lr=2e-5, batch_size=32, max_length=128, epochs=1, seed=42, warmup=
 
 
 def run_bertforge(examples: int | None, eval_examples: int | None, out: str) -> dict:
-    import bertforge.finetune as ft
-    import bertforge.train as tr
+    import bertforge.finetuning.finetune as ft
+    import bertforge.training.train as tr
 
     spent = {"eval": 0.0, "save": 0.0, "fit": 0.0}
 
@@ -97,7 +98,7 @@ def child(impl: str, examples: int | None, eval_examples: int | None):
     common.setup()
     import transformers  # noqa: F401  (both children import both libraries: the same baseline)
 
-    import bertforge.finetune  # noqa: F401
+    import bertforge.finetuning.finetune  # noqa: F401
     baseline = common.rss_mb()
     with tempfile.TemporaryDirectory() as out:
         r = (run_bertforge if impl == "bertforge" else run_transformers)(examples, eval_examples, out)

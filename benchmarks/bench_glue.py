@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertforge.finetune import finetune
+from bertforge.finetuning.finetune import finetune
 from bertforge.tasks.glue import encode_glue, glue_task, read_glue
 from bertforge.tasks.metrics import GLUE_METRICS, glue_metrics
 

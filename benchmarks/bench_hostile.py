@@ -41,7 +41,7 @@ from pathlib import Path
 from benchmarks import common  # first: it sets the OpenMP wait policy before torch loads
 from benchmarks.bench_inference import MODEL as MINILM, sst2_sentences
 from benchmarks.bench_serve import Connection, free_port, http_request, percentile, rss_mb, wait_up
-from bertforge.serve_guard import MAX_BODY
+from bertforge.serving.guard import MAX_BODY
 
 KEY = "soak-test-key"
 AUTH = {"authorization": f"Bearer {KEY}"}
@@ -55,7 +55,7 @@ def classifier_folder(folder: Path) -> Path:
     import torch
 
     from bertforge import BertForSequenceClassification
-    from bertforge.tokenizer import BertTokenizer
+    from bertforge.text.tokenizer import BertTokenizer
 
     torch.manual_seed(0)
     model = BertForSequenceClassification.from_pretrained(MINILM, id2label={0: "negative", 1: "positive"})

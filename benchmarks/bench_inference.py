@@ -4,7 +4,7 @@ Cases, each run by both libraries on the same token ids, interleaved (bf, hf, bf
 - sst2:        SST-2 dev sentences in file order, batch 64, each batch padded to its longest row (the headline);
 - sst2-sorted: the same sentences in length-sorted batches, bertforge's own practice (inference.run_model), compared
                with transformers on the file-order batches, and with transformers on the same sorted batches;
-- squad:       SQuAD v1.1 dev windows of up to 384 tokens (bertforge.answer_spans.featurize, stride 128),
+- squad:       SQuAD v1.1 dev windows of up to 384 tokens (bertforge.inference.answer_spans.featurize, stride 128),
                batch 16, padded per batch.
 fp32, and bf16 autocast where the CPU has native bf16 matmuls (else skipped with the measured figures).
 
@@ -61,7 +61,7 @@ def sst2_rows(tokenizer, limit=None) -> list[dict]:
 
 
 def squad_rows(tokenizer, windows: int) -> list[dict]:
-    from bertforge.answer_spans import featurize
+    from bertforge.inference.answer_spans import featurize
     from bertforge.tasks.squad import read_squad
 
     examples = read_squad(SQUAD_DEV)[:windows]  # at least one window each
@@ -71,7 +71,7 @@ def squad_rows(tokenizer, windows: int) -> list[dict]:
 
 def load_model(impl: str):
     if impl == "bertforge":
-        from bertforge.model import BertModel
+        from bertforge.model.bert import BertModel
 
         return BertModel.from_pretrained(MODEL).eval()
     import transformers
@@ -103,8 +103,8 @@ def child(impl: str, case: str, precision: str, limit):
     common.setup()
     import transformers  # noqa: F401
 
-    import bertforge.model  # noqa: F401
-    from bertforge.tokenizer import BertTokenizer
+    import bertforge.model.bert  # noqa: F401
+    from bertforge.text.tokenizer import BertTokenizer
 
     baseline = common.rss_mb()
     tokenizer = BertTokenizer.from_pretrained(MODEL)
@@ -135,7 +135,7 @@ def main(argv=None):
         print(f"skipped: {MODEL} or {SST2_DEV} is absent (set BERTFORGE_SHARED to the shared folder)")
         print("ratio=nan")
         return 0
-    from bertforge.tokenizer import BertTokenizer
+    from bertforge.text.tokenizer import BertTokenizer
 
     sentences = args.sentences or (128 if args.quick else None)
     windows = args.windows or (16 if args.quick else 128)

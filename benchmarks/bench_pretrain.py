@@ -2,7 +2,7 @@
 
 One step = forward + backward + gradient clipping (1.0) + AdamW step + zero_grad of BertForPreTraining with
 masked-LM labels (15% of the ordinary tokens) and NSP labels. bertforge runs through its own loop body
-(`bertforge.train.train_step`), transformers through the plain PyTorch loop its Trainer runs. Both start from
+(`bertforge.training.train.train_step`), transformers through the plain PyTorch loop its Trainer runs. Both start from
 the same weights. Cases: (a) realistic row lengths uniform in 16..128 padded to 128, (b) full-length rows;
 fp32, and bf16 autocast. Repetitions are interleaved (bf, hf, bf, hf ...) and reported as medians.
 
@@ -39,9 +39,9 @@ def build(config_name: str, seed: int = 0):
     """bertforge's and transformers' BertForPreTraining with the same weights, each with its AdamW."""
     import transformers
 
-    from bertforge.config import BertConfig
-    from bertforge.model import BertForPreTraining
-    from bertforge.optim import make_optimizer, param_groups
+    from bertforge.model.config import BertConfig
+    from bertforge.model.bert import BertForPreTraining
+    from bertforge.training.optim import make_optimizer, param_groups
 
     torch.manual_seed(seed)
     config = BertConfig.from_name(config_name)
@@ -60,7 +60,7 @@ def build(config_name: str, seed: int = 0):
 
 
 def bertforge_step(model, optimizer, batch, bf16: bool):
-    from bertforge.train import Dist, TrainArgs, train_step
+    from bertforge.training.train import Dist, TrainArgs, train_step
 
     args = TrainArgs(out=Path("."), steps=1, batch_size=len(batch["input_ids"]), lr=1e-4, bf16=bf16)
     job = FixedBatchJob(batch)
@@ -90,7 +90,7 @@ def child(impl: str, config_name: str, case: str, precision: str, batch_size: in
     common.setup()
     import transformers  # noqa: F401  (both children import both libraries: the same baseline)
 
-    import bertforge.model  # noqa: F401
+    import bertforge.model.bert  # noqa: F401
     baseline = common.rss_mb()
     batch = common.pretraining_batch(batch_size, length, case == "realistic")
     config, ours, theirs, opt_ours, opt_theirs = build(config_name)

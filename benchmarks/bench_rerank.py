@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertforge.io import read_json, read_json_lines
+from bertforge.core.io import read_json, read_json_lines
 from bertforge.tasks.metrics import ranking_groups, ranking_metrics
 
 from .common import SHARED, machine, setup

@@ -1,4 +1,4 @@
-"""`tokenizer train` (bertforge.wordpiece) against the `tokenizers` library's WordPieceTrainer: speed, agreement,
+"""`tokenizer train` (bertforge.text.wordpiece) against the `tokenizers` library's WordPieceTrainer: speed, agreement,
 pieces per word on held-out text, and how many distinct vocabularies each gives over repeated runs.
 
     taskset -c 0 python -m benchmarks.bench_vocab                  # the shared corpus at 30,522, the demo's at 8,000
@@ -34,12 +34,12 @@ sys.path.insert(0, str(REPO))
 
 from tokenizers import trainers  # noqa: E402
 
-from bertforge.demo import write_corpus  # noqa: E402
-from bertforge.io import decoded_blocks, text_files  # noqa: E402
-from bertforge.tokenizer import BertTokenizer, build_backend  # noqa: E402
-from bertforge.wordpiece import train_vocab  # noqa: E402
-from bertforge.vocab import SPECIAL_TOKENS  # noqa: E402
-from bertforge.wordpiece import count_words, learn_vocab  # noqa: E402
+from bertforge.pretraining.demo import write_corpus  # noqa: E402
+from bertforge.core.io import decoded_blocks, text_files  # noqa: E402
+from bertforge.text.tokenizer import BertTokenizer, build_backend  # noqa: E402
+from bertforge.text.wordpiece import train_vocab  # noqa: E402
+from bertforge.text.vocab import SPECIAL_TOKENS  # noqa: E402
+from bertforge.text.wordpiece import count_words, learn_vocab  # noqa: E402
 
 SHARED = Path(os.environ.get("BERTFORGE_SHARED", REPO.parent / "shared"))
 CORPUS = {"gutenberg": "utf-8,cp1252", "gutenberg_books": "utf-8", "inaugural": "utf-8,cp1252",

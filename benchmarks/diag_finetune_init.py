@@ -16,8 +16,8 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-from bertforge.model import BertForSequenceClassification
-from bertforge.tokenizer import BertTokenizer
+from bertforge.model.bert import BertForSequenceClassification
+from bertforge.text.tokenizer import BertTokenizer
 
 transformers.logging.set_verbosity_error()
 

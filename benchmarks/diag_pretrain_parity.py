@@ -14,9 +14,9 @@ import tempfile
 import torch
 import transformers
 
-from bertforge.optim import linear_schedule, make_optimizer
-from bertforge.pretrain import PretrainJob, build_model
-from bertforge.tokenizer import BertTokenizer
+from bertforge.training.optim import linear_schedule, make_optimizer
+from bertforge.pretraining.pretrain import PretrainJob, build_model
+from bertforge.text.tokenizer import BertTokenizer
 
 
 def main():

@@ -14,9 +14,9 @@ import json
 
 import torch
 
-from bertforge.model import BertForPreTraining
-from bertforge.pretrain import PretrainJob
-from bertforge.tokenizer import BertTokenizer
+from bertforge.model.bert import BertForPreTraining
+from bertforge.pretraining.pretrain import PretrainJob
+from bertforge.text.tokenizer import BertTokenizer
 
 
 def evaluate(model_dir: str, data_dir: str, batch_size: int, rows: int) -> dict:

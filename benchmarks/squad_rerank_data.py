@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bertforge.io import read_json, write_text_atomic
-from bertforge.options import count
+from bertforge.core.io import read_json, write_text_atomic
+from bertforge.core.flags import count
 
 from .common import SHARED
 

@@ -6,22 +6,22 @@ command line's `--help` do not load torch."""
 import importlib
 import os
 
-from .heads import HEADS
+from .core.version import __version__ as __version__
+from .model.heads import HEADS
 
 # OpenMP threads that spin while waiting make every parallel region stall whenever another process holds a
 # core: steps measured up to 10x slower on a shared 2-core machine. Sleeping threads cost little when alone.
 # Takes effect only if torch is not imported yet; an explicit setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-__version__ = "0.1.0"
 
 # exported name -> the module that defines it
 _EXPORTS = {
-    "BertConfig": "config",
-    **dict.fromkeys(HEADS, "model"),  # BertModel and a class per head
-    "BertTokenizer": "tokenizer",
-    "BertforgeError": "errors",
-    "pipeline": "pipelines",
+    "BertConfig": "model.config",
+    **dict.fromkeys(HEADS, "model.bert"),  # BertModel and a class per head
+    "BertTokenizer": "text.tokenizer",
+    "BertforgeError": "core.errors",
+    "pipeline": "inference.pipelines",
 }
 __all__ = list(_EXPORTS)
 

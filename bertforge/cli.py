@@ -5,29 +5,33 @@ import importlib
 import logging
 import sys
 
-from . import __version__
-from .errors import BertforgeError, os_error_message
-from .options import apply_args_file
+from .core.version import __version__
+from .core.errors import BertforgeError, os_error_message
+from .training.options import apply_args_file
 
 # command -> (module, help); the module defines add_<name>_arguments(parser) and run_<name>(args). Building a
 # command's parser imports its module but not torch (the work's imports are inside functions): --help is instant.
 COMMANDS = {
-    "demo": ("demo", "the whole pipeline on a built-in corpus: vocabulary, data, pre-training, fill-mask"),
+    "demo": ("pretraining.demo", "the whole pipeline on a built-in corpus: vocabulary, data, pre-training, fill-mask"),
     "tokenizer": ("commands.tokenizer", "train a WordPiece vocabulary, or encode text"),
     "data": ("commands.data", "build pre-training data (sharded token files) from text"),
-    "pretrain": ("pretrain", "pre-train with masked LM + next sentence prediction"),
-    "plot": ("plot", "draw a run's loss and accuracy curves as a PNG"),
-    "finetune": ("finetune", "fine-tune on a task: GLUE, SQuAD, CoNLL NER, multiple choice, or your own data"),
-    "distill": ("distill", "distil a fine-tuned teacher into a small student on a task (soft targets, augmentation)"),
-    "evaluate": ("evaluate", "score a fine-tuned model on a task's data"),
-    "suite": ("suite", "fine-tune one model on several tasks x seeds (or a grid) and report mean ± sd"),
-    "predict": ("predict", "predictions of a fine-tuned model: a task's submission file, or on your own text"),
+    "pretrain": ("pretraining.pretrain", "pre-train with masked LM + next sentence prediction"),
+    "plot": ("pretraining.plot", "draw a run's loss and accuracy curves as a PNG"),
+    "finetune": ("finetuning.finetune",
+                 "fine-tune on a task: GLUE, SQuAD, CoNLL NER, multiple choice, or your own data"),
+    "distill": ("finetuning.distill",
+                "distil a fine-tuned teacher into a small student on a task (soft targets, augmentation)"),
+    "evaluate": ("finetuning.evaluate", "score a fine-tuned model on a task's data"),
+    "suite": ("finetuning.suite", "fine-tune one model on several tasks x seeds (or a grid) and report mean ± sd"),
+    "predict": ("finetuning.predict",
+                "predictions of a fine-tuned model: a task's submission file, or on your own text"),
     "squad-split": ("commands.squad_split", "split a SQuAD file by article into train and dev files"),
     "features": ("commands.features", "hidden states of chosen layers, per token, word or sentence"),
-    "info": ("info", "describe a checkpoint folder: sizes, parameters, heads, vocabulary"),
-    "convert": ("convert", "rewrite a trusted pytorch_model.bin folder, or Google's TF checkpoint, as safetensors"),
-    "export": ("convert", "write a checkpoint as ONNX (fp32, and int8 with --int8), checked against PyTorch"),
-    "serve": ("serve", "an HTTP JSON API for a checkpoint: classify, embed, fill-mask, ner, qa (FastAPI)"),
+    "info": ("commands.info", "describe a checkpoint folder: sizes, parameters, heads, vocabulary"),
+    "convert": ("commands.convert",
+                "rewrite a trusted pytorch_model.bin folder, or Google's TF checkpoint, as safetensors"),
+    "export": ("commands.convert", "write a checkpoint as ONNX (fp32, and int8 with --int8), checked against PyTorch"),
+    "serve": ("serving.serve", "an HTTP JSON API for a checkpoint: classify, embed, fill-mask, ner, qa (FastAPI)"),
 }
 # Modules whose command function is named after the module rather than the command.
 FUNCTION_NAMES = {"data": "data_create"}

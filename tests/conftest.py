@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bertforge.tokenizer import BertTokenizer
+from bertforge.text.tokenizer import BertTokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ def built_devices(monkeypatch) -> list:
     """The default device of every BertModel built from now on (the meta device allocates nothing)."""
     import torch
 
-    from bertforge.model import BertModel
+    from bertforge.model.bert import BertModel
 
     devices, build = [], BertModel.__init__
 

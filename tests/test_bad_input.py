@@ -16,8 +16,8 @@ import pytest
 
 from bertforge.cli import main
 from bertforge.data.create import create_pretraining_data
-from bertforge.demo import module_documents
-from bertforge.wordpiece import train_vocab
+from bertforge.pretraining.demo import module_documents
+from bertforge.text.wordpiece import train_vocab
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
@@ -255,8 +255,8 @@ def test_unpaired_surrogates(tmp_path, capsys):
     assert main(["tokenizer", "encode", "--vocab", "v", "caf\udce9"]) == 2
     assert "argument 5 (caf\\udce9) is not valid UTF-8" in capsys.readouterr().err
     (tmp_path / "a.jsonl").write_text('{"sentence": "ok"}\n{"sentence": "bad \\ud800 text"}\n')
-    from bertforge.errors import BertforgeError
-    from bertforge.io import read_json_lines
+    from bertforge.core.errors import BertforgeError
+    from bertforge.core.io import read_json_lines
 
     with pytest.raises(BertforgeError, match=r"a\.jsonl:2: a string holds an unpaired surrogate"):
         read_json_lines(tmp_path / "a.jsonl")
@@ -348,7 +348,7 @@ def test_a_vocabulary_larger_than_the_embedding_table(tmp_path, capsys, tiny_mod
     import torch
 
     from bertforge import BertConfig, BertForSequenceClassification, BertTokenizer, pipeline
-    from bertforge.errors import BertforgeError
+    from bertforge.core.errors import BertforgeError
 
     folder = tmp_path / "small-table"
     torch.manual_seed(0)
@@ -422,7 +422,7 @@ def test_a_single_tag_and_a_long_csv_field(tiny_model, tmp_path, capsys):
     one_line_error(capsys, 2, ["finetune", "token-classification", "--model", tiny_model, "--train",
                                tmp_path / "tags.jsonl", "--out", tmp_path / "run"], "tags.jsonl", "single tag (O)")
     assert not (tmp_path / "run").exists()
-    from bertforge.io import read_records
+    from bertforge.core.io import read_records
 
     long = "word " * 60_000  # 300,000 characters: over the csv module's default field limit of 131,072
     (tmp_path / "long.csv").write_text(f"text,label\n{long},pos\n")
@@ -437,7 +437,7 @@ def test_a_single_tag_and_a_long_csv_field(tiny_model, tmp_path, capsys):
 ])
 def test_tokenizer_files_with_odd_values(tmp_path, tiny_model, file, change, words):
     from bertforge import BertTokenizer
-    from bertforge.errors import BertforgeError
+    from bertforge.core.errors import BertforgeError
 
     folder = tmp_path / "tok"
     folder.mkdir()
@@ -461,8 +461,8 @@ def test_export_opsets_out_of_range(tmp_path, capsys, tiny_model, opset, problem
     one_line_error(capsys, 2, ["export", "onnx", tiny_model, tmp_path / "onnx", "--opset", opset], "argument --opset",
                    problem)
     assert list(tmp_path.iterdir()) == []
-    from bertforge.errors import BertforgeError
-    from bertforge.export import export_onnx
+    from bertforge.core.errors import BertforgeError
+    from bertforge.inference.export import export_onnx
 
     pytest.importorskip("onnxruntime")
     with pytest.raises(BertforgeError, match="opset 5: the export writes ONNX operator sets 14 to 20"):

@@ -3,9 +3,9 @@
 import argparse
 
 from ..data.create import AUTO, AUTO_MIN_DOCS, AUTO_SHARE, MAX_SEQ_LENGTH, create_pretraining_data, format_report
-from ..io import check_output
-from ..options import add_encoding_argument, count, old_spellings, open_fraction, share
-from ..tokenizer import BertTokenizer
+from ..core.io import check_output
+from ..core.flags import add_encoding_argument, count, old_spellings, open_fraction, share
+from ..text.tokenizer import BertTokenizer
 
 
 def _eval_docs(text: str) -> float | str:

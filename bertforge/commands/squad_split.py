@@ -4,9 +4,9 @@
 import json
 from pathlib import Path
 
-from ..errors import BertforgeError, where
-from ..io import check_output, read_json, write_text_atomic
-from ..options import count, open_fraction
+from ..core.errors import BertforgeError, where
+from ..core.io import check_output, read_json, write_text_atomic
+from ..core.flags import count, open_fraction
 from ..tasks.squad import split_by_article, squad_counts
 
 

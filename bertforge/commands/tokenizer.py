@@ -3,11 +3,11 @@ how a text is tokenized."""
 
 import time
 
-from ..io import check_output
-from ..options import add_encoding_argument, count, old_spellings
-from ..tokenizer import BertTokenizer
-from ..wordpiece import train_vocab
-from ..vocab import SPECIAL_TOKENS
+from ..core.io import check_output
+from ..core.flags import add_encoding_argument, count, old_spellings
+from ..text.tokenizer import BertTokenizer
+from ..text.wordpiece import train_vocab
+from ..text.vocab import SPECIAL_TOKENS
 
 
 def add_tokenizer_arguments(parser):

@@ -11,7 +11,7 @@ Two input formats, chosen per file (``auto``) or forced; every file starts a new
 In both, a Project Gutenberg licence header (up to ``*** START OF THE PROJECT GUTENBERG EBOOK ...``) and
 footer (from ``End of the Project Gutenberg EBook ...`` or ``*** END OF ...``) are dropped. Files are
 decoded strictly (``utf-8`` by default, a leading BOM ignored); a byte that does not decode is a
-:class:`~bertforge.errors.BertforgeError` naming the file, line and byte offset.
+:class:`~bertforge.core.errors.BertforgeError` naming the file, line and byte offset.
 
 The result is a :class:`Corpus`: every sentence's token ids concatenated into one flat array (a memory map
 on disk for real corpora) plus sentence and document offsets, so Google's algorithm can pick a random
@@ -30,9 +30,9 @@ import numpy as np
 from tokenizers import AddedToken, Tokenizer
 from tqdm import tqdm
 
-from ..errors import BertforgeError
-from ..decoding import decoded_blocks
-from ..io import text_files
+from ..core.errors import BertforgeError
+from ..core.decoding import decoded_blocks
+from ..core.io import text_files
 
 ENCODE_BATCH_CHARS = 1 << 20  # text per encode_batch call: enough to keep the tokenizer's threads busy
 GROUP_SENTENCES = 64  # sentences per tokenizer input (SentenceEncoder)

@@ -24,13 +24,14 @@ import numpy as np
 from tqdm import tqdm
 
 from bertforge.data.corpus import read_corpus, token_dtype
-from bertforge.data.instances import (Draws, assemble, iter_full_rows, iter_spans, ragged_arange, special_positions,
-                                      to_padded, truncate_pairs)
+from bertforge.data.instances import (
+    Draws, assemble, iter_full_rows, iter_spans, ragged_arange, special_positions, to_padded, truncate_pairs
+)
 from bertforge.data.masking import continuation_table, mask_batch, word_starts
 from bertforge.data.shards import ShardWriter, vocab_sha256
-from bertforge.errors import BertforgeError
-from bertforge.io import exclusive, replace_folder, write_json
-from bertforge.tokenizer import BertTokenizer
+from bertforge.core.errors import BertforgeError
+from bertforge.core.io import exclusive, replace_folder, write_json
+from bertforge.text.tokenizer import BertTokenizer
 
 MAX_SEQ_LENGTH = 1 << 16  # masked positions are stored as uint16 (see shards.py)
 
@@ -45,7 +46,7 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
                             progress: bool = False) -> dict:
     """Write pre-training data for ``inputs`` (files or folders) to ``out``; return the statistics.
 
-    ``tokenizer`` is a :class:`~bertforge.tokenizer.BertTokenizer`, or a vocab.txt or tokenizer folder; it is
+    ``tokenizer`` is a :class:`~bertforge.text.tokenizer.BertTokenizer`, or a vocab.txt or tokenizer folder; it is
     saved in ``out`` (vocab.txt and the Hugging Face tokenizer files). ``eval_docs``: that many documents (or
     that fraction of them, when below 1; "auto": 1%, at least one, of 10 or more) are held out and made into
     ``out/eval`` (one pass, never used for training pairs). ``mask=False`` writes unmasked instances for dynamic

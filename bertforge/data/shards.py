@@ -33,8 +33,8 @@ import numpy as np
 
 from bertforge.data.instances import ragged_arange, special_positions, to_padded
 from bertforge.data.masking import mask_batch, word_starts
-from bertforge.errors import BertforgeError
-from bertforge.io import read_json, write_json
+from bertforge.core.errors import BertforgeError
+from bertforge.core.io import read_json, write_json
 
 FORMAT = "bertforge-pretraining-data"
 VERSION = 1

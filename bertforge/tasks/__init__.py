@@ -4,7 +4,7 @@
 import argparse
 from pathlib import Path
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from .base import TaskFamily
 from .glue import GlueFamily
 from .multiple_choice import MultipleChoiceFamily, OwnMultipleChoiceFamily

@@ -14,17 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
+from ..inference.batches import SEQUENCE_INPUTS
 
-PAD = "pad"  # padding value meaning the tokenizer's [PAD] id
-SEQUENCE_INPUTS = {"input_ids": PAD, "token_type_ids": 0, "attention_mask": 0}
 
 
 class HeadClass:
-    """A family's `model_class`, named here and imported from its module (`bertforge.model`'s unless named) on
+    """A family's `model_class`, named here and imported from its module (`bertforge.model.bert`'s unless named) on
     first use: the task registry stays free of torch, so that the commands' --help does not load it."""
 
-    def __init__(self, name: str, module: str = "model"):
+    def __init__(self, name: str, module: str = "model.bert"):
         self.name, self.module = name, module
 
     def __get__(self, obj, owner=None) -> type:
@@ -46,7 +45,7 @@ class TaskFamily:
     """Base class of the task families. Subclasses set the class attributes and implement the methods."""
 
     names: tuple[str, ...] = ()  # the task names it answers to, e.g. ("sst2", "mrpc", ...)
-    model_class: type  # a bertforge.model head class: HeadClass("BertFor...")
+    model_class: type  # a bertforge.model.bert head class: HeadClass("BertFor...")
     output_keys: tuple[str, ...] = ("logits",)  # the model outputs it reads
     per_token_outputs: tuple[str, ...] = ()  # those with a value per token: cut to each row's length
     # Batch keys and their padding: a number pads the key's last axis to the longest row, None stacks as is.
@@ -133,11 +132,6 @@ class TaskFamily:
     def describe(self, split: Split, outputs) -> list[dict]:
         """One JSON-ready prediction per example."""
         raise NotImplementedError
-
-
-def padding(keys: dict, pad_id: int) -> dict:
-    """`inputs`/`targets` with PAD replaced by the tokenizer's id."""
-    return {k: pad_id if v == PAD else v for k, v in keys.items()}
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

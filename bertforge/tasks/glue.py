@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertforgeError, where
-from ..io import read_text, rounded, write_text_atomic
+from ..core.errors import BertforgeError, where
+from ..core.io import read_text, rounded, write_text_atomic
 from .base import HeadClass, Split, TaskFamily, softmax
 from .metrics import GLUE_METRICS, glue_metrics
 

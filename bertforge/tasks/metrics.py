@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 
 
 def _pair(preds, labels) -> tuple[np.ndarray, np.ndarray]:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertforgeError
-from ..io import read_records, rounded, write_text_atomic
-from .base import SEQUENCE_INPUTS, HeadClass, Split, TaskFamily, find_file, softmax
+from ..core.errors import BertforgeError
+from ..core.io import read_records, rounded, write_text_atomic
+from ..inference.batches import SEQUENCE_INPUTS
+from .base import HeadClass, Split, TaskFamily, find_file, softmax
 from .metrics import accuracy
 from .own_data import SOURCES, OwnData, label_text, nested
 

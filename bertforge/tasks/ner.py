@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertforgeError, where
-from ..io import atomic_path, read_text
+from ..core.errors import BertforgeError, where
+from ..core.io import atomic_path, read_text
 from .base import HeadClass, Split, TaskFamily
 from .metrics import entities, ner_metrics, split_tag
 

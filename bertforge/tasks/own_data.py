@@ -14,8 +14,8 @@ import math
 import numbers
 from pathlib import Path
 
-from ..errors import BertforgeError
-from ..io import read_records
+from ..core.errors import BertforgeError
+from ..core.io import read_records
 from .base import find_file
 
 SOURCES = {"train": None, "dev": None, "test": None, "dataset": None}  # the options naming the splits

@@ -12,10 +12,10 @@ questions makes the model SQuAD v2.0's kind, which may answer nothing, and its c
 import json
 from pathlib import Path
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from .base import Split
 from .own_data import SOURCES, OwnData
-from ..answer_spans import SquadExample
+from ..inference.answer_spans import SquadExample
 from .squad import SquadFamily
 
 VERSION_2 = "version_2_with_negative"  # the config.json entry, named as Google's and Hugging Face's run_squad flag

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertforgeError
-from ..io import rounded, write_text_atomic
+from ..core.errors import BertforgeError
+from ..core.io import rounded, write_text_atomic
 from .base import HeadClass, Split, TaskFamily
 from .glue import GlueExample, encode_glue
 from .metrics import ranking_groups, ranking_metrics

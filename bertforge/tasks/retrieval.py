@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertforgeError
-from ..io import rounded, write_text_atomic
-from .base import SEQUENCE_INPUTS, HeadClass, Split
+from ..core.errors import BertforgeError
+from ..core.io import rounded, write_text_atomic
+from ..inference.batches import SEQUENCE_INPUTS
+from .base import HeadClass, Split
 from .metrics import RELEVANT, retrieval_metrics
 from .rerank import RerankFamily
 
@@ -29,7 +30,7 @@ def tokenized(texts: list[str], tokenizer, max_length: int, prefix: str = "") ->
 
 class RetrievalFamily(RerankFamily):
     names = ("retrieval",)
-    model_class = HeadClass("BertBiEncoder", "bi_encoder")
+    model_class = HeadClass("BertBiEncoder", "model.bi_encoder")
     output_keys = ("embedding",)
     targets = PASSAGE_INPUTS  # training rows carry their passage beside the query
     text_fields = {"text": str}

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertforgeError, where
-from ..answer_spans import SquadExample, SquadPredictions, featurize, postprocess
-from ..io import read_json, rounded, write_json
+from ..core.errors import BertforgeError, where
+from ..inference.answer_spans import SquadExample, SquadPredictions, featurize, postprocess
+from ..core.io import read_json, rounded, write_json
 from .base import HeadClass, Split, TaskFamily, find_file
 from .metrics import squad_metrics
 

@@ -11,8 +11,8 @@ import itertools
 import json
 from pathlib import Path
 
-from ..errors import BertforgeError
-from ..io import write_text_atomic
+from ..core.errors import BertforgeError
+from ..core.io import write_text_atomic
 from .base import Split, TaskFamily
 from .metrics import accuracy, ner_metrics, split_tag
 from .ner import NerFamily, NerSentence

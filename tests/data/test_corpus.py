@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from bertforge.data.corpus import SentenceEncoder, detect_format, file_sentences, split_sentences
-from bertforge.errors import BertforgeError
-from bertforge.tokenizer import BertTokenizer
+from bertforge.core.errors import BertforgeError
+from bertforge.text.tokenizer import BertTokenizer
 from tests.conftest import require_shared
 
 HEADER = """\ufeffThe Project Gutenberg EBook of A Book, by Someone
@@ -117,7 +117,7 @@ def test_real_latin1_file():
 
 
 def test_blocks_do_not_split_paragraphs(tmp_path, monkeypatch):
-    monkeypatch.setattr("bertforge.decoding.BLOCK_BYTES", 16)
+    monkeypatch.setattr("bertforge.core.decoding.BLOCK_BYTES", 16)
     path = tmp_path / "raw.txt"
     path.write_text("This paragraph is wrapped\nover three lines and\nends here. Next one.\n\nSecond paragraph.\n")
     assert sentences(path, fmt="raw") == ["This paragraph is wrapped over three lines and ends here.", "Next one.",
@@ -151,7 +151,7 @@ def test_chinese_corpus_with_a_vocabulary_trained_on_it(tmp_path):
     import json
 
     from bertforge.cli import main
-    from bertforge.tokenizer import BertTokenizer
+    from bertforge.text.tokenizer import BertTokenizer
 
     paragraph = "今天是第{}天。天气很好，我们去公园散步吧！你想一起来吗？「当然想。」他笑着说。"
     (tmp_path / "zh.txt").write_text("\n\n".join(paragraph.format(i) for i in range(10)) + "\n", encoding="utf-8")

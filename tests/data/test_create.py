@@ -8,8 +8,8 @@ import torch
 
 from bertforge.data import check_vocab, create_pretraining_data, load_pretraining_data, vocab_sha256
 from bertforge.commands.data import add_data_create_arguments, run_data_create
-from bertforge.errors import BertforgeError
-from bertforge.tokenizer import BertTokenizer
+from bertforge.core.errors import BertforgeError
+from bertforge.text.tokenizer import BertTokenizer
 from tests.conftest import require_shared
 
 STORY = ("The old lighthouse stood on the rocks above the harbour. Every night its keeper climbed the stairs. "

@@ -10,9 +10,9 @@ import pytest
 
 from bertforge.cli import main
 from bertforge.data import create_pretraining_data, load_pretraining_data
-from bertforge.demo import module_documents
-from bertforge.errors import BertforgeError
-from bertforge.wordpiece import train_vocab
+from bertforge.pretraining.demo import module_documents
+from bertforge.core.errors import BertforgeError
+from bertforge.text.wordpiece import train_vocab
 from tests.conftest import one_line_error
 
 

@@ -5,16 +5,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bertforge.errors import BertforgeError
-from bertforge.config import BertConfig
+from bertforge.core.errors import BertforgeError
+from bertforge.model.config import BertConfig
 from bertforge.tasks.glue import (
-    GLUE_TASKS,
-    GlueFamily,
-    encode_glue,
-    glue_task,
-    load_glue_from_datasets,
-    read_glue,
-    write_glue_submission,
+    GLUE_TASKS, GlueFamily, encode_glue, glue_task, load_glue_from_datasets, read_glue, write_glue_submission
 )
 from tests.conftest import require_shared
 

@@ -4,16 +4,9 @@ import random
 import numpy as np
 import pytest
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tasks.metrics import (
-    accuracy,
-    entities,
-    f1,
-    glue_metrics,
-    matthews_corrcoef,
-    ner_metrics,
-    pearson,
-    spearman,
+    accuracy, entities, f1, glue_metrics, matthews_corrcoef, ner_metrics, pearson, spearman
 )
 
 

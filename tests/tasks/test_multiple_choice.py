@@ -4,7 +4,7 @@ import json
 import pytest
 
 from bertforge.cli import main
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tasks import make_family
 from bertforge.tasks.multiple_choice import MultipleChoiceExample, encode_multiple_choice, read_multiple_choice
 from tests.conftest import fine_tune, one_line_error, require_shared, write_jsonl

@@ -1,15 +1,9 @@
 import pytest
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tasks.metrics import ner_metrics
 from bertforge.tasks.ner import (
-    NerSentence,
-    encode_ner,
-    iob1_to_iob2,
-    label_list,
-    predictions_to_words,
-    read_conll,
-    write_conll,
+    NerSentence, encode_ner, iob1_to_iob2, label_list, predictions_to_words, read_conll, write_conll
 )
 from tests.conftest import require_shared
 

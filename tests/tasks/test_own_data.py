@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from bertforge.cli import main
-from bertforge.errors import BertforgeError
-from bertforge.model import BertForTokenClassification
+from bertforge.core.errors import BertforgeError
+from bertforge.model.bert import BertForTokenClassification
 from bertforge.tasks import make_family
 from bertforge.tasks.own_data import label_order
 from tests.conftest import fine_tune, one_line_error

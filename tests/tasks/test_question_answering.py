@@ -9,8 +9,8 @@ import pytest
 
 import bertforge
 from bertforge.cli import main
-from bertforge.config import BertConfig
-from bertforge.errors import BertforgeError
+from bertforge.model.config import BertConfig
+from bertforge.core.errors import BertforgeError
 from bertforge.tasks import make_family
 from tests.conftest import fine_tune, one_line_error, write_jsonl
 
@@ -55,7 +55,7 @@ def test_predict_is_the_best_span_of_the_transformers_model(fine_tuned, capsys):
     transformers = pytest.importorskip("transformers")
     import torch
 
-    from tests.test_pipelines import best_span
+    from tests.inference.test_pipelines import best_span
 
     items = [{"question": q, "context": c} for q, c, _ in FACTS[::2]] + [{"question": UNANSWERABLE[0][0],
                                                                            "context": UNANSWERABLE[0][1]}]

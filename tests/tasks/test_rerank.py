@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks import squad_rerank_data
 from bertforge.cli import main
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tasks import make_family
 from bertforge.tasks.metrics import ranking_groups, ranking_metrics
 from tests.conftest import fine_tune, one_line_error, require_shared, write_jsonl
@@ -64,7 +64,7 @@ def test_loss_is_binary_cross_entropy_as_transformers(tokenizer):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from bertforge import BertConfig
-    from bertforge.model import BertForSequenceClassification
+    from bertforge.model.bert import BertForSequenceClassification
 
     family = make_family("rerank", options={})
     config = BertConfig.from_name("tiny", vocab_size=tokenizer.vocab_size, **family.head_config())
@@ -145,7 +145,7 @@ def served_scores(folder, query: str, texts: list[str]) -> list[float]:
     """The scores `bertforge serve` answers on TEI's /rerank, in the texts' order."""
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("fastapi")
-    from tests.test_serve import Served
+    from tests.serving.test_serve import Served
 
     served = Served(folder).wait()
     try:

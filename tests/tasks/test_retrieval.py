@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bertforge.cli import main
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tasks import make_family
 from bertforge.tasks.metrics import retrieval_metrics
 from tests.conftest import fine_tune, write_jsonl

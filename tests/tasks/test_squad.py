@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from bertforge.cli import main
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tasks import make_family
 from bertforge.tasks.metrics import normalize_answer, squad_metrics, squad_v1_evaluate, squad_v2_evaluate
-from bertforge.answer_spans import SquadExample, featurize, postprocess
+from bertforge.inference.answer_spans import SquadExample, featurize, postprocess
 from bertforge.tasks.squad import read_squad, split_by_article, squad_counts, write_predictions
 from tests.conftest import require_shared
 

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from bertforge.cli import main
-from bertforge.errors import BertforgeError
-from bertforge.model import BertForSequenceClassification
+from bertforge.core.errors import BertforgeError
+from bertforge.model.bert import BertForSequenceClassification
 from bertforge.tasks import make_family
 from bertforge.tasks.glue import read_glue
 from tests.conftest import require_shared

@@ -1,0 +1,132 @@
+"""`bertforge info DIR`: what a checkpoint folder holds, from its config and the weights' headers alone.
+
+Only the safetensors headers are read (names, shapes, dtypes), so this is instant even for large models.
+"""
+
+from math import prod
+from pathlib import Path
+
+from ..model.config import BertConfig
+from ..core.errors import BertforgeError
+from ..core.io import read_json
+from ..model.sentence_folder import read_sentence_folder
+from ..model.sizes import read_header
+from ..text.tokenizer import looks_uncased
+
+# What each hidden_act computes: the two GELUs differ by up to 5e-4 per unit, enough to move a checkpoint's outputs.
+ACTIVATIONS = {
+    "gelu": "exact GELU (erf), as the paper",
+    "gelu_new": "tanh approximation of GELU, as Google's modeling.py",
+    "gelu_pytorch_tanh": "tanh approximation of GELU, as Google's modeling.py",
+}
+
+
+def add_info_arguments(parser):
+    parser.add_argument("dir", metavar="DIR", type=Path, help="checkpoint folder (config.json, model.safetensors)")
+
+
+def vocabulary(folder: Path, config: BertConfig) -> str:
+    """Its size, and whether vocab.txt (when present) agrees with the embedding table."""
+    vocab = folder / "vocab.txt"
+    if not vocab.is_file():
+        return f"{config.vocab_size} tokens"
+    lines = len(vocab.read_text(encoding="utf-8").splitlines())
+    agrees = "as vocab.txt" if lines == config.vocab_size else f"but vocab.txt has {lines}"
+    return f"{config.vocab_size} tokens ({agrees})"
+
+
+def vocabulary_case(folder: Path) -> str:
+    """"cased" or "uncased", and where that came from: tokenizer_config.json, tokenizer.json, or vocab.txt."""
+    for name, find in (("tokenizer_config.json", lambda d: d.get("do_lower_case")),
+                       ("tokenizer.json", lambda d: (d.get("normalizer") or {}).get("lowercase"))):
+        path = folder / name
+        if path.is_file():
+            lower = find(read_json(path))
+            if lower is not None:
+                return f"{'uncased' if lower else 'cased'} ({name})"
+    vocab = folder / "vocab.txt"
+    if vocab.is_file():
+        if looks_uncased(vocab.read_text(encoding="utf-8").splitlines()):
+            return "uncased (guessed: vocab.txt has no capitals)"
+        return "cased (guessed: vocab.txt has capitals)"
+    return "unknown (no tokenizer files in the folder)"
+
+
+def check_sizes(config: BertConfig, header: dict, source) -> None:
+    """The config's sizes against the weights' shapes (the encoder's tensors, built on the meta device)."""
+    import torch
+
+    from ..model.bert import BertModel
+
+    with torch.device("meta"):
+        expected = BertModel(config, add_pooling_layer=False).state_dict()
+    layers = {int(k.split(".")[2]) for k in header if k.startswith("encoder.layer.")}
+    if layers and max(layers) + 1 != config.num_hidden_layers:
+        raise BertforgeError(f"{source}: the weights have {max(layers) + 1} layers, config.json says "
+                             f"{config.num_hidden_layers}")
+    for key, tensor in expected.items():
+        if key in header and tuple(header[key][0]) != tuple(tensor.shape):
+            raise BertforgeError(f"{source}: {key} is {tuple(header[key][0])}, config.json gives "
+                                 f"{tuple(tensor.shape)}: the config does not describe these weights")
+
+
+def describe(folder: Path) -> list[str]:
+    """The lines `bertforge info` prints."""
+    from ..model import google_checkpoint  # here, not at the top: the command's --help does not load torch
+    from ..model.checkpoint import PART_NAMES, normalise_keys, part_name, weight_files
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BertforgeError(f"{folder}: no such checkpoint folder")
+    google = google_checkpoint.find(folder)
+    if google is not None:  # Google's TensorFlow checkpoint: the index alone is read
+        config, header, files = google_checkpoint.header(google)
+    else:
+        config = BertConfig.from_json_file(folder / "config.json")
+        files = weight_files(folder)
+        if files[0].suffix == ".bin":
+            raise BertforgeError(f"{files[0]}: info reads safetensors headers only; convert a pickle you trust "
+                                 f"first (`bertforge convert {folder} OUT`)")
+        header = read_header(files)
+    # Without the prefix, the position-ids buffer, and the reference's second names for the tied decoder.
+    header = normalise_keys(header, "bert", wants_prefix=False)
+    check_sizes(config, header, files[0])
+    dtypes = sorted({dtype for _, dtype in header.values()})
+
+    counts = {"embeddings": 0, "encoder": 0, "heads": 0}
+    for key, (shape, _) in header.items():
+        group = key.split(".")[0]
+        counts[group if group in ("embeddings", "encoder") else "heads"] += prod(shape)
+    parts = {part_name(key) for key in header}
+    untrained = config.extra.get("untrained_heads") or []
+    heads = [part + (" (untrained)" if part in untrained else "") for part in PART_NAMES.values() if part in parts]
+    if "classifier" in parts:
+        outputs = header["classifier.bias"][0][0]
+        labels = f": {', '.join(config.id2label.values())}" if config.num_labels == outputs else ""
+        heads[heads.index("classifier")] = f"classifier ({outputs} output{'s' if outputs != 1 else ''}{labels})"
+
+    architecture = ", ".join(config.extra.get("architectures", [])) or "not stated in config.json"
+    size = sum(f.stat().st_size for f in files)
+    declared = read_sentence_folder(folder)
+    lines = [
+        f"folder:        {folder}",
+        f"architecture:  {architecture}",
+        f"sizes:         {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+        f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}, "
+        f"{config.max_position_embeddings} positions, vocabulary {config.vocab_size}",
+        f"parameters:    {sum(counts.values()):,} total: embeddings {counts['embeddings']:,}, "
+        f"encoder {counts['encoder']:,}, heads {counts['heads']:,}",
+        f"heads:         {', '.join(heads) or 'none (the bare encoder)'}",
+        f"activation:    {config.hidden_act}"
+        + (f" ({ACTIVATIONS[config.hidden_act]})" if config.hidden_act in ACTIVATIONS else ""),
+        f"weights:       {', '.join(f.name for f in files)}, {', '.join(dtypes)}, {size / 2**20:.1f} MiB",
+        f"vocabulary:    {vocabulary(folder, config)}, {vocabulary_case(folder)}",
+    ]
+    if declared:
+        lines.append(f"embedding:     sentence-transformers folder: {declared.summary()}")
+    return lines
+
+
+def run_info(args) -> int:
+    print("\n".join(describe(args.dir)))
+    return 0

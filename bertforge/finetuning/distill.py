@@ -1,0 +1,291 @@
+"""Task distillation (`bertforge distill`): a small student learns what a teacher fine-tuned on the task answers.
+
+The loss per example (Hinton et al., 2015) is the KL divergence from the teacher's softened distribution to
+the student's at temperature T, times T^2 so that its gradients keep their size as T changes (for regression:
+the squared error to the teacher's score), weighted 1 - alpha, plus alpha times the usual loss on the
+labelled examples. The student learns on the training set, on `--augment N` variants of each training input
+and on `--unlabelled` text (distill_data.py), all labelled by the teacher, whose outputs are cached.
+
+The student starts from a size name (random weights), a checkpoint folder, or `--student-layers` (DistilBERT's
+start: the teacher's embeddings, the named layers, its pooler and head). The run folder is the one `finetune`
+writes (best/, eval_results.json, metrics.jsonl): an ordinary fine-tuned model for every other command.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from ..model.config import SIZES, BertConfig
+from ..core.errors import BertforgeError
+from .finetune import (
+    FINETUNE_DEFAULTS, PAPER, add_task_run_arguments, family_record, read_splits, task_run_options,
+    task_training_options, train_on_task
+)
+from ..core.io import check_output
+from ..core.flags import count, positive, share
+from ..tasks import TASKS, make_family
+from ..tasks.base import TaskFamily
+from ..text.tokenizer import BertTokenizer
+
+# The rate of the measured students from random weights (BENCHMARKS.md, "Distillation"): far above fine-tuning's
+# 2e-5; a student that starts from the teacher's layers or a pre-trained folder may want a lower --lr.
+DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, "batch_size": PAPER["batch_size"], "lr": 3e-4}
+PER_EXAMPLE = ("BertForSequenceClassification", "BertForMultipleChoice")  # the heads task distillation serves
+
+
+def layer_list(text: str) -> list[int]:
+    """--student-layers: comma-separated teacher layer numbers from 0, e.g. 0,2,4."""
+    import argparse
+
+    try:
+        layers = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected layer numbers such as 0,2,4, not {text!r}") from None
+    if any(i < 0 for i in layers) or len(set(layers)) != len(layers):
+        raise argparse.ArgumentTypeError(f"expected distinct layer numbers from 0, not {text!r}")
+    return layers
+
+
+def load_teacher(family: TaskFamily, folder: Path):
+    """The teacher: a model fine-tuned for the task (its head trained), with the data's labels."""
+    from .evaluate import check_model
+
+    if not (folder / "config.json").is_file():
+        raise BertforgeError(f"--teacher {folder}: not a model folder (no config.json)")
+    teacher = family.model_class.from_pretrained(folder)
+    check_model(family, teacher, folder, fine_tuned=True)
+    config = teacher.config
+    if family.model_class.__name__ == "BertForSequenceClassification":
+        names = [str(config.id2label[i]) for i in range(config.num_labels)]
+        if family.model_order(config) != list(range(len(family.labels))):  # its outputs are the data's labels
+            raise BertforgeError(f"--teacher {folder}: its labels ({', '.join(names)}) are not the data's "
+                                 f"({', '.join(map(str, family.labels))})")
+    return teacher
+
+
+def student_folder(spec: str, teacher_tokenizer) -> Path:
+    """A student checkpoint folder, which must read the teacher's tokens."""
+    folder = Path(spec)
+    if not (folder / "config.json").is_file():
+        raise BertforgeError(f"--student {spec}: neither a size ({', '.join(SIZES)}) nor a model folder")
+    student = BertTokenizer.from_pretrained(folder)
+    if student.get_vocab() != teacher_tokenizer.get_vocab():
+        raise BertforgeError(f"--student {spec}: its vocabulary ({student.vocab_size} tokens) is not the "
+                             f"teacher's ({teacher_tokenizer.vocab_size}): the student must read the same tokens")
+    return folder
+
+
+def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_dir: Path, tokenizer,
+                  family: TaskFamily):
+    """The student model (see the module docstring); random weights are drawn from the current torch seed."""
+    head = family.head_config()
+    if layers is not None:
+        return teacher_layers(teacher, teacher_dir, layers, spec, tokenizer, family)
+    if spec in SIZES:
+        config = BertConfig.from_name(spec, vocab_size=teacher.config.vocab_size, pad_token_id=tokenizer.pad_token_id)
+        return family.model_class(BertConfig.from_dict({**config.to_dict(), **head}))
+    return family.model_class.from_pretrained(student_folder(spec, tokenizer), new_head=True, **head)
+
+
+def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | None, tokenizer, family: TaskFamily):
+    """A student of the teacher's `layers` (renumbered from 0) with its embeddings, pooler and head."""
+    import torch
+
+    depth, width = teacher.config.num_hidden_layers, teacher.config.hidden_size
+    if max(layers) >= depth:
+        raise BertforgeError(f"--student-layers {','.join(map(str, layers))}: the teacher {teacher_dir} has "
+                             f"{depth} layers (0 to {depth - 1})")
+    if spec is not None:
+        config = BertConfig.from_name(spec) if spec in SIZES else BertConfig.load(student_folder(spec, tokenizer))
+        if config.hidden_size != width or config.num_hidden_layers != len(layers):
+            raise BertforgeError(f"--student-layers: the student {spec} has {config.num_hidden_layers} layers of "
+                                 f"{config.hidden_size}, the teacher's layers are {width} wide: give "
+                                 f"{len(layers)} layers of that width, or leave --student out")
+    student = family.model_class(BertConfig.from_dict({**teacher.config.to_dict(), "num_hidden_layers": len(layers),
+                                                       **family.head_config()}))
+    renamed = {f"layer.{i}.": f"layer.{k}." for k, i in enumerate(layers)}
+    weights = {}
+    for key, value in teacher.state_dict().items():
+        prefix, _, rest = key.partition(".encoder.")
+        if not rest.startswith("layer."):
+            weights[key] = value
+            continue
+        source = next((old for old in renamed if rest.startswith(old)), None)
+        if source is not None:
+            weights[f"{prefix}.encoder.{renamed[source]}{rest[len(source):]}"] = value
+    with torch.no_grad():
+        student.load_state_dict(weights, strict=True)
+    return student
+
+
+def make_distiller(student, temperature: float, alpha: float, regression: bool):
+    """The module the training loop trains: the student, whose losses in training are the distillation's."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Distiller(nn.Module):
+        """With `teacher_logits` in the batch: {"distill_loss": (1 - alpha) x the soft-target loss per row,
+        "label_loss": alpha x the task loss per labelled row}; without: the student's own outputs."""
+
+        def __init__(self):
+            super().__init__()
+            self.student = student
+
+        def forward(self, teacher_logits=None, labelled=None, labels=None, **batch):
+            if teacher_logits is None:
+                return self.student(labels=labels, **batch)
+            logits = self.student(**batch)["logits"].float()
+            return {"distill_loss": (1 - alpha) * soft_target_loss(logits, teacher_logits, temperature,
+                                                                   regression).mean(),
+                    "label_loss": alpha * label_loss(logits, labels, labelled.bool(), regression)}
+
+        def save_pretrained(self, folder, tokenizer=None):
+            self.student.save_pretrained(folder, tokenizer=tokenizer)
+
+        def load_weights(self, folder, **options):
+            return self.student.load_weights(folder, **options)
+
+    def label_loss(logits, labels, labelled, regression):
+        if not labelled.any():
+            return logits.sum() * 0.0
+        logits, labels = logits[labelled], labels[labelled]
+        return F.mse_loss(logits[:, 0], labels.float()) if regression else F.cross_entropy(logits, labels)
+
+    return Distiller()
+
+
+def soft_target_loss(student_logits, teacher_logits, temperature: float, regression: bool = False):
+    """Per row: T^2 KL(softmax(teacher / T) || softmax(student / T)), or for a regressor the squared error.
+    Outputs the teacher gives -inf (a multiple-choice example's missing choices) add nothing."""
+    import torch
+
+    if regression:
+        return (student_logits[:, 0] - teacher_logits[:, 0]) ** 2
+    target = torch.softmax(teacher_logits / temperature, -1)
+    log_student = torch.log_softmax(student_logits / temperature, -1)
+    log_target = torch.log_softmax(teacher_logits / temperature, -1)
+    terms = torch.where(target > 0, target * (log_target - log_student), torch.zeros_like(target))
+    return temperature ** 2 * terms.sum(-1)
+
+
+def distill(task: str, teacher_dir, student: str | None, data, out, temperature: float = 2.0, alpha: float = 0.5,
+            augment: int = 0, unlabelled: list | None = None, student_layers: list[int] | None = None,
+            cache_dir=None, epochs: float = 3.0, max_length: int | None = None,
+            max_train_examples: int | None = None, max_eval_examples: int | None = None,
+            group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
+            **options) -> dict:
+    """Distil `teacher_dir` (fine-tuned on the task) into a student; the run folder and the results are
+    `finetune`'s. `options`: TrainArgs fields (defaults DISTILL_DEFAULTS) and the task family's options."""
+    import torch
+
+    from .distill_data import default_cache
+
+    started = time.perf_counter()
+    check_distill_options(temperature, alpha, student, student_layers)
+    train_options = task_training_options(options, DISTILL_DEFAULTS)
+    teacher_dir = Path(teacher_dir)
+    head = TASKS[task].model_class.__name__ if task in TASKS else None
+    if head not in PER_EXAMPLE and task in TASKS:
+        raise BertforgeError(f"distill {task}: task distillation covers tasks with an output per example "
+                             "(text and pair classification, regression, multiple choice), not per token or span")
+    if (augment or unlabelled) and head != "BertForSequenceClassification":
+        raise BertforgeError(f"{'--augment' if augment else '--unlabelled'}: only for text and text-pair tasks, "
+                             f"not {task}")
+    if not (teacher_dir / "config.json").is_file():
+        raise BertforgeError(f"--teacher {teacher_dir}: not a model folder (no config.json)")
+    family = make_family(task, data, max_length, options, reading=True)
+    tokenizer = BertTokenizer.from_pretrained(teacher_dir)
+    splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
+    teacher = load_teacher(family, teacher_dir)
+    torch.manual_seed(train_options["seed"])
+    model = build_student(student, student_layers, teacher, teacher_dir, tokenizer, family)
+    model.config.extra.update(family.config_entries())
+    regression = head == "BertForSequenceClassification" and teacher.config.num_labels == 1
+    cache = Path(cache_dir) if cache_dir else default_cache()
+    encoded, cached = distill_rows(family, splits.train, tokenizer, teacher, teacher_dir, augment, unlabelled,
+                                   regression, cache, train_options)
+    run = {"task": task, "model": student if student_layers is None else
+           f"{teacher_dir} layers {','.join(map(str, student_layers))}", "teacher": str(teacher_dir),
+           "data": None if data is None else str(data), "family_options": family_record(options),
+           "temperature": temperature, "alpha": alpha,
+           "augment": augment, "unlabelled": [str(p) for p in unlabelled or []],
+           "distill_rows": len(encoded["labelled"]),
+           "teacher_outputs_cached": cached, "epochs": epochs, "max_length": family.max_length,
+           "max_train_examples": max_train_examples, "max_eval_examples": max_eval_examples,
+           "group_by_length": group_by_length, "command": command, "arguments": arguments}
+    del teacher
+    return train_on_task(family, make_distiller(model, temperature, alpha, regression), tokenizer, splits, encoded,
+                         out, train_options, run, started, batch_keys={"teacher_logits": None, "labelled": None},
+                         loss_units={"distill_loss": rows, "label_loss": labelled_rows})
+
+
+def distill_rows(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Path, augment: int, unlabelled,
+                 regression: bool, cache: Path, train_options: dict) -> tuple[dict, bool]:
+    """The rows the student learns from (the training split's, then the augmented and unlabelled ones), each with
+    the teacher's outputs and whether it is labelled; and whether the teacher's outputs came from the cache."""
+    from .distill_data import augmented, read_unlabelled, teacher_outputs
+
+    extra = augmented(train.examples, augment, train_options["seed"]) if augment else []
+    if unlabelled:
+        extra += read_unlabelled(unlabelled, family, pairs=train.examples[0].text_b is not None)
+    encoded = {k: list(v) for k, v in train.encoded.items()}
+    labelled = [1] * len(encoded["input_ids"])
+    if extra:  # the teacher's outputs are their only targets: their "labels" are placeholders, never read
+        more = family.encode("extra", extra, tokenizer).encoded
+        for key in encoded:
+            encoded[key] += more.get(key, [0.0 if regression else 0] * len(extra))
+        labelled += [0] * len(extra)
+    logits, cached = teacher_outputs(teacher, teacher_dir, family, encoded, tokenizer.pad_token_id, cache,
+                                     train_options["batch_size"] * 2, train_options.get("progress", True))
+    print(f"teacher outputs of {len(logits)} rows {'read from' if cached else 'written to'} {cache}", file=sys.stderr)
+    encoded["teacher_logits"], encoded["labelled"] = logits.tolist(), labelled
+    return encoded, cached
+
+
+def rows(batch: dict) -> int:
+    return len(batch["input_ids"])
+
+
+def labelled_rows(batch: dict) -> int:
+    return int(batch["labelled"].sum())
+
+
+def check_distill_options(temperature: float, alpha: float, student, layers) -> None:
+    """The checks the command line's types make, for calls from Python."""
+    if not temperature > 0:
+        raise BertforgeError(f"--temperature {temperature}: must be above 0")
+    if not 0 <= alpha <= 1:
+        raise BertforgeError(f"--alpha {alpha}: must be between 0 and 1")
+    if student is None and layers is None:
+        raise BertforgeError("distill needs --student (a size or a folder) or --student-layers")
+
+
+def add_distill_arguments(p):
+    p.add_argument("task", help=f"one of {', '.join(TASKS)} with an output per example")
+    p.add_argument("--teacher", required=True, type=Path, help="a model fine-tuned on the task (bertforge's or "
+                   "transformers' folder)")
+    p.add_argument("--student", help=f"the student: a size ({', '.join(SIZES)}: random weights) or a checkpoint "
+                   "folder with the teacher's vocabulary (default with --student-layers: the teacher's layers)")
+    p.add_argument("--student-layers", type=layer_list, metavar="I,J,...",
+                   help="start from these layers of the teacher (from 0), its embeddings, pooler and head")
+    p.add_argument("--temperature", type=positive, default=2.0, help="softens both distributions")
+    p.add_argument("--alpha", type=share, default=0.5, help="weight of the loss on the labels (1 - alpha: on the "
+                   "teacher's outputs)")
+    p.add_argument("--augment", type=count(0), default=0, metavar="N",
+                   help="N variants of each training input (words masked, replaced, cut to n-grams), teacher-labelled")
+    p.add_argument("--unlabelled", nargs="+", type=Path, metavar="FILE",
+                   help="text the teacher labels: a text (or a tab-separated pair) a line, or a table with the "
+                        "task's text columns")
+    p.add_argument("--cache-dir", type=Path, help="where the teacher's outputs are kept (default: "
+                   "$BERTFORGE_CACHE/teacher-outputs, or ~/.cache/bertforge/teacher-outputs)")
+    add_task_run_arguments(p, DISTILL_DEFAULTS, PAPER["epochs"])
+
+
+def run_distill(args) -> int:
+    check_output(args.out, "--out", inputs=[p for p in (args.teacher, args.student, args.data) if p])
+    results = distill(args.task, args.teacher, args.student, args.data, args.out, temperature=args.temperature,
+                      alpha=args.alpha, augment=args.augment, unlabelled=args.unlabelled,
+                      student_layers=args.student_layers, cache_dir=args.cache_dir, **task_run_options(args))
+    print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
+    return 0

@@ -1,0 +1,2 @@
+"""Layer 5: running a model. Batches, windows of long inputs, the runtimes (PyTorch, ONNX Runtime), pipelines,
+features and ONNX export."""

@@ -1,0 +1,242 @@
+"""Sentence-transformers folders: the pooling, normalisation and length a folder declares, read and written.
+
+A sentence-transformers folder is a Hugging Face model folder with, beside it, `modules.json` (the modules run in
+order: a Transformer at "", a Pooling at "1_Pooling", an optional Normalize at "2_Normalize"),
+`1_Pooling/config.json` (which pooling), `sentence_bert_config.json` (max_seq_length, do_lower_case) and
+optionally `config_sentence_transformers.json` (named prompts, the default one prepended to every text).
+
+`read_sentence_folder` turns those files into a `SentencePooling`, which `pipeline("sentence-embedding")` and
+`bertforge features --level sentence` take as their defaults; `pool` is the one definition of the pooling
+modes, with sentence-transformers' semantics (its `Pooling` module), on the real tokens of one text.
+`write_sentence_folder` adds the files beside a model folder so that `SentenceTransformer(folder)` loads it,
+and `keep_sentence_folder` carries a folder's files over to a model made from it (an export, a fine-tuned copy).
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..core.errors import BertforgeError
+from ..core.io import read_json, read_text, write_json, write_text_atomic
+
+MODULES = "modules.json"
+POOLING_CONFIG = "1_Pooling/config.json"
+NORMALIZE_CONFIG = "2_Normalize/config.json"
+SBERT_CONFIG = "sentence_bert_config.json"
+ST_CONFIG = "config_sentence_transformers.json"
+KEPT = (SBERT_CONFIG, ST_CONFIG, MODULES)  # beside the modules' own files; modules.json last
+
+# The pooling modes, in the order of sentence-transformers' legacy config keys (the order it concatenates them).
+LEGACY_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
+               "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+               "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+POOLINGS = ("mean", "cls", "max", "lasttoken", "mean_sqrt_len_tokens", "weightedmean")
+MODULE_TYPES = ("Transformer", "Pooling", "Normalize")  # the last part of a modules.json "type"
+
+
+@dataclass(frozen=True)
+class SentencePooling:
+    """How a folder turns token vectors into one sentence vector. `prompt` is prepended to every text (the
+    folder's default prompt); with include_prompt False its tokens ([CLS] included) are left out of the pooling."""
+
+    pooling: str = "mean"
+    normalize: bool = True
+    max_seq_length: int | None = None
+    include_prompt: bool = True
+    do_lower_case: bool = False
+    prompt: str = ""
+
+    def text(self, text: str) -> str:
+        """A text as the folder's Transformer module reads it: prompted, lower-cased if declared."""
+        text = self.prompt + text
+        return text.lower() if self.do_lower_case else text
+
+    def summary(self) -> str:
+        """One line for `bertforge info`."""
+        parts = [f"{self.pooling} pooling", "normalized" if self.normalize else "not normalized",
+                 f"max_seq_length {self.max_seq_length or 'of the tokenizer'}"]
+        if self.do_lower_case:
+            parts.append("lower-cased")
+        if self.prompt:
+            parts.append(f"prompt {self.prompt!r}{'' if self.include_prompt else ' left out of the pooling'}")
+        return ", ".join(parts)
+
+    def skipped(self, tokenizer) -> int:
+        """How many tokens of each text the pooling leaves out: the prompt's with its [CLS], without include_prompt
+        (sentence-transformers counts the prompt's tokens less its final [SEP])."""
+        if self.include_prompt or not self.prompt:
+            return 0
+        return len(tokenizer(self.text(""))["input_ids"]) - 1
+
+
+def pool(states: np.ndarray, mode: str, skip: int = 0) -> np.ndarray:
+    """One vector from a text's token vectors [tokens, dim] (its real tokens, [CLS] and [SEP] included), the
+    first `skip` tokens (a prompt's) left out, as sentence-transformers' Pooling computes it."""
+    kept = states[skip:]
+    if mode == "cls":
+        return (kept if len(kept) else states)[0].copy()
+    if mode == "lasttoken":
+        return (kept if len(kept) else states)[-1].copy()
+    if mode == "max":
+        return kept.max(0) if len(kept) else np.full(states.shape[1], -np.inf, dtype=states.dtype)
+    if mode in ("mean", "mean_sqrt_len_tokens"):
+        count = float(len(kept)) if mode == "mean" else float(np.sqrt(len(kept)))
+        return (kept.sum(0, dtype=np.float32) / max(count, 1e-9)).astype(states.dtype, copy=False)
+    if mode == "weightedmean":  # each token weighted by its position from 1, the skipped ones keeping theirs
+        weights = np.arange(skip + 1, len(states) + 1, dtype=np.float32)[:, None]
+        return (kept * weights).sum(0) / max(weights.sum(), 1e-9)
+    raise BertforgeError(f"pooling must be one of {', '.join(POOLINGS)}, not {mode!r}")
+
+
+def normalized(vectors: np.ndarray) -> np.ndarray:
+    """Rows of unit length (a zero row stays zero), as sentence-transformers' Normalize."""
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+
+
+def check_pooling(pooling: str, name: str = "pooling") -> str:
+    if pooling not in POOLINGS:
+        raise BertforgeError(f"{name} must be one of {', '.join(POOLINGS)}, not {pooling!r}")
+    return pooling
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_sentence_folder(folder) -> SentencePooling | None:
+    """The folder's declared pooling, or None for a plain model folder (no modules.json)."""
+    folder = Path(folder)
+    if not (folder / MODULES).is_file():
+        return None
+    paths = module_paths(folder)
+    pooling, include_prompt = read_pooling(folder / paths["Pooling"] / "config.json")
+    if "Normalize" in paths:
+        check_normalize(folder / paths["Normalize"] / "config.json")
+    max_seq_length, do_lower_case = read_sbert_config(folder / SBERT_CONFIG)
+    return SentencePooling(pooling, "Normalize" in paths, max_seq_length, include_prompt, do_lower_case,
+                           read_prompt(folder / ST_CONFIG))
+
+
+def module_paths(folder: Path) -> dict[str, str]:
+    """Module type -> path, from modules.json: a Transformer at "", a Pooling, then maybe a Normalize."""
+    file = folder / MODULES
+    modules = read_json(file, expect=list)
+    found = {}
+    for i, module in enumerate(modules):
+        if not isinstance(module, dict) or not isinstance(module.get("type"), str) \
+                or not isinstance(module.get("path"), str):
+            raise BertforgeError(f"{file}: [{i}] must be an object with a \"type\" and a \"path\" string")
+        kind = module["type"].rsplit(".", 1)[-1]
+        if len(found) == len(MODULE_TYPES) or kind != MODULE_TYPES[len(found)]:
+            raise BertforgeError(f"{file}: [{i}] \"type\" {module['type']} is not supported: bertforge reads a "
+                                 f"Transformer, a Pooling and an optional Normalize, in that order")
+        if kind == "Transformer" and module["path"] != "":
+            raise BertforgeError(f"{file}: [{i}] \"path\" {module['path']!r}: bertforge reads the Transformer "
+                                 f"from the folder itself (path \"\")")
+        if ".." in Path(module["path"]).parts or Path(module["path"]).is_absolute():
+            raise BertforgeError(f"{file}: [{i}] \"path\" {module['path']!r} is outside the folder")
+        found[kind] = module["path"]
+    if "Pooling" not in found:
+        raise BertforgeError(f"{file}: no Pooling module: bertforge reads a Transformer then a Pooling")
+    return found
+
+
+def flag(config: dict, key: str, file: Path, default: bool) -> bool:
+    value = config.get(key, default)
+    if not isinstance(value, bool):
+        raise BertforgeError(f"{file}: \"{key}\" must be true or false, not {value!r}")
+    return value
+
+
+def read_pooling(file: Path) -> tuple[str, bool]:
+    """The pooling mode and include_prompt of a Pooling config: the legacy pooling_mode_* flags or pooling_mode."""
+    config = read_json(file)
+    if "pooling_mode" in config:
+        mode = config["pooling_mode"]
+        modes = mode if isinstance(mode, list) else [mode]
+        if not modes or not all(isinstance(m, str) and m in LEGACY_KEYS.values() for m in modes):
+            raise BertforgeError(f"{file}: \"pooling_mode\" {mode!r} is not one of {', '.join(POOLINGS)}")
+        keys = ["pooling_mode"] * len(modes)
+    else:
+        keys = [key for key in LEGACY_KEYS if flag(config, key, file, False)]
+        modes = [LEGACY_KEYS[key] for key in keys] or ["mean"]  # none set: sentence-transformers means
+    if len(modes) > 1:
+        raise BertforgeError(f"{file}: {', '.join(dict.fromkeys(keys))} ask for {' + '.join(modes)} concatenated; "
+                             f"bertforge pools with one mode")
+    return modes[0], flag(config, "include_prompt", file, True)
+
+
+def check_normalize(file: Path) -> None:
+    """A Normalize module normalises the sentence embedding (its config, where there is one, must say so)."""
+    if not file.is_file():
+        return
+    config = read_json(file)
+    for key in ("module_input_name", "module_output_name"):
+        if config.get(key) not in (None, "sentence_embedding"):
+            raise BertforgeError(f"{file}: \"{key}\" {config[key]!r}: bertforge normalises the sentence embedding "
+                                 f"only")
+
+
+def read_sbert_config(file: Path) -> tuple[int | None, bool]:
+    if not file.is_file():
+        return None, False
+    config = read_json(file)
+    length = config.get("max_seq_length")
+    if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 1):
+        raise BertforgeError(f"{file}: \"max_seq_length\" must be a whole number of at least 1, not {length!r}")
+    return length, flag(config, "do_lower_case", file, False)
+
+
+def read_prompt(file: Path) -> str:
+    """The default prompt's text ("" where none is named)."""
+    if not file.is_file():
+        return ""
+    config = read_json(file)
+    name = config.get("default_prompt_name")
+    if name is None:
+        return ""
+    prompts = config.get("prompts")
+    if not isinstance(prompts, dict) or not isinstance(prompts.get(name), str):
+        raise BertforgeError(f"{file}: \"default_prompt_name\" {name!r} names no prompt in \"prompts\"")
+    return prompts[name]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Writing
+
+
+def write_sentence_folder(folder, pooling: str = "mean", normalize: bool = True, max_seq_length: int | None = None,
+                          include_prompt: bool = True, do_lower_case: bool = False) -> None:
+    """Add the sentence-transformers files beside the Hugging Face model in `folder` (its config.json gives the
+    embedding dimension), in the legacy layout every sentence-transformers version reads."""
+    folder = Path(folder)
+    check_pooling(pooling)
+    if max_seq_length is not None and (not isinstance(max_seq_length, int) or max_seq_length < 1):
+        raise BertforgeError(f"max_seq_length must be a whole number of at least 1, not {max_seq_length!r}")
+    dimension = read_json(folder / "config.json").get("hidden_size")
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        write_json(folder / NORMALIZE_CONFIG, {})
+    else:
+        (folder / NORMALIZE_CONFIG).unlink(missing_ok=True)  # of an earlier declaration
+    write_json(folder / POOLING_CONFIG, {"word_embedding_dimension": dimension,
+                                         **{key: mode == pooling for key, mode in LEGACY_KEYS.items()},
+                                         "include_prompt": include_prompt})
+    write_json(folder / SBERT_CONFIG, {"max_seq_length": max_seq_length, "do_lower_case": do_lower_case})
+    write_json(folder / MODULES, modules)  # last: a folder is a sentence-transformers one once its files are whole
+
+
+def keep_sentence_folder(source, target) -> bool:
+    """Copy the sentence-transformers files of `source` (checked by reading them) to `target`, a model made from
+    it; False where `source` is a plain model folder."""
+    source, target = Path(source), Path(target)
+    if read_sentence_folder(source) is None:
+        return False
+    names = [f"{path}/config.json" for path in module_paths(source).values() if path]
+    for name in [*names, *KEPT]:
+        if (source / name).is_file():
+            write_text_atomic(target / name, read_text(source / name))
+    return True

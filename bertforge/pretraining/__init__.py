@@ -1,0 +1,1 @@
+"""Layer 8: pre-training jobs: the objectives, the recipes, `pretrain`, general distillation, plots, the demo."""

@@ -1,0 +1,278 @@
+"""Pre-training (spec section 6): masked LM + next sentence prediction on data made by `bertforge data create`,
+or one of the other objectives (`--objective`, see objectives.py) and recipes (`--recipe`, see recipe.py).
+
+The batch of step s is a deterministic function of (seed, s): an epoch is a seeded permutation of the
+instances, and a global batch is split by rows across processes. Data written without masks is masked
+afresh every time a row is drawn (dynamic masking), the global batch at once with a generator seeded by
+(seed, step), each process keeping its rows: the masks do not depend on the number of processes either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..core.io import check_output, exclusive, write_json
+from ..training.options import add_training_arguments, recorded_arguments, training_options
+from ..core.flags import count
+from ..model.config import BertConfig
+from ..data.shards import check_vocab, load_pretraining_data
+from ..core.errors import BertforgeError
+from .objectives import OBJECTIVES, choose_objective
+from .plot import BASELINES_FILE
+from ..text.tokenizer import BertTokenizer
+from .recipe import RECIPES, add_recipe_arguments, recipe_notes, resolve
+from ..training.resume import PRETRAIN_FIXED, check_resume
+from ..training.options import TrainArgs
+
+# torch, the model and the loop are imported where they are used: the command's --help does not load torch.
+
+# The command's defaults (the paper's recipe at a size that runs on a CPU); any TrainArgs field may be given.
+PRETRAIN_DEFAULTS = dict(steps=1000, batch_size=64, lr=1e-4, warmup=0.05, log_every=10, eval_every=200,
+                         save_every=500)
+log = logging.getLogger("bertforge")
+EVAL_STEP = 2**40  # seeds the held-out masks: the same at every evaluation, unlike any training step's
+EVAL_BATCH = 64  # held-out rows per batch, masked together: the same masks whatever the training batch size
+
+
+class PretrainJob:
+    """Batches, losses, evaluation and checkpoints for BertForPreTraining under one objective (objectives.py);
+    the training loop's view (see train.TrainingJob)."""
+
+    best_metric = None
+    resume_fixed = PRETRAIN_FIXED
+
+    def __init__(self, data_dir, tokenizer: BertTokenizer, batch_size: int, seed: int, eval_rows: int = 1024,
+                 objective: str | None = None, mask_prob: float | None = None, teacher: str | None = None):
+        self.tokenizer = tokenizer
+        self.train = load_pretraining_data(data_dir, "train")
+        check_vocab(self.train.index, tokenizer)
+        self.objective = choose_objective(self.train, objective, mask_prob, teacher)
+        self.mask_prob = mask_prob
+        self.saved_dropout = None  # see save
+        self.loss_units = self.objective.loss_units()
+        held_out = (Path(data_dir) / "eval" / "index.json").is_file()
+        self.eval = load_pretraining_data(data_dir, "eval") if held_out else None
+        self.batch_size, self.seed = batch_size, seed
+        self.eval_rows = min(eval_rows, len(self.eval)) if self.eval is not None else 0
+        self.steps_per_epoch = len(self.train) // batch_size
+        self._order = (None, None)  # (epoch, its permutation of the instances)
+        if self.steps_per_epoch == 0:
+            raise BertforgeError(f"{data_dir}: {len(self.train)} training instances, "
+                                 f"fewer than one batch of {batch_size}")
+
+    def rows_of(self, data, indices, step: int, mine=None) -> dict:
+        """Instances `indices` as the objective's inputs and labels; `mine`: this process's positions among them.
+        Unmasked data is masked now for a masking objective, all of `indices` at once with a generator seeded
+        by (seed, step), so that the masks do not depend on the number of processes (see module doc)."""
+        from ..training.train import trim
+
+        if data.static_masked or not self.objective.masks:
+            b = data.batch(indices if mine is None else indices[mine])
+        else:
+            # Held-out rows keep the data's rate (0.15 by default), so that runs with other rates compare.
+            masking = {} if self.mask_prob is None or data is not self.train else \
+                {"masked_lm_prob": self.mask_prob, "max_predictions": math.ceil(data.max_seq_length * self.mask_prob)}
+            b = data.batch(indices, rng=np.random.default_rng([self.seed, step]), **masking)
+            if mine is not None:
+                b = {k: v[mine] for k, v in b.items()}
+        b.pop("special_tokens_mask")
+        return self.objective.finish(trim(b))
+
+    def batch(self, step: int, rank: int, world: int) -> dict:
+        epoch, i = divmod(step, self.steps_per_epoch)
+        if self._order[0] != epoch:
+            self._order = (epoch, np.random.default_rng([self.seed, epoch]).permutation(len(self.train)))
+        global_rows = self._order[1][i * self.batch_size:(i + 1) * self.batch_size]
+        return self.rows_of(self.train, global_rows, step, np.array_split(np.arange(self.batch_size), world)[rank])
+
+    def held_out(self, device=None):
+        """The held-out batches: the same rows and masks every time, whatever the batch size, at the data's
+        masking rate whatever --mask-prob trains with."""
+        for start in range(0, self.eval_rows, EVAL_BATCH):
+            rows = np.arange(start, min(start + EVAL_BATCH, self.eval_rows))
+            b = self.rows_of(self.eval, rows, EVAL_STEP + start)
+            yield {k: v.to(device) for k, v in b.items()} if device is not None else b
+
+    def evaluate(self, model) -> dict:
+        if not self.eval_rows:
+            return {}
+        return self.objective.evaluate(model, self.held_out(next(model.parameters()).device))
+
+    def baselines(self) -> dict:
+        return self.objective.baselines(self.held_out()) if self.eval_rows else {}
+
+    def save(self, model, folder: Path):
+        self.objective.save(model, folder, self.save_checkpoint)
+
+    def save_checkpoint(self, model, folder: Path):
+        """The checkpoint with its tokenizer, its config naming the heads the objective leaves untrained
+        (`info` says so). A run trained with `--dropout` other than its config's saves the config's rate
+        (`saved_dropout`), so that fine-tuning uses it: the budget recipe drops dropout in pre-training only, as
+        Cramming and MosaicBERT do."""
+        config = model.config
+        model.config = dataclasses.replace(config, extra={**config.extra,
+                                                          "untrained_heads": self.objective.untrained_heads})
+        if self.saved_dropout is not None:
+            model.config = dataclasses.replace(model.config, hidden_dropout_prob=self.saved_dropout,
+                                               attention_probs_dropout_prob=self.saved_dropout)
+        try:
+            model.save_pretrained(folder, tokenizer=self.tokenizer)
+        finally:
+            model.config = config
+
+
+def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | None, dropout: float | None,
+                data_index: dict | None = None, causal: bool = False):
+    from ..model.bert import BertForPreTraining
+
+    if init_from:
+        if data_index is not None and (Path(init_from) / "vocab.txt").is_file():
+            check_vocab(data_index, BertTokenizer.from_pretrained(init_from))
+        model = BertForPreTraining.from_pretrained(init_from)
+        if model.config.vocab_size != tokenizer.vocab_size:
+            raise BertforgeError(f"{init_from}: the model's vocabulary has {model.config.vocab_size} entries, "
+                                 f"the data's {tokenizer.vocab_size}: the data was made with another vocabulary")
+        if model.config.is_decoder != causal:
+            kind = {True: "causal (ltr)", False: "bidirectional"}
+            raise BertforgeError(f"--init-from {init_from}: a {kind[model.config.is_decoder]} model cannot continue "
+                                 f"with a {kind[causal]} objective")
+        return model
+    overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_token_id, "is_decoder": causal}
+    if dropout is not None:
+        overrides |= {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    config = BertConfig.load(config_name)
+    config = BertConfig.from_dict({**config.to_dict(), **overrides})
+    return BertForPreTraining(config)
+
+
+def init_output_bias(model, counts) -> None:
+    """The masked-LM output bias set to the log unigram frequencies of the training tokens (add-one smoothed):
+    a fresh model's first predictions are then the token frequencies it would otherwise spend its first few
+    hundred steps learning (held-out accuracy +1-2 points after 2 minutes of BERT-Tiny: BENCHMARKS.md)."""
+    import torch
+
+    smoothed = torch.as_tensor(counts, dtype=torch.float64) + 1
+    with torch.no_grad():
+        model.cls.predictions.bias.copy_((smoothed / smoothed.sum()).log())
+
+
+def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = None, dropout: float | None = None,
+             eval_rows: int = 1024, objective: str | None = None, mask_prob: float | None = None,
+             recipe: str | None = None, output_bias: str | None = None, teacher: str | None = None,
+             **options) -> dict:
+    """Pre-train and return the last held-out evaluation (with the trivial baselines beside it).
+
+    `options`: TrainArgs fields (defaults PRETRAIN_DEFAULTS). `recipe` is only recorded (the caller resolves it
+    into the other arguments, see recipe.resolve). `output_bias="unigram"` starts a fresh model's masked-LM
+    output bias at the training tokens' log frequencies (`init_output_bias`); with `init_from` it is ignored, as
+    `config` is: args.json records the config used, `init_from`'s.
+    `teacher`: the model whose representations `objective="distill"` learns (general_distill.py)."""
+    import torch
+
+    from ..training.train import fit, setup_distributed
+
+    options = {**PRETRAIN_DEFAULTS, **options}
+    if not Path(data).is_dir():
+        raise BertforgeError(f"--data {data}: no such folder; make pre-training data with `bertforge data create`")
+    if not (Path(data) / "index.json").is_file():
+        raise BertforgeError(f"{data}: not pre-training data (no index.json); make it with `bertforge data create`")
+    ctx = setup_distributed(options.get("device"))
+    tokenizer = BertTokenizer.from_pretrained(data)
+    job = PretrainJob(data, tokenizer, options["batch_size"], options["seed"], eval_rows, objective, mask_prob, teacher)
+    torch.manual_seed(options["seed"])
+    model = build_model(config, tokenizer, init_from, dropout, job.train.index, causal=job.objective.causal)
+    if output_bias == "unigram" and not init_from and job.objective.predicts_tokens:
+        init_output_bias(model, job.train.token_counts(model.config.vocab_size))
+    model = job.objective.prepare(model, teacher, job)
+    if job.train.max_seq_length > model.config.max_position_embeddings:
+        raise BertforgeError(f"{data}: rows of {job.train.max_seq_length} tokens, but the model has "
+                             f"{model.config.max_position_embeddings} positions (--config, --init-from)")
+    if dropout is not None and not init_from:
+        job.saved_dropout = BertConfig.load(config).hidden_dropout_prob
+    tokens = job.objective.predicts_tokens
+    recorded = {"recipe": recipe, "objective": job.objective.name, "teacher": teacher,
+                "mask_prob": mask_prob or job.train.index.get("masked_lm_prob") if job.objective.masks else None,
+                "dropout": model.config.hidden_dropout_prob, "config": str(init_from or config), "init_from": init_from,
+                "data": str(data), "max_length": job.train.max_seq_length, "eval_rows": eval_rows,
+                "output_bias": output_bias or "zero" if tokens and not init_from else None}
+    args = TrainArgs(out=Path(out), **{**options, "extra": {**options.get("extra", {}), **recorded}})
+    if not ctx.main:
+        return fit(model, job, args, ctx)
+    shown = {k: v for k, v in recorded.items() if v is not None or k not in ("teacher", "mask_prob")}
+    log.info("pre-training: " + ", ".join(f"{k} {v}" for k, v in {
+        **shown, "lr": args.lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": args.batch_size,
+        "bf16": args.bf16,
+        "steps": args.steps if not args.time_budget else f"until the {args.time_budget:g} s budget"}.items()))
+    if args.eval_every and job.eval is None:
+        log.warning(f"{data}: no held-out documents, so no held-out figures or baselines; make the data with "
+                    "`bertforge data create --eval-docs N` (auto by default) to have them")
+    baselines = job.baselines()
+    with exclusive(args.out, "--out"):  # from the first file written (fit holds it too)
+        check_resume(args, job.resume_fixed)  # a refused --resume writes nothing
+        write_json(args.out / BASELINES_FILE, baselines)  # beside metrics.jsonl, for `bertforge plot`
+        return {**fit(model, job, args, ctx), **baselines}
+
+
+def add_pretrain_arguments(p):
+    p.add_argument("--data", required=True, help="folder written by `bertforge data create`")
+    p.add_argument("--out", required=True, help="run folder: metrics.jsonl, step-*/ checkpoints, final/")
+    p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large or a config.json")
+    p.add_argument("--init-from", help="start from this checkpoint folder instead of random weights")
+    p.add_argument("--teacher", help="--objective distill: the model whose representations the student learns "
+                                     "(any checkpoint folder with the data's vocabulary)")
+    p.add_argument("--eval-rows", type=count(1), default=1024, help="held-out instances per evaluation")
+    add_recipe_arguments(p)
+    # None: the recipe decides (and --steps: 1000, or as many as --time-budget allows)
+    add_training_arguments(p, {**PRETRAIN_DEFAULTS, **dict.fromkeys(("steps", "lr", "warmup", "batch_size",
+                                                                      "schedule", "bf16"))},
+                           skip=("keep_checkpoints",),  # pre-training keeps its last --keep step checkpoints
+                           notes={**recipe_notes(), "steps": "(default 1000, or as many as --time-budget allows)"})
+
+
+def run_pretrain(args) -> int:
+    from ..inference.runtime import pick_device
+
+    if args.init_from and args.output_bias:
+        raise BertforgeError(f"--output-bias {args.output_bias}: it sets a fresh model's bias; with --init-from "
+                             f"the checkpoint's is kept")
+    check_output(args.out, "--out", inputs=[args.data])
+    width = BertConfig.load(args.init_from or args.config).hidden_size
+    r = resolve(args.recipe, {k: getattr(args, k) for k in RECIPES[args.recipe]}, width, pick_device(args.device))
+    if args.time_budget and r["warmup"] >= 1:
+        raise BertforgeError(f"--warmup {r['warmup']:g}: with --time-budget the warm-up is a fraction (< 1) of it")
+    options = {**training_options(args), **{k: r[k] for k in ("lr", "warmup", "batch_size", "schedule", "bf16")}}
+    options["steps"] = args.steps or (10**12 if args.time_budget else 1000)
+    options["extra"] = {"arguments": recorded_arguments(args), "command": ["bertforge", *sys.argv[1:]]}
+    # a recipe's masking rate is for masking objectives, its output bias for those that predict tokens
+    objective = OBJECTIVES[r["objective"]] if r["objective"] else None  # None: what the data holds, masked
+    masking, tokens = objective is None or objective.masks, objective is None or objective.predicts_tokens
+    result = pretrain(args.data, args.out, config=args.config, init_from=args.init_from, dropout=r["dropout"],
+                      eval_rows=args.eval_rows, objective=r["objective"],
+                      mask_prob=r["mask_prob"] if masking else args.mask_prob, recipe=args.recipe,
+                      output_bias=r["output_bias"] if tokens else None, teacher=args.teacher, **options)
+    for key, value in result.items():
+        print(f"{key}: {value:.4f}")
+    print(f"saved: {Path(args.out) / 'final'} (a checkpoint folder: bertforge finetune TASK --model "
+          f"{Path(args.out) / 'final'} ...)")
+    collapsed = collapse_warning(result, r["lr"])
+    if collapsed:
+        log.warning(collapsed)
+    return 0
+
+
+def collapse_warning(result: dict, lr: float) -> str | None:
+    """A model whose held-out masked-LM accuracy is that of always guessing the most frequent token has
+    learnt the unigram distribution and nothing else: after a whole run, that is a learning rate too high for
+    the model (measured: BERT-Mini stays there at 1e-3 and 2e-3 with batch 16; BENCHMARKS.md, issue 11)."""
+    accuracy, baseline = result.get("eval_mlm_accuracy"), result.get("mlm_most_frequent_token_accuracy")
+    if accuracy is None or baseline is None or accuracy > baseline + 0.002:
+        return None
+    return (f"held-out masked-LM accuracy {accuracy:.2%} is that of always guessing the most frequent token "
+            f"({baseline:.2%}): the model learnt only token frequencies; a lower --lr than {lr:g} (or more "
+            f"steps) usually gets it past this")

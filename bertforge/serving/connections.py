@@ -1,0 +1,141 @@
+"""What `bertforge serve` (serve.py) does about connections, below the application: uvicorn's HTTP protocol
+(httptools', or h11's where httptools is not installed) with a deadline for a request's headers and a limit on
+open connections.
+
+uvicorn closes an idle keep-alive connection (5 s after its last answer) but times out neither a request's
+headers nor its body, and its --limit-concurrency is checked only once a request's headers are complete: a
+client that connects and sends nothing, or its headers a byte at a time, held a connection (a file handle)
+forever, and enough of them exhausted the server's. Here a connection whose request headers are not complete
+--header-timeout seconds after it opened, or after the first byte of its next request, is closed (one whose
+previous answer is still being written is closed after it); every open connection, whatever it is doing,
+counts against --max-connections, and one over it gets a 503 (error_type too_many_connections) and is closed at
+once. The body's deadline (--body-timeout, a 408) is serve_guard.Guard's, which reads the body.
+"""
+
+from ..core.flags import count, positive
+from .guard import json_bytes
+
+HEADER_TIMEOUT = 10.0  # seconds
+BODY_TIMEOUT = 10.0  # seconds, for the whole body
+MAX_CONNECTIONS = 1024
+
+
+def add_connection_arguments(p):
+    p.add_argument("--header-timeout", type=positive, default=HEADER_TIMEOUT, metavar="SECONDS",
+                   help="a connection whose request headers are not complete this long after it opened (or after the "
+                        "first byte of its next request) is closed")
+    p.add_argument("--body-timeout", type=positive, default=BODY_TIMEOUT, metavar="SECONDS",
+                   help="a request whose body has not arrived whole this long after its headers gets a 408, and its "
+                        "connection is closed")
+    p.add_argument("--max-connections", type=count(1), default=MAX_CONNECTIONS,
+                   help="open connections, whatever they are doing (idle, sending, waiting for an answer); one more "
+                        "gets a 503 and is closed at once (the soft limit on open files is raised to hold them)")
+
+
+def refusal_bytes(status: int, reason: str, kind: str, message: str) -> bytes:
+    """A whole HTTP/1.1 response of a typed refusal ({"error", "error_type"}), closing the connection."""
+    body = json_bytes({"error": message, "error_type": kind})
+    retry = b"retry-after: 1\r\n" if status in (429, 503) else b""
+    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%sconnection: close\r\n\r\n%s"
+            % (status, reason.encode("ascii"), len(body), retry, body))
+
+
+class Deadlines:
+    """Mixed in before uvicorn's protocol class (see protocol_class): the header deadline and the connection
+    limit. A subclass says whether the connection is waiting for a request's headers (headers_pending)."""
+
+    header_timeout, max_connections, refused = HEADER_TIMEOUT, MAX_CONNECTIONS, None  # set by protocol_class
+    header_timer = None
+    over_limit = False
+
+    def connection_made(self, transport):
+        if len(self.connections) >= self.max_connections:
+            self.over_limit, self.transport = True, transport
+            transport.write(refusal_bytes(503, "Service Unavailable", "too_many_connections",
+                                          f"this server holds {self.max_connections} connections already "
+                                          "(--max-connections)"))
+            transport.close()
+            if self.refused is not None:
+                self.refused(503, "too_many_connections", "")
+            return
+        super().connection_made(transport)
+        self.arm()
+
+    def data_received(self, data: bytes):
+        if self.over_limit:
+            return
+        super().data_received(data)
+        if self.headers_pending() and not self.transport.is_closing():
+            self.arm()
+        else:
+            self.disarm()
+
+    def connection_lost(self, exc):
+        self.disarm()
+        if not self.over_limit:  # one over the limit was never counted, nor given a request
+            super().connection_lost(exc)
+
+    def headers_pending(self) -> bool:
+        raise NotImplementedError
+
+    def arm(self):
+        """Start the header deadline, unless it runs already: it is not restarted by the bytes that arrive."""
+        if self.header_timer is None:
+            self.header_timer = self.loop.call_later(self.header_timeout, self.headers_late)
+
+    def disarm(self):
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def headers_late(self):
+        """uvicorn's graceful close: at once, or after the answer being written (a pipelined request's headers)."""
+        self.header_timer = None
+        if not self.transport.is_closing():
+            self.shutdown()
+
+
+class HttpToolsDeadlines(Deadlines):
+    """httptools calls back when a request begins (its first byte) and when its headers are complete."""
+
+    awaiting = True  # a new connection waits for its first request's headers
+
+    def on_message_begin(self):
+        self.awaiting = True
+        super().on_message_begin()
+
+    def on_headers_complete(self):
+        self.awaiting = False
+        super().on_headers_complete()
+
+    def headers_pending(self) -> bool:
+        return self.awaiting
+
+
+class H11Deadlines(Deadlines):
+    """h11's state: IDLE until a request's headers are complete."""
+
+    def headers_pending(self) -> bool:
+        import h11
+
+        return self.conn.their_state is h11.IDLE
+
+
+def protocol_class(header_timeout: float, max_connections: int, refused=None, implementation: str = "auto"):
+    """The class to hand uvicorn.Config as `http`: httptools' protocol ("auto": where installed, as uvicorn's own
+    choice) or h11's, with the header deadline and the connection limit; `refused(status, kind, path)` counts
+    a connection refused over the limit."""
+    if implementation in ("auto", "httptools"):
+        try:
+            from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
+            mixin = HttpToolsDeadlines
+        except ImportError:
+            if implementation == "httptools":
+                raise
+            implementation = "h11"
+    if implementation == "h11":
+        from uvicorn.protocols.http.h11_impl import H11Protocol as base
+        mixin = H11Deadlines
+    settings = {"header_timeout": header_timeout, "max_connections": max_connections,
+                "refused": None if refused is None else staticmethod(refused)}
+    return type(f"Bertforge{base.__name__}", (mixin, base), settings)

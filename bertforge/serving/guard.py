@@ -1,0 +1,234 @@
+"""What `bertforge serve` (serve.py) does about hostile or careless requests, in front of the application.
+
+`Guard`, plain ASGI middleware before FastAPI: the Host header checked (--allowed-hosts), the API key
+required (--api-key), and the request body read as it arrives and refused with a 413 once it passes the
+limit, whatever its transfer encoding (a chunked body is not read to its end), or with a 408 where it has not
+arrived whole --body-timeout seconds after the headers (its connection then closed; the headers' deadline is
+serve_connections.py's). `Limits`: the limits of a
+request, checked in one place. `Refused` is a typed refusal, answered as {"error", "error_type"} like every
+other error; `json_bytes` writes JSON that is always valid (NaN refused, a lone surrogate escaped); `scrub`
+makes an error message fit for a client: one line, and no absolute path of this machine.
+"""
+
+import asyncio
+import functools
+import hmac
+import json
+import re
+from pathlib import Path
+
+MAX_BODY = 4 << 20  # bytes of request body
+
+
+class Refused(Exception):
+    """A request refused with an HTTP status and a kind (the response's error_type)."""
+
+    def __init__(self, status: int, kind: str, message: str):
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+class Limits:
+    """The limits of a request, all checked here: inputs per request (--max-client-batch, before they are
+    tokenised where the body is a list), tokens per input (--max-input-tokens: the pipeline's max_length, past
+    which an input is cut with truncate, else refused; for the inputs that are windowed, a QA context or a text
+    to tag, the windows' length) and tokens per request, all its rows together (--max-batch-tokens, as
+    text-embeddings-inference names them). A windowed input over that budget alone is refused by its name
+    before its windows are run (they hold all its tokens, and more where they overlap)."""
+
+    def __init__(self, max_client_batch: int, max_batch_tokens: int):
+        self.max_client_batch, self.max_batch_tokens = max_client_batch, max_batch_tokens
+
+    def prepare(self, pipe, inputs, truncate: bool, options: dict):
+        """`pipe.prepare(inputs)` within the limits; Refused (413 over one, 422 malformed) otherwise."""
+        from ..core.errors import BertforgeError
+        from ..inference.batches import rows_tokens
+        from ..inference.inputs import is_ids
+        from ..inference.pipeline_base import TooLong
+
+        if isinstance(inputs, list) and not is_ids(inputs):  # token ids: one input
+            self.check_items(len(inputs))
+        try:
+            prepared = pipe.prepare(inputs, truncate=truncate, **options)
+        except TooLong as e:
+            raise Refused(413, "too_large", f"{e} (--max-input-tokens; send \"truncate\": true to cut it)") from None
+        except BertforgeError as e:
+            raise Refused(422, "validation", str(e)) from None
+        self.check_items(len(prepared.items))
+        for name, tokens in prepared.extra.get("input_tokens", {}).items():  # a long input, before its windows
+            if tokens > self.max_batch_tokens:
+                raise Refused(413, "too_large", f"{name} is {tokens} tokens, over the limit of {self.max_batch_tokens} "
+                                                f"per request (--max-batch-tokens)")
+        self.check_tokens(rows_tokens(prepared.rows))
+        return prepared
+
+    def check_tokens(self, tokens: int):
+        if tokens > self.max_batch_tokens:
+            raise Refused(413, "too_large", f"inputs are {tokens} tokens together, over the limit of "
+                                            f"{self.max_batch_tokens} per request (--max-batch-tokens)")
+
+    def check_items(self, items: int):
+        if items > self.max_client_batch:
+            raise Refused(413, "too_large", f"inputs has {items} items, over the limit of {self.max_client_batch} "
+                                            "(--max-client-batch)")
+
+
+def error_body(status: int, kind: str, message: str) -> tuple[int, dict]:
+    """A refusal's status and JSON body in bertforge's form, {"error", "error_type"}."""
+    return status, {"error": message, "error_type": kind}
+
+
+def json_bytes(content) -> bytes:
+    """JSON as Starlette's JSONResponse writes it, but a lone surrogate in a text is written as its \\u escape
+    instead of failing; NaN and infinity raise ValueError (JSON has no such numbers)."""
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode(
+        "utf-8", "backslashreplace")
+
+
+def json_response(content, status: int = 200, headers: dict | None = None):
+    """A Starlette response of `json_bytes(content)`."""
+    from starlette.responses import Response
+
+    return Response(json_bytes(content), status, headers, media_type="application/json")
+
+
+def result_bytes(results: list) -> bytes:
+    """The JSON of a request's results (a list in input order); a model output that JSON cannot carry (NaN or
+    infinity) is a 500 naming the first input it came from."""
+    try:
+        return json_bytes(results)
+    except ValueError:
+        where = next((i for i, item in enumerate(results) if not finite(item)), 0)
+        raise Refused(500, "backend", f"inputs[{where}]: the model's output is not a finite number (NaN or "
+                                      "infinity), which JSON cannot carry") from None
+
+
+def finite(item) -> bool:
+    try:
+        json_bytes(item)
+    except ValueError:
+        return False
+    return True
+
+
+@functools.cache
+def machine_path() -> re.Pattern:
+    """An absolute path that starts with a folder of this machine's root (/home/..., /tmp/...; not /v1/...)."""
+    roots = sorted((re.escape(p.name) for p in Path("/").iterdir()), key=len, reverse=True)
+    return re.compile(rf"(?<![\w.:/~-])/(?:{'|'.join(roots)})(?:/[^\s/'\"`:;,()\[\]{{}}<>]*)*")
+
+
+def scrub(message: str) -> str:
+    """An error message fit for a client: one line, a lone surrogate written as \\uXXXX, and each absolute path
+    of this machine cut to its last name (a folder's name, a file's)."""
+    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return machine_path().sub(lambda m: m.group(0).rstrip("/").rsplit("/", 1)[-1] or "/", message)
+
+
+class Guard:
+    """ASGI middleware, before the application: the Host header among `hosts` (a 421 otherwise, against DNS
+    rebinding; None: any), `Authorization: Bearer KEY` on every route but /health where there is a `key` (a 401),
+    and the request body read here as it arrives, whatever its transfer encoding, with a 413 once it passes
+    MAX_BODY (or declares more), without reading the rest, or a 408 where it has not arrived whole `body_timeout`
+    seconds after the headers (None: no limit); the application is handed the body read. Plain ASGI:
+    Starlette's @app.middleware costs every request an extra task and stream. `refused(status, kind, path)` counts
+    a refusal; `render(path, status, kind, message)` gives its status and JSON body in the route's protocol's
+    form (None: {"error", "error_type"})."""
+
+    def __init__(self, app, refused=None, max_body: int = MAX_BODY, hosts=None, key: str | None = None,
+                 body_timeout: float | None = None, render=None):
+        self.app, self.refused, self.max_body, self.body_timeout = app, refused, max_body, body_timeout
+        self.hosts, self.key = hosts, None if key is None else key.encode("ascii")
+        self.render = render or (lambda path, status, kind, message: error_body(status, kind, message))
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        try:
+            self.check_host(scope["headers"])
+            headers = dict(scope["headers"])
+            self.check_key(scope["path"], headers)
+            body = await self.read_body(headers, receive)
+        except Refused as e:  # the rest of the body stays unread: the connection is closed after the answer
+            extra = {401: (b"www-authenticate", b"Bearer"), 413: (b"connection", b"close"),
+                     408: (b"connection", b"close")}.get(e.status)
+            return await self.refuse(scope, send, e, [extra] if extra else [])
+        if body is not None:  # None: the client went away
+            await self.app(scope, replay(body, receive), send)
+
+    def check_host(self, headers: list):
+        if self.hosts is None:
+            return
+        given = [value.decode("latin-1") for name, value in headers if name == b"host"]
+        if len(given) != 1 or host_name(given[0]) not in self.hosts:
+            shown = repr(given[0][:100]) if len(given) == 1 else f"{len(given)} Host headers"
+            raise Refused(421, "misdirected", f"Host {shown}: this server answers {', '.join(sorted(self.hosts))} "
+                                              "only (--allowed-hosts)")
+
+    def check_key(self, path: str, headers: dict):
+        if self.key is None or path == "/health":
+            return
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        if not scheme:
+            raise Refused(401, "unauthorized", "no Authorization header: this server needs Authorization: Bearer KEY")
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
+            raise Refused(401, "unauthorized", "the Authorization header does not hold this server's API key "
+                                               "(Authorization: Bearer KEY)")
+
+    async def read_body(self, headers: dict, receive) -> bytes | None:
+        """The whole body, within the size limit and the deadline (Refused otherwise); None if the client left."""
+        limit = f"the {self.max_body >> 20} MiB limit" if self.max_body >= 1 << 20 else f"{self.max_body} bytes"
+        size = headers.get(b"content-length", b"").decode("latin-1")
+        if size.isdigit() and int(size) > self.max_body:
+            raise Refused(413, "too_large", f"request body of {size} bytes is over {limit}")
+        chunks, read = [], 0
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return None
+                    chunk = message.get("body", b"")
+                    read += len(chunk)
+                    if read > self.max_body:
+                        raise Refused(413, "too_large", f"request body is over {limit} (read {read} bytes, the rest "
+                                                        "not)")
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        return b"".join(chunks)
+        except TimeoutError:
+            raise Refused(408, "timeout", f"the request body did not arrive whole within {self.body_timeout:g} s "
+                                          f"(--body-timeout; {read} bytes read)") from None
+
+    async def refuse(self, scope, send, refusal: Refused, headers=()):
+        status, body = self.render(scope["path"], refusal.status, refusal.kind, scrub(str(refusal)))
+        if self.refused is not None:
+            self.refused(status, refusal.kind, scope["path"])
+        body = json_bytes(body)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+                                *headers]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def replay(body: bytes, receive):
+    """An ASGI receive that gives `body` whole, then what `receive` gives (a disconnect)."""
+    given = False
+
+    async def replayed():
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header: without the port, an IPv6 address without its brackets, lower case."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return (host.rsplit(":", 1)[0] if host.count(":") == 1 else host).rstrip(".")

@@ -1,0 +1,75 @@
+"""OpenAI's embeddings API on `bertforge serve` (serve.py): POST /v1/embeddings (also /embeddings, as TEI), for an
+embedding model (see serve_tei.py for which models are).
+
+{"input": a text, texts, token ids or lists of them, "model", "encoding_format": "float" | "base64", "dimensions",
+"user"} -> {"object": "list", "data": [{"object": "embedding", "index": i, "embedding": [...]}], "model",
+"usage": {"prompt_tokens", "total_tokens"}}: unit-length vectors (Matryoshka `dimensions`: the first N values,
+normalised again), base64 being the little-endian float32 bytes (what OpenAI's client asks for and decodes by
+default); token ids are the model's input as given. Inputs over --max-input-tokens are cut with --auto-truncate,
+else refused (the API has no field for it). `model` is not checked (one model is served), as TEI does not.
+
+Errors are OpenAI's {"error": {"message", "type", "param", "code"}}, with the status codes of TEI's route: the
+model runs as for every route (Server.compute: the same limits, batcher and client hang-up), and the Guard's
+refusals take this form here too.
+"""
+
+import base64
+import re
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..inference.batches import rows_tokens
+from .guard import result_bytes
+from .tei import add_route, not_empty, require
+from .tei import error_body as tei_error
+
+FIELDS = ("input", "model", "encoding_format", "dimensions", "user")
+TYPES = {401: "authentication_error", 429: "rate_limit_error"}  # else 4xx invalid_request_error, 5xx server_error
+
+
+class EmbeddingsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    input: Any = Field(..., description="a text, token ids, or a list of them")
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, description="Matryoshka: the first N values (then normalised)")
+    user: str | None = None
+
+
+def error_body(status: int, kind: str, message: str) -> tuple[int, dict]:
+    """A refusal in OpenAI's form, with TEI's status; bertforge's error kind is the `code`, and the request
+    field it is about the `param` (the pipeline's `inputs` named `input`)."""
+    status = tei_error(status, kind, message)[0]
+    message = re.sub(r"^inputs\b", "input", message)
+    field = re.match(r"`?(\w+)", message)
+    kind_of = TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return status, {"error": {"message": message, "type": kind_of,
+                              "param": field.group(1) if field and field.group(1) in FIELDS else None, "code": kind}}
+
+
+async def embeddings(server, body: EmbeddingsRequest, receive):
+    require(server, "/v1/embeddings")
+    not_empty(body.input, "input")
+
+    def finish(prepared, outputs):
+        vectors = server.pipe.postprocess(prepared, outputs)
+        if body.encoding_format == "base64":
+            vectors = [base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii") for v in vectors]
+        tokens = rows_tokens(prepared.rows)
+        return result_bytes({"object": "list", "data": [{"object": "embedding", "index": i, "embedding": v}
+                                                        for i, v in enumerate(vectors)],
+                             "model": server.model_dir.name,
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}), {}
+
+    options = {"normalize": True, "dimensions": body.dimensions}
+    return await server.compute("/v1/embeddings", body.input, server.auto_truncate, options, receive, finish)
+
+
+ROUTES = ("/v1/embeddings", "/embeddings")  # the second as TEI and Infinity also answer it
+
+
+def add_routes(app, server):
+    for path in ROUTES:
+        add_route(app, server, path, EmbeddingsRequest, embeddings)

@@ -1,0 +1,358 @@
+"""BERT's WordPiece tokenizer (spec sections 2-3) on the `tokenizers` library, and vocabulary training (reading
+the files and counting their words with the tokenizer's own normalizer and pre-tokenizer; wordpiece.py learns).
+
+The `tokenizers` pipeline does the per-character work (BertNormalizer, BertPreTokenizer, WordPiece); this module
+owns the BERT-specific parts: the vocabulary file, cased/uncased checkpoints, the [CLS] A [SEP] B [SEP] layout,
+truncation, padding and the Hugging Face folder layout.
+"""
+
+import re
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+from .encoding import Encoding, as_list, check_texts, truncated_lengths
+from ..core.errors import BertforgeError
+from ..core.io import atomic_path, read_json, write_json, write_text_atomic
+from .vocab import (
+    SPECIAL_NAMES, SPECIAL_TOKENS, added_tokens, check_fits, looks_uncased, max_length_of, read_vocab,
+    vocab_of_pipeline
+)
+
+MAX_CHARS_PER_WORD = 100  # longer words become [UNK]
+DEFAULT_MAX_LENGTH = 512  # the position embeddings of every released BERT
+
+PADDING = (False, True, "longest", "max_length")
+TRUNCATION = (False, True, "longest_first", "only_first", "only_second")
+TENSORS = (None, "pt", "np")
+
+
+def build_backend(vocab: dict[str, int], lowercase: bool) -> Tokenizer:
+    """The `tokenizers` pipeline BERT uses; with an empty vocab, ready to be trained."""
+    model = models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=MAX_CHARS_PER_WORD)
+    backend = Tokenizer(model)
+    # Uncased checkpoints also strip accents; cased ones keep them (Google's do_lower_case does both).
+    backend.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
+    )
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece(prefix="##")
+    if vocab:
+        # Registered as special so "[MASK]" typed in a text stays one token and decode can skip them.
+        backend.add_special_tokens(SPECIAL_TOKENS)
+        cls, sep = ("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])
+        backend.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[cls, sep]
+        )
+    return backend
+
+
+def casing_from_name(name: str) -> bool | None:
+    """True where a checkpoint's name says uncased, False where it says cased (Google's `uncased_L-12_H-768_A-12`,
+    `multi_cased_L-12_H-768_A-12`, the reference's `bert-base-cased`), None where it says neither."""
+    words = re.split(r"[^a-z]+", name.lower())
+    return True if "uncased" in words else False if "cased" in words else None
+
+
+def casing_contradiction(source, trained_lower: bool, why: str, setting: str) -> BertforgeError:
+    trained = "uncased" if trained_lower else "cased"
+    return BertforgeError(f"{source}: the checkpoint was trained {trained} ({why}); {setting} contradicts it")
+
+
+def google_casing(vocab_file: Path, vocab) -> tuple[bool, str]:
+    """The casing of one of Google's checkpoint folders (which have no tokenizer_config.json): from its name,
+    which must agree with the vocabulary (an uncased one has no capitals), else from the vocabulary; and why."""
+    by_vocab = looks_uncased(vocab)
+    vocab_says = f"{vocab_file.name} has {'no ' if by_vocab else ''}capitals"
+    by_name = casing_from_name(vocab_file.parent.name)
+    if by_name is None:
+        return by_vocab, vocab_says
+    name_says = f"its name {vocab_file.parent.name!r} says so"
+    if by_name != by_vocab:
+        raise casing_contradiction(vocab_file.parent, by_name, name_says, f"{vocab_says}, which")
+    return by_name, name_says
+
+
+class BertTokenizer:
+    def __init__(self, vocab: dict[str, int], do_lower_case: bool, model_max_length: int = DEFAULT_MAX_LENGTH):
+        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+        if missing:
+            raise BertforgeError(f"vocabulary lacks the special tokens {' '.join(missing)}")
+        self._vocab = dict(vocab)
+        self._added: dict[str, int] = {}  # add_tokens: matched whole before WordPiece, ids after the vocabulary
+        self._given = set(SPECIAL_TOKENS)  # every token added to the pipeline, new or in the vocabulary
+        self._id_to_token = {i: t for t, i in self._vocab.items()}
+        self._backend = build_backend(self._vocab, do_lower_case)
+        self.do_lower_case = do_lower_case
+        self.model_max_length = model_max_length
+        self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id = (
+            self._vocab[t] for t in SPECIAL_TOKENS
+        )
+
+    @classmethod
+    def from_pretrained(cls, path, do_lower_case: bool | None = None) -> "BertTokenizer":
+        """From a folder holding vocab.txt or tokenizer.json (as transformers 5 saves it), maybe with
+        tokenizer_config.json; or from a vocab.txt or tokenizer.json file. Tokens added with add_tokens (in
+        tokenizer.json) come back too."""
+        path = Path(path)
+        vocab_file = path / "vocab.txt" if path.is_dir() else path
+        json_file = vocab_file.parent / "tokenizer.json" if vocab_file.name != "tokenizer.json" else vocab_file
+        pipeline = read_json(json_file) if json_file.is_file() else None
+        if vocab_file.is_file() and vocab_file.name != "tokenizer.json":
+            vocab, vocab_source = read_vocab(vocab_file), vocab_file
+        elif pipeline is not None:
+            vocab, vocab_source = vocab_of_pipeline(json_file, pipeline), json_file
+        else:
+            raise BertforgeError(f"{vocab_file}: vocabulary file not found (nor {json_file})")
+        config_file = vocab_file.parent / "tokenizer_config.json"
+        config = read_json(config_file) if config_file.is_file() else {}
+        trained_lower = config.get("do_lower_case")
+        source, why = config_file, f"do_lower_case={str(trained_lower).lower()}"
+        if trained_lower is None and pipeline is not None:
+            trained_lower = (pipeline.get("normalizer") or {}).get("lowercase")
+            source, why = json_file, f"its normalizer has lowercase={str(trained_lower).lower()}"
+        if trained_lower is None and (vocab_file.parent / "bert_config.json").is_file():
+            trained_lower, why = google_casing(vocab_file, vocab)
+            source = vocab_file.parent
+        if trained_lower is not None and do_lower_case is not None and do_lower_case != trained_lower:
+            raise casing_contradiction(source, trained_lower, why, f"do_lower_case={do_lower_case}")
+        if do_lower_case is None:
+            do_lower_case = trained_lower if trained_lower is not None else looks_uncased(vocab)
+        for option, supported in (("strip_accents", do_lower_case), ("tokenize_chinese_chars", True)):
+            if config.get(option) not in (None, supported):
+                raise BertforgeError(f"{config_file}: {option}={config[option]} is not supported with "
+                                     f"do_lower_case={do_lower_case}")
+        tokenizer = cls(vocab, do_lower_case, max_length_of(config_file, config, DEFAULT_MAX_LENGTH))
+        added = added_tokens(json_file, pipeline, len(vocab))
+        for _, token, special in added:
+            tokenizer.add_tokens([token], special_tokens=special)
+        check_fits(max(tokenizer._id_to_token) + 1, json_file if added else vocab_source, vocab_file.parent)
+        return tokenizer
+
+    def save_pretrained(self, out_dir):
+        """Write vocab.txt, tokenizer.json, tokenizer_config.json and special_tokens_map.json (Hugging Face layout)."""
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tokens = sorted(self._vocab, key=self._vocab.get)
+        # Tokens added with add_tokens are kept in tokenizer.json, as transformers keeps them.
+        write_text_atomic(out_dir / "vocab.txt", "".join(t + "\n" for t in tokens))
+        with atomic_path(out_dir / "tokenizer.json") as tmp:
+            self._backend.save(str(tmp))
+        special = SPECIAL_NAMES
+        config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.do_lower_case,
+                  "model_max_length": self.model_max_length, "tokenize_chinese_chars": True,
+                  "strip_accents": None, **special}
+        write_json(out_dir / "tokenizer_config.json", config)
+        write_json(out_dir / "special_tokens_map.json", special)
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        """token -> id. Shared with the tokenizer: do not modify it."""
+        return self._vocab
+
+    @property
+    def vocab_size(self) -> int:
+        """The WordPiece vocabulary, without the tokens added with add_tokens (as transformers)."""
+        return len(self._vocab)
+
+    def __len__(self) -> int:
+        return len(self._vocab) + len(self._added)
+
+    def get_vocab(self) -> dict[str, int]:
+        """token -> id, the added tokens included: a copy."""
+        return {**self._vocab, **self._added}
+
+    def add_tokens(self, new_tokens, special_tokens: bool = False) -> int:
+        """Tokens matched whole in a text before WordPiece, with the next free ids; returns how many were not
+        added before (as transformers: a token already in the vocabulary counts, and keeps its id).
+        Give the model room for them with `model.resize_token_embeddings(len(tokenizer))`."""
+        new_tokens = [new_tokens] if isinstance(new_tokens, str) else list(new_tokens)
+        (self._backend.add_special_tokens if special_tokens else self._backend.add_tokens)(new_tokens)
+        fresh = [t for t in dict.fromkeys(new_tokens) if t not in self._given]
+        self._given.update(fresh)
+        for token in fresh:
+            if token not in self._vocab and token not in self._added:
+                self._added[token] = self._backend.token_to_id(token)
+                self._id_to_token[self._added[token]] = token
+        return len(fresh)
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        return list(SPECIAL_NAMES.values())
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return [self._vocab[t] for t in SPECIAL_NAMES.values()]
+
+    pad_token = property(lambda self: "[PAD]")
+    unk_token = property(lambda self: "[UNK]")
+    cls_token = property(lambda self: "[CLS]")
+    sep_token = property(lambda self: "[SEP]")
+    mask_token = property(lambda self: "[MASK]")
+
+    @property
+    def backend_tokenizer(self) -> Tokenizer:
+        """The `tokenizers` pipeline, for fast batch encoding (`encode_batch(texts, add_special_tokens=False)`).
+
+        Shared with this object: enabling truncation or padding on it changes what __call__ returns.
+        """
+        return self._backend
+
+    def __call__(self, text, text_pair=None, *, padding=False, truncation=False, max_length=None, stride=0,
+                 is_split_into_words=False, pad_to_multiple_of=None, return_tensors=None, return_token_type_ids=None,
+                 return_attention_mask=None, return_overflowing_tokens=False, return_offsets_mapping=False,
+                 return_special_tokens_mask=False, add_special_tokens=True) -> Encoding:
+        """As transformers' tokenizers. `is_split_into_words`: each text is a list of words. With truncation,
+        `return_overflowing_tokens` returns the rest of each text as more rows (windows overlapping by `stride`
+        tokens, for a pair in the text that is truncated) and `overflow_to_sample_mapping`, each row's text."""
+        texts, pairs, single = check_texts(text, text_pair, words=is_split_into_words)
+        if padding not in PADDING:
+            raise BertforgeError(f"padding must be one of {PADDING}, got {padding!r}")
+        if truncation not in TRUNCATION:
+            raise BertforgeError(f"truncation must be one of {TRUNCATION}, got {truncation!r}")
+        if return_tensors not in TENSORS:
+            raise BertforgeError(f"return_tensors must be one of {TENSORS}, got {return_tensors!r}")
+        if max_length is None and (truncation or padding == "max_length"):
+            max_length = self.model_max_length
+        if truncation and padding and pad_to_multiple_of and max_length % pad_to_multiple_of:
+            raise BertforgeError(f"max_length={max_length} (truncation) is not a multiple of "
+                                 f"pad_to_multiple_of={pad_to_multiple_of} (padding)")
+
+        if return_overflowing_tokens and truncation:
+            rows, sample_of_row = self._windows(texts, pairs, max_length, stride, truncation, add_special_tokens,
+                                                is_split_into_words)
+        else:
+            rows = self._rows(texts, pairs, truncation, max_length, add_special_tokens, is_split_into_words)
+            sample_of_row = list(range(len(rows)))
+
+        if padding:
+            length = max_length if padding == "max_length" else max((len(r["input_ids"]) for r in rows), default=0)
+            if pad_to_multiple_of:
+                length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
+            pad_values = {"input_ids": self.pad_token_id, "token_type_ids": 0, "attention_mask": 0,
+                          "offset_mapping": (0, 0), "special_tokens_mask": 1, "word_ids": None, "sequence_ids": None}
+            for row in rows:
+                missing = length - len(row["input_ids"])
+                for key, value in pad_values.items():
+                    row[key] += [value] * missing
+
+        keys = ["input_ids"] + ["token_type_ids"] * (return_token_type_ids is not False)
+        keys += ["attention_mask"] * (return_attention_mask is not False)
+        keys += ["offset_mapping"] * return_offsets_mapping + ["special_tokens_mask"] * return_special_tokens_mask
+        data = {key: [row[key] for row in rows] for key in keys}
+        if return_overflowing_tokens:
+            data["overflow_to_sample_mapping"] = sample_of_row
+        if return_tensors:
+            if len({len(ids) for ids in data["input_ids"]}) > 1:
+                raise BertforgeError("texts encode to different lengths; pass padding=True to return tensors")
+            if return_tensors == "pt":
+                import torch
+
+                data = {key: torch.tensor(value, dtype=torch.long) for key, value in data.items()}
+            else:
+                data = {key: np.array(value, dtype=np.int64) for key, value in data.items()}
+        elif single and not return_overflowing_tokens:
+            data = {key: value[0] for key, value in data.items()}
+        return Encoding(data, [{"word_ids": r["word_ids"], "sequence_ids": r["sequence_ids"],
+                                "offsets": r["offset_mapping"]} for r in rows])
+
+    def _rows(self, texts, pairs, truncation, max_length, add_special_tokens, words: bool) -> list[dict]:
+        firsts = self._encode_distinct(texts, words)
+        seconds = [None] * len(texts) if pairs is None else self._encode_distinct(pairs, words)
+        rows = []
+        for first, second in zip(firsts, seconds):
+            n1, n2 = len(first), 0 if second is None else len(second)
+            if truncation:
+                n_special = (2 if second is None else 3) if add_special_tokens else 0
+                n1, n2 = truncated_lengths(n1, n2, second is not None, max_length - n_special, truncation, max_length)
+            rows.append(self._join(first, n1, second, n2, add_special_tokens))
+        return rows
+
+    def _windows(self, texts, pairs, max_length, stride, truncation, add_special_tokens, words: bool):
+        """Rows of at most max_length tokens covering each text, by the `tokenizers` truncation transformers'
+        fast tokenizers use (so the windows are theirs); and the text of each row."""
+        backend = Tokenizer.from_str(self._backend.to_str())
+        strategy = "longest_first" if truncation is True else truncation
+        backend.enable_truncation(max_length, stride=stride, strategy=strategy)
+        inputs = texts if pairs is None else list(zip(texts, pairs))
+        try:
+            encodings = backend.encode_batch(inputs, is_pretokenized=words, add_special_tokens=add_special_tokens)
+        except Exception as e:  # the library's error for a window that cannot hold the stride, say
+            raise BertforgeError(f"cannot cut windows of max_length={max_length}, stride={stride}: {e}") from None
+        rows, sample_of_row = [], []
+        for i, encoding in enumerate(encodings):
+            for e in (encoding, *encoding.overflowing):
+                rows.append({"input_ids": e.ids, "token_type_ids": e.type_ids, "attention_mask": e.attention_mask,
+                             "offset_mapping": e.offsets, "special_tokens_mask": e.special_tokens_mask,
+                             "word_ids": e.word_ids, "sequence_ids": e.sequence_ids})
+                sample_of_row.append(i)
+        return rows, sample_of_row
+
+    def _encode_distinct(self, texts: list, words: bool = False) -> list:
+        """Encodings without special tokens, each distinct text encoded once (QA pairs repeat a context)."""
+        keys = [tuple(t) if words else t for t in texts]
+        distinct = list(dict.fromkeys(keys))
+        inputs = [list(t) for t in distinct] if words else distinct
+        encoded = dict(zip(distinct, self._backend.encode_batch(inputs, is_pretokenized=words,
+                                                               add_special_tokens=False)))
+        return [encoded[t] for t in keys]
+
+    def _join(self, first, n1: int, second, n2: int, add_special_tokens: bool) -> dict[str, list]:
+        """[CLS] A [SEP] B [SEP] from the first n1 tokens of A and n2 of B; segment 1 starts after the first [SEP]."""
+        row = {"input_ids": [], "token_type_ids": [], "attention_mask": [], "offset_mapping": [],
+               "special_tokens_mask": [], "word_ids": [], "sequence_ids": []}
+
+        def add(ids, segment, offsets, special, word_ids):
+            row["input_ids"] += ids
+            row["token_type_ids"] += [segment] * len(ids)
+            row["attention_mask"] += [1] * len(ids)
+            row["offset_mapping"] += offsets
+            row["special_tokens_mask"] += [special] * len(ids)
+            row["word_ids"] += word_ids
+            row["sequence_ids"] += [None if special else segment] * len(ids)
+
+        def add_special(token_id, segment):
+            if add_special_tokens:
+                add([token_id], segment, [(0, 0)], 1, [None])
+
+        add_special(self.cls_token_id, 0)
+        add(first.ids[:n1], 0, first.offsets[:n1], 0, first.word_ids[:n1])
+        add_special(self.sep_token_id, 0)
+        if second is not None:
+            add(second.ids[:n2], 1, second.offsets[:n2], 0, second.word_ids[:n2])
+            add_special(self.sep_token_id, 1)
+        return row
+
+    def tokenize(self, text) -> list[str]:
+        check_texts(text, None, batch=False)
+        return self._backend.encode(text, add_special_tokens=False).tokens
+
+    def encode(self, text, text_pair=None, **kw) -> list[int]:
+        check_texts(text, text_pair, batch=False)
+        return self(text, text_pair, **kw)["input_ids"]
+
+    def decode(self, ids, skip_special_tokens=False) -> str:
+        return self._backend.decode(as_list(ids), skip_special_tokens=skip_special_tokens)
+
+    def batch_decode(self, sequences, skip_special_tokens=False) -> list[str]:
+        return self._backend.decode_batch([as_list(ids) for ids in as_list(sequences)],
+                                          skip_special_tokens=skip_special_tokens)
+
+    def convert_tokens_to_ids(self, tokens):
+        """A token or a list of tokens; unknown tokens map to [UNK]."""
+        if isinstance(tokens, str):
+            return self._vocab.get(tokens, self._added.get(tokens, self.unk_token_id))
+        return [self._vocab.get(t, self._added.get(t, self.unk_token_id)) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids):
+        """An id or a list (or tensor) of ids."""
+        ids = as_list(ids)
+        if isinstance(ids, int):
+            return self._token(ids)
+        return [self._token(i) for i in ids]
+
+    def _token(self, i: int) -> str:
+        if i not in self._id_to_token:
+            raise BertforgeError(f"token id {i} is outside the vocabulary (size {len(self)})")
+        return self._id_to_token[i]

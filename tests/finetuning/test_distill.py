@@ -1,0 +1,253 @@
+"""Task distillation: the losses against hand computations, the teacher's cached outputs, the students it starts
+from, the checkpoint it leaves (read by evaluate, pipeline() and transformers), and its one-line errors.
+
+The teacher is a tiny random encoder fine-tuned on a few dozen SST-2 examples: these prove the paths; what
+distillation buys is measured by benchmarks and recorded in BENCHMARKS.md."""
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge import BertConfig, BertForPreTraining, BertForSequenceClassification, BertTokenizer
+from bertforge.cli import main
+from bertforge.finetuning.distill import build_student, distill, make_distiller, soft_target_loss
+from bertforge.finetuning.distill_data import augment_words, augmented, read_unlabelled
+from bertforge.core.errors import BertforgeError
+from bertforge.finetuning.finetune import finetune
+from bertforge.tasks import make_family
+from bertforge.tasks.glue import GlueExample
+from tests.conftest import one_line_error, require_shared, write_jsonl
+
+OPTIONS = dict(epochs=1, batch_size=8, max_train_examples=48, max_eval_examples=16, lr=1e-3, progress=False)
+
+
+@pytest.fixture(scope="module")
+def sst2():
+    return require_shared("data", "glue", "SST-2")
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory, sst2):
+    """A tiny encoder of three layers fine-tuned on 48 SST-2 examples: RUN/best."""
+    vocab = require_shared("models", "all-MiniLM-L6-v2", "vocab.txt")
+    folder = tmp_path_factory.mktemp("teacher")
+    torch.manual_seed(0)
+    tokenizer = BertTokenizer.from_pretrained(vocab)
+    config = BertConfig.from_name("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=3)
+    BertForPreTraining(config).save_pretrained(folder / "base", tokenizer)
+    finetune("sst2", folder / "base", sst2, folder / "run", **OPTIONS)
+    return folder / "run" / "best"
+
+
+def test_soft_target_loss_matches_a_hand_computation_at_t1_and_t2():
+    student = torch.tensor([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]])
+    teacher = torch.tensor([[2.0, 0.0, 1.0], [1.0, 1.0, -2.0]])
+    for t in (1.0, 2.0):
+        expected = []
+        for s_row, t_row in zip(student.tolist(), teacher.tolist()):
+            p = [math.exp(v / t) / sum(math.exp(u / t) for u in t_row) for v in t_row]
+            q = [math.exp(v / t) / sum(math.exp(u / t) for u in s_row) for v in s_row]
+            expected.append(t * t * sum(pi * math.log(pi / qi) for pi, qi in zip(p, q)))
+        assert soft_target_loss(student, teacher, t).tolist() == pytest.approx(expected, rel=1e-5)
+    # equal outputs: nothing to learn; a regressor: the squared error to the teacher's score
+    assert soft_target_loss(teacher, teacher, 2.0).tolist() == pytest.approx([0.0, 0.0], abs=1e-6)
+    assert soft_target_loss(torch.tensor([[0.5]]), torch.tensor([[2.0]]), 1.0, regression=True).tolist() == [2.25]
+
+
+def test_missing_choices_add_nothing_and_give_finite_gradients():
+    student = torch.tensor([[1.0, 0.0, -math.inf]], requires_grad=True)
+    teacher = torch.tensor([[0.0, 1.0, -math.inf]])
+    loss = soft_target_loss(student, teacher, 1.0)
+    loss.sum().backward()
+    assert loss.item() == pytest.approx(soft_target_loss(student[:, :2].detach(), teacher[:, :2], 1.0).item())
+    assert torch.isfinite(student.grad[:, :2]).all() and student.grad[0, 2] == 0
+
+
+def test_distiller_weighs_soft_targets_by_one_minus_alpha_and_labels_by_alpha():
+    torch.manual_seed(0)
+    config = BertConfig.from_name("tiny", vocab_size=50, id2label={0: "0", 1: "1"})
+    student = BertForSequenceClassification(config).eval()
+    batch = dict(input_ids=torch.tensor([[2, 5, 6, 3], [2, 7, 3, 0]]),
+                 attention_mask=torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]), labels=torch.tensor([1, 0]))
+    teacher_logits = torch.tensor([[0.0, 3.0], [2.0, -1.0]])
+    logits = student(**{k: v for k, v in batch.items() if k != "labels"})["logits"]
+    distiller = make_distiller(student, 2.0, 0.25, regression=False).eval()
+    out = distiller(teacher_logits=teacher_logits, labelled=torch.tensor([1, 0]), **batch)
+    soft = soft_target_loss(logits, teacher_logits, 2.0).mean().item()
+    assert out["distill_loss"].item() == pytest.approx(0.75 * soft)
+    # only the labelled row counts in the label loss
+    ce = torch.nn.functional.cross_entropy(logits[:1], batch["labels"][:1]).item()
+    assert out["label_loss"].item() == pytest.approx(0.25 * ce)
+    # without teacher outputs (evaluation), the student's own forward
+    assert torch.equal(distiller(**batch)["logits"], logits)
+
+
+def test_augmented_variants_mask_replace_and_cut_words():
+    rng = np.random.default_rng(0)
+    words = "a b c d e f g h i j".split()
+    variants = [augment_words(words, ["x", "y"], rng) for _ in range(400)]
+    flat = [w for v in variants for w in v]
+    assert all(v for v in variants)
+    assert 0.05 < flat.count("[MASK]") / len(flat) < 0.15
+    assert 0.05 < sum(w in ("x", "y") for w in flat) / len(flat) < 0.15
+    cut = sum(len(v) < len(words) for v in variants) / len(variants)
+    assert 0.15 < cut < 0.35  # n-grams of 1 to 5 words from 10, with probability 0.25
+    examples = [GlueExample("train-0", "good film", "so good", 1)]
+    out = augmented(examples, 3, seed=1)
+    assert [e.guid for e in out] == ["train-0-aug0", "train-0-aug1", "train-0-aug2"]
+    assert all(e.label is None and e.text_b is not None for e in out)
+    assert [e.text_a for e in augmented(examples, 3, seed=1)] == [e.text_a for e in out]  # seeded
+
+
+def test_unlabelled_text_lines_pairs_and_tables(tmp_path, sst2):
+    family = make_family("sst2", sst2)
+    (tmp_path / "a.txt").write_text("one text\n\nanother text\n")
+    assert [e.text_a for e in read_unlabelled([tmp_path / "a.txt"], family, pairs=False)] == ["one text",
+                                                                                             "another text"]
+    (tmp_path / "t.jsonl").write_text(json.dumps({"sentence": "from a table"}) + "\n")
+    assert read_unlabelled([tmp_path / "t.jsonl"], family, pairs=False)[0].text_a == "from a table"
+    (tmp_path / "p.txt").write_text("a\tb\nno tab here\n")
+    with pytest.raises(BertforgeError) as e:
+        read_unlabelled([tmp_path / "p.txt"], make_family("mrpc", sst2), pairs=True)
+    assert one_line_error(e, "p.txt:2", "tab")
+
+
+def test_teacher_outputs_are_cached_and_recomputed_when_teacher_or_data_change(teacher, sst2, tmp_path,
+                                                                               monkeypatch):
+    from bertforge.inference import batches as inference
+
+    teacher_runs = []
+    run_model = inference.run_model  # evaluation calls its own import of it: only the teacher's calls count
+    monkeypatch.setattr(inference, "run_model", lambda *a, **k: teacher_runs.append(1) or run_model(*a, **k))
+    cache = tmp_path / "cache"
+
+    def runs_teacher(name, teacher_dir=teacher, **kw) -> bool:
+        before = len(teacher_runs)
+        distill("sst2", teacher_dir, "tiny", sst2, tmp_path / name, cache_dir=cache, **{**OPTIONS, **kw})
+        recorded = json.loads((tmp_path / name / "args.json").read_text())["extra"]["teacher_outputs_cached"]
+        assert recorded == (len(teacher_runs) == before)
+        return len(teacher_runs) > before
+
+    assert runs_teacher("first")
+    assert not runs_teacher("second", seed=5, epochs=2, lr=5e-4)  # another student run on the same rows
+    assert len(list(cache.glob("*.npy"))) == 1
+    assert runs_teacher("fewer", max_train_examples=40)  # other data
+    assert runs_teacher("shorter", max_length=8)  # other rows
+    changed = tmp_path / "teacher2"
+    shutil.copytree(teacher, changed)
+    model = BertForSequenceClassification.from_pretrained(changed)
+    with torch.no_grad():
+        model.classifier.bias += 1.0
+    model.save_pretrained(changed)
+    assert runs_teacher("changed", teacher_dir=changed)  # other weights
+    assert not runs_teacher("changed-again", teacher_dir=changed)
+    assert len(list(cache.glob("*.npy"))) == 4
+
+
+def test_student_is_an_ordinary_checkpoint_for_evaluate_pipeline_and_transformers(teacher, sst2, tmp_path, capsys):
+    import transformers
+
+    from bertforge import pipeline
+
+    assert main(["distill", "sst2", "--teacher", str(teacher), "--student", "tiny", "--data", str(sst2),
+                 "--out", str(tmp_path / "run"), "--max-train-examples", "48", "--max-eval-examples", "16",
+                 "--augment", "1", "--epochs", "1", "--batch-size", "8", "--no-progress",
+                 "--cache-dir", str(tmp_path / "cache")]) == 0
+    results = json.loads(capsys.readouterr().out)
+    best = tmp_path / "run" / "best"
+    assert main(["evaluate", "sst2", "--model", str(best), "--data", str(sst2), "--max-eval-examples", "16",
+                 "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(results["accuracy"])
+    args = json.loads((tmp_path / "run" / "args.json").read_text())["extra"]
+    assert args["distill_rows"] == 96 and args["teacher"] == str(teacher)
+    texts = ["a gorgeous , witty , seductive movie .", "the plot is nothing but boilerplate clichés ."]
+    ours = [r["score"] for r in pipeline("text-classification", model=best)(texts)]
+    reference = transformers.AutoModelForSequenceClassification.from_pretrained(best).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(best)
+    with torch.no_grad():
+        probs = reference(**tokenizer(texts, padding=True, return_tensors="pt")).logits.softmax(-1)
+    assert ours == pytest.approx(probs.max(-1).values.tolist(), abs=1e-5)
+    assert BertConfig.load(str(best)).num_hidden_layers == 2
+
+
+def test_student_layers_copy_exactly_the_named_layers(teacher, sst2):
+    model = BertForSequenceClassification.from_pretrained(teacher)
+    tokenizer = BertTokenizer.from_pretrained(teacher)
+    family = make_family("sst2", sst2)
+    student = build_student(None, [0, 2], model, teacher, tokenizer, family)
+    ours, theirs = student.state_dict(), model.state_dict()
+    assert student.config.num_hidden_layers == 2
+    for key, value in ours.items():
+        source = key.replace("layer.1.", "layer.2.") if "encoder.layer.1." in key else key
+        assert torch.equal(value, theirs[source]), key
+    assert not torch.equal(ours["bert.encoder.layer.1.output.dense.weight"],
+                           theirs["bert.encoder.layer.1.output.dense.weight"])
+
+
+@pytest.mark.parametrize("flags, culprit", [
+    (["--temperature", "0"], "--temperature"),
+    (["--temperature", "-1"], "--temperature"),
+    (["--alpha", "1.5"], "--alpha"),
+    (["--alpha", "-0.1"], "--alpha"),
+    (["--student-layers", "0,x"], "--student-layers"),
+])
+def test_bad_flag_values_are_one_line_errors(flags, culprit, teacher, sst2, tmp_path, capsys):
+    argv = ["distill", "sst2", "--teacher", str(teacher), "--student", "tiny", "--data", str(sst2),
+            "--out", str(tmp_path / "run"), *flags]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and culprit in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_teachers_and_students_are_one_line_errors(teacher, sst2, tmp_path, uncased_vocab):
+    def fails(*names, **kw):
+        options = {"student": "tiny", **kw}
+        with pytest.raises(BertforgeError) as e:
+            distill(options.pop("task", "sst2"), options.pop("teacher_dir", teacher), options.pop("student"), sst2,
+                    tmp_path / "run", cache_dir=tmp_path / "cache", **{**OPTIONS, **options})
+        one_line_error(e, *names)
+        assert not (tmp_path / "run").exists()
+        return str(e.value)
+
+    assert "not a model folder" in fails("--teacher", teacher_dir=tmp_path)
+    assert "layers" in fails("--student-layers", student=None, student_layers=[0, 5])
+    assert "wide" in fails("--student-layers", student="mini", student_layers=[0, 1])
+    base = teacher.parent.parent / "base"
+    assert "needs a BertForSequenceClassification" in fails(str(base), teacher_dir=base)  # no head for the task
+    assert "labels" in fails("--teacher", teacher_dir=three_labels(teacher, tmp_path))
+    other = tmp_path / "other-vocab"
+    tokens = uncased_vocab.read_text().splitlines()[:2000]
+    other.mkdir()
+    (other / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    BertForPreTraining(BertConfig.from_name("tiny", vocab_size=len(tokens))).save_pretrained(other)
+    assert "vocabulary" in fails("--student", str(other), student=str(other))
+    assert "per example" in fails("conll2003", task="conll2003")
+
+
+def three_labels(teacher, tmp_path):
+    folder = tmp_path / "three"
+    model = BertForSequenceClassification.from_pretrained(teacher, num_labels=3, ignore_mismatched_sizes=True)
+    model.save_pretrained(folder, tokenizer=BertTokenizer.from_pretrained(teacher))
+    return folder
+
+
+def test_multiple_choice_with_missing_choices_distils_with_finite_losses(teacher, tmp_path):
+    """Questions with 2 and 3 choices share batches: the teacher's outputs for a missing choice are -inf and add
+    nothing."""
+    rows = [{"question": f"which {w} is it", "choices": ["a cat", "a dog", "a bird"][:2 + i % 2], "label": i % 2}
+            for i, w in enumerate("one two three four five six seven eight nine ten eleven twelve".split())]
+    train = write_jsonl(tmp_path / "quiz.jsonl", rows)
+    options = {**OPTIONS, "train": train, "dev": train}
+    finetune("multiple-choice", teacher.parent.parent / "base", None, tmp_path / "teacher", **options)
+    result = distill("multiple-choice", tmp_path / "teacher" / "best", "tiny", None, tmp_path / "run",
+                     cache_dir=tmp_path / "c", **options)
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(r["distill_loss"]) and math.isfinite(r["label_loss"]) for r in logged)
+    assert 0 <= result["accuracy"] <= 1
+    logits = np.load(next((tmp_path / "c").glob("*.npy")))
+    assert logits.shape == (12, 3) and np.isneginf(logits[0::2, 2]).all() and np.isfinite(logits[1::2]).all()

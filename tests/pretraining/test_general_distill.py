@@ -1,0 +1,160 @@
+"""General distillation (`pretrain --objective distill`): the relation loss against a hand computation, the
+relation heads, a run end to end (a plain checkpoint that transformers loads), exact resume, and bad input."""
+
+import json
+import math
+import shutil
+from itertools import islice
+
+import pytest
+import torch
+
+from bertforge import BertConfig, BertForPreTraining, BertTokenizer
+from bertforge.cli import main
+from bertforge.data.create import create_pretraining_data
+from bertforge.pretraining.demo import module_documents
+from bertforge.pretraining.general_distill import PROJECTION_FILE, relation_heads, relation_kl, relation_log_probs
+from bertforge.text.wordpiece import train_vocab
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("distill")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    for name, text in islice(module_documents(), 30):
+        (corpus / f"{name}.txt").write_text(text, encoding="utf-8")
+    train_vocab([corpus], vocab_size=1500, out_dir=root / "vocab")
+    create_pretraining_data([corpus], root / "vocab", root / "data", max_seq_length=32, dupe_factor=1, mask=False,
+                            nsp=False, eval_docs=3, seed=1)
+    return root / "data"
+
+
+@pytest.fixture(scope="module")
+def teacher(data_dir, tmp_path_factory):
+    """A random encoder of 2 layers of 96 (6 heads) with the data's vocabulary: wider than the tiny student."""
+    folder = tmp_path_factory.mktemp("teacher")
+    tokenizer = BertTokenizer.from_pretrained(data_dir)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=96, num_hidden_layers=2, num_attention_heads=6,
+                        intermediate_size=192)
+    BertForPreTraining(config).save_pretrained(folder, tokenizer=tokenizer)
+    return folder
+
+
+def cli(data_dir, teacher, out, *extra, steps=6):
+    return ["pretrain", "--data", str(data_dir), "--objective", "distill", "--teacher", str(teacher), "--config",
+            "tiny", "--out", str(out), "--steps", str(steps), "--batch-size", "8", "--eval-every", "3",
+            "--save-every", "3", "--no-progress", *extra]
+
+
+def test_relation_loss_matches_a_hand_computation_on_two_heads():
+    teacher = torch.tensor([[[1.0, 0.0, 0.5, -1.0], [0.0, 2.0, 1.0, 0.0], [3.0, 3.0, 3.0, 3.0]]])
+    student = torch.tensor([[[0.5, 0.5, 0.0, 1.0], [1.0, -1.0, 0.5, 0.5], [9.0, 9.0, 9.0, 9.0]]])
+    mask = torch.tensor([[True, True, False]])  # the third token is padding: no key, no query
+
+    def relations(x, head):  # [2][2]: softmax over the two real keys of the scaled dot products
+        v = [row[2 * head:2 * head + 2] for row in x[0].tolist()[:2]]
+        scores = [[sum(a * b for a, b in zip(q, k)) / math.sqrt(2) for k in v] for q in v]
+        return [[math.exp(s) / sum(math.exp(t) for t in row) for s in row] for row in scores]
+
+    expected = []
+    for query in range(2):
+        kls = []
+        for head in range(2):
+            p, q = relations(teacher, head)[query], relations(student, head)[query]
+            kls.append(sum(a * math.log(a / b) for a, b in zip(p, q)))
+        expected.append(sum(kls) / 2)
+    kl = relation_kl(relation_log_probs(teacher, mask, 2), relation_log_probs(student, mask, 2), mask)
+    assert kl[0, :2].tolist() == pytest.approx(expected, rel=1e-5)
+    assert kl[0, 2].item() == 0
+    assert relation_kl(relation_log_probs(teacher, mask, 2), relation_log_probs(teacher, mask, 2), mask).abs().max() \
+        < 1e-6
+
+
+def test_relations_are_fp32_under_bf16_autocast():
+    torch.manual_seed(0)
+    vectors, mask = torch.randn(2, 5, 8), torch.ones(2, 5, dtype=torch.bool)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        relations = relation_log_probs(vectors, mask, 2)
+    assert relations.dtype == torch.float32
+    assert torch.allclose(relations, relation_log_probs(vectors, mask, 2))
+
+
+def test_relation_heads_divide_both_widths():
+    assert relation_heads(384, 256, 12) == 8
+    assert relation_heads(384, 384, 12) == 12
+    assert relation_heads(96, 128, 6) == 4
+    assert relation_heads(768, 128, 12) == 8
+
+
+def test_distilled_student_is_a_plain_checkpoint(data_dir, teacher, tmp_path):
+    import transformers
+
+    run = tmp_path / "run"
+    assert main(cli(data_dir, teacher, run)) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert {"hidden_loss", "relation_loss", "eval_hidden_loss", "eval_relation_loss"} <= set(rows[-1])
+    assert all(math.isfinite(r["loss"]) for r in rows)
+    args = json.loads((run / "args.json").read_text())["extra"]
+    assert args["objective"] == "distill" and args["teacher"] == str(teacher) and args["mask_prob"] is None
+    final = run / "final"
+    assert (final / PROJECTION_FILE).is_file()  # the 128 -> 96 map, kept for --resume only
+    config = json.loads((final / "config.json").read_text())
+    assert config["architectures"] == ["BertForPreTraining"] and config["hidden_size"] == 128
+    reference = transformers.BertModel.from_pretrained(final).eval()
+    ours = BertForPreTraining.from_pretrained(final)
+    ids = torch.tensor([[2, 10, 11, 12, 3]])
+    with torch.no_grad():
+        assert torch.allclose(reference(ids).last_hidden_state, ours.bert(ids).last_hidden_state, atol=1e-5)
+    # it fine-tunes as any other checkpoint
+    assert main(["finetune", "text-classification", "--model", str(final), "--train", str(sentiment(tmp_path)),
+                 "--dev", str(sentiment(tmp_path)), "--out", str(tmp_path / "ft"), "--epochs", "1",
+                 "--no-progress"]) == 0
+
+
+def sentiment(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps({"text": t, "label": y}) + "\n"
+                            for t, y in [("a good function", "pos"), ("a bad module", "neg")] * 4))
+    return path
+
+
+def test_resume_continues_exactly(data_dir, teacher, tmp_path):
+    whole = tmp_path / "whole"
+    assert main(cli(data_dir, teacher, whole)) == 0
+    resumed = tmp_path / "resumed"
+    shutil.copytree(whole, resumed)
+    shutil.rmtree(resumed / "step-0000006")
+    shutil.rmtree(resumed / "final")
+    assert main(cli(data_dir, teacher, resumed, "--resume")) == 0
+    for name in ("model.safetensors", PROJECTION_FILE):
+        assert (resumed / "final" / name).read_bytes() == (whole / "final" / name).read_bytes()
+
+
+@pytest.mark.parametrize("case", ["no teacher", "teacher without distill", "not a model", "other vocabulary",
+                                  "mask prob"])
+def test_bad_input_is_one_line(case, data_dir, teacher, tmp_path, capsys):
+    argv = cli(data_dir, teacher, tmp_path / "run")
+    if case == "no teacher":
+        i = argv.index("--teacher")
+        del argv[i:i + 2]
+        wanted = "--objective distill needs --teacher"
+    elif case == "teacher without distill":
+        argv[argv.index("distill")] = "mlm"
+        wanted = "--teacher"
+    elif case == "not a model":
+        argv[argv.index("--teacher") + 1] = str(tmp_path)
+        wanted = "not a model folder"
+    elif case == "other vocabulary":
+        other = tmp_path / "other"
+        BertForPreTraining(BertConfig.from_name("tiny", vocab_size=100)).save_pretrained(other)
+        argv[argv.index("--teacher") + 1] = str(other)
+        wanted = "vocabulary"
+    else:
+        argv += ["--mask-prob", "0.2"]
+        wanted = "--mask-prob"
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and wanted in err and "Traceback" not in err
+    assert not (tmp_path / "run" / "final").exists()
