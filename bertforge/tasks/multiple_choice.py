@@ -12,7 +12,7 @@ from ..core.io import read_records, rounded, write_text_atomic
 from ..inference.batches import SEQUENCE_INPUTS
 from .base import HeadClass, Split, TaskFamily, find_file, softmax
 from .metrics import accuracy
-from .own_data import SOURCES, OwnData, label_text, nested
+from .own_data import LABEL_FILES, SOURCES, OwnData, label_text, nested
 
 
 @dataclass
@@ -179,7 +179,7 @@ class OwnMultipleChoiceFamily(OwnData, MultipleChoiceFamily):
     choice [SEP]`, or with --context-column as SWAG, `[CLS] context [SEP] question choice [SEP]`."""
 
     names = ("multiple-choice",)
-    option_defaults = {**SOURCES, "question_column": "question", "context_column": None,
+    option_defaults = {**SOURCES, **LABEL_FILES, "question_column": "question", "context_column": None,
                        "choices_columns": ["choices"], "label_column": "label"}
 
     def __init__(self, task: str, data: Path | None, max_length: int, question_column="question",

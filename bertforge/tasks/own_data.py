@@ -7,19 +7,22 @@ A split is a file (--train, --dev, --test: CSV or TSV with a header row, JSON li
 (--dataset NAME[:CONFIG]: a folder written by `save_to_disk`, a folder of data files, or a name that
 `datasets.load_dataset` knows; its train, validation (or dev) and test splits). A record comes with its location,
 `file:line` or `NAME[split][row]`, for one-line errors. In a data set, class ids (`ClassLabel` columns and lists of
-them) are read as their names.
+them) are read as their names. The labels of a split's file may come from a file of their own (--train-labels,
+--dev-labels: a label a line, the records' order, as PIQA's train-labels.lst), for the families with a
+--label-column (LABEL_FILES).
 """
 
 import math
 import numbers
 from pathlib import Path
 
-from ..core.errors import BertforgeError
-from ..core.io import read_records
+from ..core.errors import BertforgeError, where
+from ..core.io import read_records, read_text
 from .base import find_file
 
 SOURCES = {"train": None, "dev": None, "test": None, "dataset": None}  # the options naming the splits
 SUFFIXES = ("csv", "tsv", "jsonl", "json")
+LABEL_FILES = {"train_labels": None, "dev_labels": None}  # a split's labels in a file of their own, a line each
 DATASET_SPLITS = {"train": ("train",), "dev": ("validation", "dev", "valid"), "test": ("test",)}
 
 
@@ -142,6 +145,23 @@ def nested(record: dict, path: str) -> bool:
     return True
 
 
+def with_labels(located: list, path: Path, column: str, source: str) -> list[tuple[str, dict]]:
+    """The records `located` with their labels, under `column`, from `path`: a label a line, one line per record in
+    their order (blank lines at the end aside). Each record's location names its label's line as well."""
+    lines = read_text(path, "utf-8-sig").split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if len(lines) != len(located):
+        raise BertforgeError(f"{path}: {len(lines)} labels for the {len(located)} records of {source} (a labels file "
+                             f"holds one label a line, a line per record, in their order)")
+    labelled = []
+    for n, ((location, record), line) in enumerate(zip(located, lines), 1):
+        if not line.strip():
+            raise BertforgeError(f"{where(path, n)}: the label is empty (the label of {location})")
+        labelled.append((f"{location} (label: {where(path, n)})", {**record, column: line.strip()}))
+    return labelled
+
+
 class OwnData:
     """What a family of your own data adds to its TaskFamily (a mixin, first among the bases): its splits come
     from the SOURCES options (`use_sources`), evaluation is on dev, the flags are `add_arguments`'."""
@@ -149,10 +169,14 @@ class OwnData:
     reads_data_folder = False
     eval_splits = ("dev",)
 
-    def use_sources(self, train=None, dev=None, test=None, dataset=None) -> None:
+    def use_sources(self, train=None, dev=None, test=None, dataset=None, train_labels=None, dev_labels=None) -> None:
         self.files, self.dataset, self._dataset_splits = {"train": train, "dev": dev, "test": test}, dataset, None
+        self.label_files = {"train": train_labels, "dev": dev_labels}
         if dataset is not None and (self.data is not None or any(self.files.values())):
             raise BertforgeError("--dataset: give a data set or files (--train, --dev, --test, --data), not both")
+        if dataset is not None and any(self.label_files.values()):
+            raise BertforgeError("--train-labels, --dev-labels: a labels file goes with a file (--train, --dev or "
+                                 "--data), not with --dataset")
 
     def path(self, split: str) -> Path:
         """The split's file: named by its flag, or found in the --data folder."""
@@ -188,6 +212,8 @@ class OwnData:
             located = dataset_records(self.dataset, self.dataset_splits(), split)
         if not located:
             raise BertforgeError(f"{source}: no examples")
+        if self.label_files.get(split) and columns.get("--label-column"):
+            located = with_labels(located, Path(self.label_files[split]), columns["--label-column"], source)
         for location, record in located:
             for flag, names in columns.items():
                 for name in [names] if isinstance(names, str) else names or ():
@@ -218,6 +244,11 @@ class OwnData:
         group.add_argument("--label-column", default="label",
                            help="column of the label or score; multiple-choice: the right choice, as its text or its "
                                 "index from 0")
+        group.add_argument("--train-labels", metavar="FILE",
+                           help="text-classification, text-pair-classification, regression, multiple-choice, rerank: "
+                                "the training records' labels in a file of their own, a label a line in the records' "
+                                "order (as PIQA's train-labels.lst); read as --label-column's values")
+        group.add_argument("--dev-labels", metavar="FILE", help="the same for the --dev records")
         group.add_argument("--tokens-column", default="tokens",
                            help="token-classification: column of the words (a list, or a text split at spaces)")
         group.add_argument("--tags-column", default="tags",

@@ -21,7 +21,7 @@ from ..core.io import rounded, write_text_atomic
 from .base import HeadClass, Split, TaskFamily
 from .glue import GlueExample, encode_glue
 from .metrics import ranking_groups, ranking_metrics
-from .own_data import SOURCES, OwnData
+from .own_data import LABEL_FILES, SOURCES, OwnData
 
 LABEL = "relevant"  # the one output's name: the score is the probability that the passage is relevant
 
@@ -49,7 +49,8 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
 class RerankFamily(OwnData, TaskFamily):
     names = ("rerank",)
     model_class = HeadClass("BertForSequenceClassification")
-    option_defaults = {**SOURCES, "query_column": "query", "passage_column": "passage", "label_column": "label"}
+    option_defaults = {**SOURCES, **LABEL_FILES, "query_column": "query", "passage_column": "passage",
+                       "label_column": "label"}
     default_max_length = 256  # a query and a paragraph
     best_metric = "mrr@10"
     text_fields = {"query": str, "passage": str}

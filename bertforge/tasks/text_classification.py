@@ -19,13 +19,14 @@ from ..core.io import rounded, write_text_atomic
 from .base import HeadClass, Split, TaskFamily, softmax
 from .glue import GlueExample, encode_glue
 from .metrics import accuracy, macro_f1, pearson, spearman
-from .own_data import SOURCES, OwnData, label_index, label_order, label_text, single_class
+from .own_data import LABEL_FILES, SOURCES, OwnData, label_index, label_order, label_text, single_class
 
 
 class TextClassificationFamily(OwnData, TaskFamily):
     names = ("text-classification", "text-pair-classification", "regression")
     model_class = HeadClass("BertForSequenceClassification")
-    option_defaults = {**SOURCES, "text_column": "text", "text_pair_column": None, "label_column": "label"}
+    option_defaults = {**SOURCES, **LABEL_FILES, "text_column": "text", "text_pair_column": None,
+                       "label_column": "label"}
 
     def __init__(self, task: str, data: Path | None, max_length: int, text_column="text", text_pair_column=None,
                  label_column="label", **sources):

@@ -153,3 +153,63 @@ def test_another_familys_options_are_refused(tmp_path):
         make_family("sst2", tmp_path, options={"train": "x.csv", "tags_column": "ner", "text_column": "text"})
     # every family's defaults (all parsed flags, nothing given) are no choice of the user's
     assert make_family("sst2", tmp_path, options={"train": None, "text_column": "text"}).task == "sst2"
+
+
+PIQA = [{"goal": "To dry wet shoes,", "sol1": "stuff them with newspaper.", "sol2": "fill them with water."},
+        {"goal": "To cool a drink fast,", "sol1": "put it near the oven.", "sol2": "put it in ice with salt."},
+        {"goal": "To open a stuck jar lid,", "sol1": "run it under hot water.", "sol2": "put it in the freezer."}]
+PIQA_FLAGS = {"question_column": "goal", "choices_columns": ["sol1", "sol2"]}
+
+
+def piqa_files(folder, labels: str, name="train"):
+    """PIQA's layout: the records in NAME.jsonl without labels, their labels in NAME-labels.lst, a line each."""
+    data, label_file = folder / f"{name}.jsonl", folder / f"{name}-labels.lst"
+    data.write_text("".join(json.dumps(r) + "\n" for r in PIQA))
+    label_file.write_text(labels)
+    return data, label_file
+
+
+def test_labels_from_a_file_of_their_own_pair_with_each_split(tokenizer, tmp_path):
+    train, train_labels = piqa_files(tmp_path, "0\n1\n0\n")
+    dev, dev_labels = piqa_files(tmp_path, "1\r\n1\r\n0\r\n\r\n", "valid")  # CRLF, a blank line at the end
+    family = make_family("multiple-choice", options={"train": train, "train_labels": train_labels, "dev": dev,
+                                                     "dev_labels": dev_labels, **PIQA_FLAGS})
+    examples = family.read("train", tokenizer).examples
+    assert [e.label for e in examples] == [0, 1, 0]
+    assert [e.endings for e in examples] == [[r["sol1"], r["sol2"]] for r in PIQA]
+    assert [e.label for e in family.read("dev", tokenizer).examples] == [1, 1, 0]
+    # a labels file's labels are those of the family's --label-column: classes of text classification too
+    texts = make_family("text-classification", tmp_path, options={"train_labels": train_labels, "text_column": "goal"})
+    assert [e.label for e in texts.read("train", tokenizer).examples] == [0, 1, 0]  # classes "0", "1" in order
+
+
+@pytest.mark.parametrize("labels, message", [
+    ("0\n1\n", r"train-labels.lst: 2 labels for the 3 records of \S*train.jsonl"),
+    ("0\n1\n0\n1\n", r"train-labels.lst: 4 labels for the 3 records of \S*train.jsonl"),
+    ("0\n2\n0\n", r"train.jsonl:2 \(label: \S*train-labels.lst:2\): label '2' is not among the choices .* index 0..1"),
+    ("0\n\n1\n", r"train-labels.lst:2: the label is empty \(the label of \S*train.jsonl:2\)"),
+])
+def test_labels_file_errors_are_one_line_naming_the_files(tokenizer, tmp_path, labels, message):
+    train, train_labels = piqa_files(tmp_path, labels)
+    family = make_family("multiple-choice", options={"train": train, "train_labels": train_labels, **PIQA_FLAGS})
+    with pytest.raises(BertforgeError, match=message) as e:
+        family.read("train", tokenizer)
+    one_line_error(e)
+
+
+def test_labels_files_only_where_a_family_has_labels(tmp_path):
+    with pytest.raises(BertforgeError, match="token-classification does not take --train-labels"):
+        make_family("token-classification", options={"train": "x.jsonl", "train_labels": "y.lst"})
+    with pytest.raises(BertforgeError, match="a labels file goes with a file .* not with --dataset"):
+        make_family("multiple-choice", options={"dataset": "piqa", "dev_labels": "valid-labels.lst"})
+
+
+def test_finetune_multiple_choice_on_piqa_layout(tiny_model, tmp_path, capsys):
+    train, train_labels = piqa_files(tmp_path, "0\n1\n0\n")
+    dev, dev_labels = piqa_files(tmp_path, "0\n1\n0\n", "valid")
+    run = fine_tune("multiple-choice", tiny_model, tmp_path / "run", "--train", train, "--train-labels", train_labels,
+                    "--dev", dev, "--dev-labels", dev_labels, "--question-column", "goal",
+                    "--choices-columns", "sol1", "sol2", "--epochs", 1, "--batch-size", 2)
+    results = json.loads((run / "eval_results.json").read_text())
+    assert 0 <= results["accuracy"] <= 1 and results["train_examples"] == 3
+    assert json.loads((run / "args.json").read_text())["extra"]["family_options"]["train_labels"] == str(train_labels)
