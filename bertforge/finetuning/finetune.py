@@ -67,6 +67,20 @@ def length_grouped_order(lengths: np.ndarray, batch_size: int, rng: np.random.Ge
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
+def query_groups(groups: list[int]) -> list[np.ndarray]:
+    """The rows of each group id (a query's passages), in the order of the ids' first rows."""
+    rows: dict[int, list[int]] = {}
+    for row, group in enumerate(groups):
+        rows.setdefault(group, []).append(row)
+    return [np.array(r) for r in rows.values()]
+
+
+def grouped_order(groups: list[np.ndarray], per_batch: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Batches of `per_batch` whole groups of rows, the groups shuffled: a query's passages ranked together."""
+    order = rng.permutation(len(groups))
+    return [np.concatenate([groups[g] for g in order[i:i + per_batch]]) for i in range(0, len(order), per_batch)]
+
+
 class FinetuneJob:
     """The training loop's view of fine-tuning on one task (see train.TrainingJob)."""
 
@@ -79,6 +93,11 @@ class FinetuneJob:
         self.order = length_grouped_order if group_by_length else shuffled_order
         self.lengths = row_lengths(encoded)
         self.steps_per_epoch = math.ceil(len(self.lengths) / batch_size)
+        self.groups = None
+        if "groups" in encoded:  # a reranker's rows: each query's passages whole in a batch, about batch_size rows
+            self.groups = query_groups(encoded["groups"])
+            self.per_batch = max(1, round(batch_size * len(self.groups) / len(self.lengths)))
+            self.steps_per_epoch = math.ceil(len(self.groups) / self.per_batch)
         self.evaluate, self.tokenizer = evaluate, tokenizer
         self.best_metric = family.best_metric
         self.loss_units = {"loss": family.loss_units}
@@ -89,7 +108,8 @@ class FinetuneJob:
         if epoch != self._epoch:
             self._epoch = epoch
             rng = np.random.default_rng([self.seed, epoch])
-            self._batches = self.order(self.lengths, self.batch_size, rng)
+            self._batches = (self.order(self.lengths, self.batch_size, rng) if self.groups is None
+                             else grouped_order(self.groups, self.per_batch, rng))
         rows = np.array_split(self._batches[i], world)[rank]
         return pad_batch(self.encoded, rows, self.keys)
 

@@ -29,6 +29,7 @@ from .checkpoint import PretrainedMixin
 from .compat import ModelApiMixin, finish
 from .config import BertConfig
 from .packing import DropoutNoise, EncoderOutput, Keep, Layout, Packing
+from .ranking_loss import ranking_loss
 
 
 ACT = {
@@ -431,17 +432,20 @@ class TaskHead(BertPreTrainedModel):
 
 class BertForSequenceClassification(TaskHead):
     """Classification (num_labels > 1) or regression (num_labels == 1) on the pooled [CLS] output; with problem_type
-    multi_label_classification, a sigmoid per output (binary cross-entropy), as transformers."""
+    multi_label_classification, a sigmoid per output (binary cross-entropy), as transformers. With `groups` (a
+    reranker's training: a query's id per row), the rows of a query are ranked against each other (ranking_loss)."""
 
     def __init__(self, config: BertConfig):
         super().__init__(config, config.num_labels)
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
-                **inputs):
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, groups=None,
+                return_dict=True, **inputs):
         logits, states = self.head_outputs(input_ids, attention_mask, token_type_ids, inputs)
         loss = None
         if labels is not None:
-            if self.config.problem_type == "multi_label_classification":  # one output: a reranker's relevance
+            if groups is not None:
+                loss = ranking_loss(logits, labels, groups)
+            elif self.config.problem_type == "multi_label_classification":  # one output: a reranker's relevance
                 loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float().reshape(logits.shape))
             elif self.config.num_labels == 1:
                 loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())

@@ -3,11 +3,14 @@
 Task name `rerank`. The splits are your own data's (own_data.py: files, a --data folder or a `datasets` data set),
 one (query, passage, label) record a row, the columns named by --query-column, --passage-column and --label-column;
 the label is the passage's relevance to the query, a number from 0 to 1 (1 and 0: relevant and irrelevant). The
-head is a sequence classifier with one output, trained with binary cross-entropy on its logit, as
-sentence-transformers' CrossEncoder with num_labels=1; its config.json says so (num_labels 1, problem_type
-multi_label_classification), so that transformers, sentence-transformers and a reranking server read the score
-as sigmoid(logit). The model is evaluated as a ranker: MRR@10 and nDCG@10 over the dev queries (grouped by their
-text) that have several passages, one relevant (metrics.ranking_metrics).
+head is a sequence classifier with one output, as sentence-transformers' CrossEncoder with num_labels=1; its
+config.json says so (num_labels 1, problem_type multi_label_classification), so that transformers,
+sentence-transformers and a reranking server read the score as sigmoid(logit). Training ranks each query's
+passages against each other (a query's rows whole in a batch, listwise softmax cross-entropy:
+model.ranking_loss); a query with a single passage is trained with binary cross-entropy on its logit. The scores
+order a query's passages; they are not calibrated probabilities. The model is evaluated as a ranker: MRR@10 and
+nDCG@10 over the dev queries (grouped by their text) that have several passages, one relevant
+(metrics.ranking_metrics).
 """
 
 import math
@@ -53,6 +56,7 @@ class RerankFamily(OwnData, TaskFamily):
                        "label_column": "label"}
     default_max_length = 256  # a query and a paragraph
     best_metric = "mrr@10"
+    targets = {"labels": None, "groups": None}
     text_fields = {"query": str, "passage": str}
 
     def __init__(self, task: str, data: Path | None, max_length: int, query_column="query", passage_column="passage",
@@ -85,7 +89,13 @@ class RerankFamily(OwnData, TaskFamily):
         return self.encode(split, examples, tokenizer)
 
     def encode(self, name: str, examples: list, tokenizer) -> Split:
-        return Split(name, examples, encode_glue(examples, tokenizer, self.max_length))
+        """The pairs' rows; labelled, with each row's query id ("groups"), by which training ranks a query's
+        passages against each other (model.ranking_loss)."""
+        encoded = encode_glue(examples, tokenizer, self.max_length)
+        if "labels" in encoded:
+            ids: dict[str, int] = {}
+            encoded["groups"] = [ids.setdefault(e.text_a, len(ids)) for e in examples]
+        return Split(name, examples, encoded)
 
     def example(self, record: dict, guid: str) -> GlueExample:
         return GlueExample(guid, record["query"], record["passage"], None)

@@ -6,6 +6,7 @@ accuracy of real fine-tuning is measured by benchmarks/ and recorded in BENCHMAR
 
 import json
 import logging
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,8 +14,10 @@ import torch
 
 from bertforge import BertTokenizer
 from bertforge.cli import main
-from bertforge.finetuning.finetune import finetune, length_grouped_order, shuffled_order
+from bertforge.finetuning.finetune import (FinetuneJob, finetune, grouped_order, length_grouped_order,
+                                           query_groups, shuffled_order)
 from bertforge.inference.batches import pad_batch
+from bertforge.tasks import make_family
 from bertforge.tasks.glue import read_glue
 from bertforge.model.bert import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
 from tests.conftest import require_shared
@@ -135,6 +138,26 @@ def test_plain_shuffle_covers_every_row_once_in_random_batches():
     assert [len(b) for b in batches] == [32] * 31 + [8]
     padded = sum(len(b) * lengths[b].max() for b in batches)
     assert lengths.sum() / padded < 0.6  # no grouping: rows of any length share a batch
+
+
+def test_a_rerankers_batches_hold_each_querys_passages_whole():
+    """Rows with a query id ("groups") are batched by whole queries, about batch_size rows, every row once."""
+    rng = np.random.default_rng(0)
+    ids = np.repeat(np.arange(50), rng.integers(2, 7, size=50))  # 50 queries of 2 to 6 passages
+    ids = ids[rng.permutation(len(ids))].tolist()  # their rows anywhere in the file
+    groups = query_groups(ids)
+    assert [sorted(set(ids[r] for r in g)) for g in groups] == [[q] for q in dict.fromkeys(ids)]
+    encoded = {"input_ids": [[101, 7, 102]] * len(ids), "labels": [0.0] * len(ids), "groups": ids}
+    job = FinetuneJob(make_family("rerank"), encoded, 16, 0, None, SimpleNamespace(pad_token_id=0))
+    assert set(job.batch(0, 0, 1)) == {"input_ids", "labels", "groups"}  # the model's loss ranks within a query
+    batches = job._batches
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(ids)))
+    for batch in batches:
+        queries = {ids[r] for r in batch}
+        assert sum(ids.count(q) for q in queries) == len(batch)  # every passage of each query in the batch
+    assert job.per_batch == round(16 * 50 / len(ids)) and job.steps_per_epoch == -(-50 // job.per_batch)
+    again = grouped_order(groups, job.per_batch, np.random.default_rng([0, 0]))
+    assert [b.tolist() for b in batches] == [b.tolist() for b in again]
 
 
 def test_pad_batch_pads_tokens_and_token_labels():
