@@ -26,7 +26,7 @@ from .glue import GlueExample, encode_glue
 from .metrics import ranking_groups, ranking_metrics
 from .own_data import LABEL_FILES, SOURCES, OwnData
 
-LABEL = "relevant"  # the one output's name: the score is the probability that the passage is relevant
+LABEL = "relevant"  # the one output's name: its score orders a query's passages by relevance
 
 
 def relevance(value, location: str) -> float:
