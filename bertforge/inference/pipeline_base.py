@@ -3,7 +3,7 @@ and encoded into rows, too-long inputs refused by name (`TooLong`), batches run 
 in input order.
 
 Every task is three steps, so that the server (serve.py) can batch rows of many requests together:
-`prepare` checks and encodes the inputs into rows (inference.py), `forward` runs a padded batch and returns
+`prepare` checks and encodes the inputs into rows, `forward` runs a padded batch (batches.run) and returns
 one result per row, `finish` turns the rows' results into predictions in input order."""
 
 from collections.abc import Sequence
