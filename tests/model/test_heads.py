@@ -1,4 +1,5 @@
-"""The head registry: every head of model.py declared once, and what it declares is what the code does."""
+"""The head registry: every head of bert.py and task_heads.py declared once, and what it declares is what the code
+does."""
 
 import inspect
 
@@ -6,27 +7,33 @@ import torch
 import transformers
 
 import bertforge
-import bertforge.model.bert as models
+import bertforge.model.bert as encoder
+import bertforge.model.task_heads as task_heads
 from bertforge.model.checkpoint import part_name
 from bertforge.model.config import BertConfig
-from bertforge.model.heads import HEADS, PART_NAMES
+from bertforge.model.heads import HEADS, PART_NAMES, head_class
 from bertforge.inference.pipelines import TASKS
 from bertforge.inference.runtime import TorchRuntime
 
 
 def test_every_model_class_is_declared_and_exported():
-    classes = {name for name, c in inspect.getmembers(models, inspect.isclass)
-               if issubclass(c, models.BertPreTrainedModel) and c.__module__ == models.__name__
+    """Each model class of the two modules is a head declared with its module, exported by the package and found in
+    bertforge.model.bert as before the task heads moved out of it."""
+    classes = {(module.__name__, name) for module in (encoder, task_heads)
+               for name, c in inspect.getmembers(module, inspect.isclass)
+               if issubclass(c, encoder.BertPreTrainedModel) and c.__module__ == module.__name__
                and name.startswith("Bert") and name not in ("BertPreTrainedModel",)}
-    assert classes == set(HEADS)
-    assert set(HEADS) <= set(bertforge.__all__) and all(getattr(bertforge, name) for name in HEADS)
+    assert classes == {(f"bertforge.{head.module}", name) for name, head in HEADS.items()}
+    assert set(HEADS) <= set(bertforge.__all__)
+    for name in HEADS:
+        assert getattr(bertforge, name) is head_class(name) is getattr(encoder, name)
 
 
 def test_each_head_s_task_parts_and_outputs_are_the_code_s():
     config = BertConfig.from_name("tiny", vocab_size=100, id2label={0: "a", 1: "b", 2: "c"})
     for name, head in HEADS.items():
         assert head.task in TASKS and hasattr(transformers, name)
-        model = getattr(models, name)(config).eval()
+        model = head_class(name)(config).eval()
         keys = model.state_dict()
         owned = {part_name(k) for k in keys} & set(PART_NAMES.values())
         assert set(head.parts.values()) <= owned, name  # the parts it declares are its modules
