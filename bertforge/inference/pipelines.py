@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from . import answer_spans
-from ..model import bert as models
+from ..model import bert, task_heads
 from ..model.config import BertConfig
 from .entities import STRATEGIES, Entities, entities, softmax, token_entries
 from ..core.errors import BertforgeError
@@ -28,7 +28,7 @@ from .windows import TextWindows
 
 class FillMask(Pipeline):
     task = "fill-mask"
-    model_class = models.BertForMaskedLM
+    model_class = bert.BertForMaskedLM
     defaults = {"top_k": 5}
 
     def check_options(self, options):
@@ -75,7 +75,7 @@ class TextClassification(Pipeline):
     (regression, as bertforge trains it) unless function_to_apply says otherwise; multi-label models a sigmoid."""
 
     task = "text-classification"
-    model_class = models.BertForSequenceClassification
+    model_class = task_heads.BertForSequenceClassification
     defaults = {"top_k": "", "function_to_apply": None}  # top_k "" : transformers' legacy (best label) output
 
     def check_options(self, options):
@@ -153,7 +153,7 @@ class TokenClassification(Pipeline):
     first window only, and its result (an entities.Entities list) says it was cut."""
 
     task = "token-classification"
-    model_class = models.BertForTokenClassification
+    model_class = task_heads.BertForTokenClassification
     defaults = {"aggregation_strategy": "none", "ignore_labels": ("O",), "doc_stride": None}  # None: half a window
 
     def prepare(self, inputs, truncate: bool = False, **options) -> Prepared:
@@ -193,7 +193,7 @@ class QuestionAnswering(Pipeline):
     offsets in the context. With handle_impossible_answer (SQuAD v2 models) the answer may be "" (no answer)."""
 
     task = "question-answering"
-    model_class = models.BertForQuestionAnswering
+    model_class = task_heads.BertForQuestionAnswering
     defaults = {"top_k": 1, "handle_impossible_answer": False, "null_threshold": 0.0, "max_answer_len": 30,
                 "doc_stride": 128, "max_question_len": 64}
     default_max_length = 384  # as fine-tuning on SQuAD
@@ -321,7 +321,7 @@ class MultipleChoice(Pipeline):
     """{"question", "choices"} -> {"choice": index, "score", "scores"}: [CLS] question [SEP] choice [SEP] each."""
 
     task = "multiple-choice"
-    model_class = models.BertForMultipleChoice
+    model_class = task_heads.BertForMultipleChoice
 
     def parse(self, inputs):
         items, single = as_list(inputs, lambda x: isinstance(x, dict))

@@ -16,7 +16,7 @@ from bertforge.cli import main
 from bertforge.finetuning.finetune import finetune, length_grouped_order, shuffled_order
 from bertforge.inference.batches import pad_batch
 from bertforge.tasks.glue import read_glue
-from bertforge.model.bert import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
+from bertforge.model.task_heads import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
 from tests.conftest import require_shared
 
 
