@@ -35,11 +35,18 @@ class FillMask(Pipeline):
         check_count(options, "top_k")
 
     def encode(self, items, prepared, truncate):
+        """A text's first max_length tokens (its beginning only tokenized: windows.text_head), which must hold every
+        [MASK] of the text: one past them is refused (TooLong, the server's 413), never dropped from the answer."""
         rows = super().encode(items, prepared, truncate)
-        for i, row in enumerate(rows):
-            if self.tokenizer.mask_token_id not in row["input_ids"]:
-                where = "inputs" if prepared.single else f"inputs[{i}]"
-                raise BertforgeError(f"{where} has no [MASK] token" + (" (cut off by truncation)" if truncate else ""))
+        mask = self.tokenizer.mask_token
+        for i, (text, row) in enumerate(zip(items, rows)):
+            kept, given = row["input_ids"].count(self.tokenizer.mask_token_id), text.count(mask)
+            if not given:
+                raise BertforgeError(f"{input_name(prepared, i)} has no {mask} token")
+            if kept < given:
+                raise TooLong(f"{input_name(prepared, i)}: {given - kept} of its {given} {mask} tokens lie past its "
+                              f"first {self.max_length} tokens, all that fill-mask reads (the model's length): put "
+                              f"each {mask} within them")
         return rows
 
     def forward(self, batch):
