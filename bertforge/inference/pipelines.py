@@ -122,7 +122,7 @@ class TextClassification(Pipeline):
             if index:
                 texts = [items[i][0] if is_pair else items[i] for i in index]
                 enc = self.encode_texts(texts, [items[i][1] for i in index] if is_pair else None, truncate,
-                                        [f"inputs[{i}]" for i in index])
+                                        [input_name(prepared, i) for i in index])
                 for i, ids, types in zip(index, enc["input_ids"], enc["token_type_ids"]):
                     rows[i] = {"input_ids": ids, "token_type_ids": types}
         return rows
@@ -347,7 +347,7 @@ class MultipleChoice(Pipeline):
         rows = []
         for n, item in enumerate(items):
             enc = self.encode_texts([item["question"]] * len(item["choices"]), item["choices"], truncate,
-                                    [f"inputs[{n}].choices[{c}]" for c in range(len(item["choices"]))])
+                                    [f"{input_name(prepared, n)}.choices[{c}]" for c in range(len(item["choices"]))])
             rows.append({"input_ids": list(enc["input_ids"]), "token_type_ids": list(enc["token_type_ids"])})
         return rows
 
