@@ -135,10 +135,10 @@ def corpus_warnings(corpus, tokenizer, max_seq_length: int) -> dict:
         worst = long[np.argmax(lengths[long])]
         start = corpus.sentence_offsets[worst]
         begins = tokenizer.decode(np.asarray(corpus.tokens[start:start + 8]).tolist())
-        log.warning(f"{len(long):,} sentences are over twice a row's {room} tokens (--max-length "
-                    f"{max_seq_length}) and cut in every instance: the longest, {lengths[worst]:,} tokens, keeps "
-                    f"{room / lengths[worst]:.0%} of them; it begins {begins!r} (one sentence a line, or --format raw, "
-                    "which splits running text into sentences)")
+        log.warning(f"{len(long):,} of {corpus.num_sentences:,} sentences are over twice a row's {room} tokens "
+                    f"(--max-length {max_seq_length}) and cut in every instance: the longest, {lengths[worst]:,} "
+                    f"tokens, keeps {room / lengths[worst]:.0%} of them; it begins {begins!r} (one sentence a line, "
+                    "or --format raw, which splits running text into sentences)")
     return {"one_sentence_documents": one, "long_sentences": int(len(long))}
 
 

@@ -152,7 +152,7 @@ def test_one_line_documents_and_sentences_cut_to_a_fraction_warn(tokenizer, tmp_
     words = " ".join(f"w{i % 9}" for i in range(400))  # two tokens a word: 800 tokens
     long.write_text(f"A first short sentence.\n{words}.\nA last one.\n\nAnother document.\nIts end.\n")
     for path, culprit, count in ((one, "1 of 1 documents are one sentence (one line)", "one_sentence_documents"),
-                                 (long, "1 sentences are over twice a row's 61 tokens (--max-length 64)",
+                                 (long, "1 of 5 sentences are over twice a row's 61 tokens (--max-length 64)",
                                   "long_sentences")):
         caplog.clear()
         stats = create_pretraining_data([path], tokenizer, tmp_path / path.stem, max_seq_length=64, dupe_factor=1)
