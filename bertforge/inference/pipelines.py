@@ -18,7 +18,7 @@ from .entities import STRATEGIES, Entities, entities, softmax, token_entries
 from ..core.errors import BertforgeError
 from .batches import per_row
 from ..model.heads import HEADS
-from .inputs import as_list, check_count, check_ids, check_text, id_row, input_name, is_ids
+from .inputs import as_list, check_count, check_ids, check_masks, check_text, id_row, input_name, is_ids
 from .pipeline_base import Pipeline, Prepared, TooLong
 from .runtime import load_runtime
 from ..model.sentence_folder import SentencePooling, check_pooling, normalized, pool, read_sentence_folder
@@ -35,18 +35,8 @@ class FillMask(Pipeline):
         check_count(options, "top_k")
 
     def encode(self, items, prepared, truncate):
-        """A text's first max_length tokens (its beginning only tokenized: windows.text_head), which must hold every
-        [MASK] of the text: one past them is refused (TooLong, the server's 413), never dropped from the answer."""
-        rows = super().encode(items, prepared, truncate)
-        mask = self.tokenizer.mask_token
-        for i, (text, row) in enumerate(zip(items, rows)):
-            kept, given = row["input_ids"].count(self.tokenizer.mask_token_id), text.count(mask)
-            if not given:
-                raise BertforgeError(f"{input_name(prepared, i)} has no {mask} token")
-            if kept < given:
-                raise TooLong(f"{input_name(prepared, i)}: {given - kept} of its {given} {mask} tokens lie past its "
-                              f"first {self.max_length} tokens, all that fill-mask reads (the model's length): put "
-                              f"each {mask} within them")
+        rows = super().encode(items, prepared, truncate)  # a text's first max_length tokens (windows.text_head)
+        check_masks(prepared, rows, self.tokenizer.mask_token, self.tokenizer.mask_token_id, self.max_length, TooLong)
         return rows
 
     def forward(self, batch):
