@@ -1,6 +1,7 @@
 """Clients that send requests but never read the answers, against `bertforge serve` on loopback (issue 33).
 
-`python3 -m benchmarks.bench_stalled_readers [--connections 8] [--send-timeout 5] [--seconds 40]`
+`python3 -m benchmarks.bench_stalled_readers [--connections 8] [--send-timeout 5] [--seconds 40]`; before the
+flag: `--send-timeout 0 --repo OLD_CHECKOUT`
 
 all-MiniLM-L6-v2 served with --max-input-tokens 128; each stalled client opens a connection with a 4 KiB receive
 buffer, sends two pipelined /embed_all requests of 16 inputs of 128 tokens (about 1.7 MB of answer each) and reads
@@ -65,16 +66,19 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--connections", type=int, default=8)
     p.add_argument("--inputs", type=int, default=16, help="inputs per stalled request")
-    p.add_argument("--send-timeout", type=float, default=5)
+    p.add_argument("--send-timeout", type=float, default=5,
+                   help="given to serve; 0: not given (a server from before the flag, with --repo)")
+    p.add_argument("--repo", default=str(REPO), help="the checkout whose bertforge serves")
     p.add_argument("--seconds", type=float, default=40)
     args = p.parse_args()
     print(machine())
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": args.repo}
+    timeout = ["--send-timeout", str(args.send_timeout)] if args.send_timeout else []
     server = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", str(MINILM), "--port", str(port),
-                               "--max-input-tokens", "128", "--send-timeout", str(args.send_timeout)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               "--max-input-tokens", "128", *timeout], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
     try:
         for _ in range(300):
             try:
@@ -97,8 +101,12 @@ def main():
     finally:
         asked = time.time()
         server.send_signal(signal.SIGTERM)
-        server.wait(60)
-        print(f"SIGTERM: stopped in {time.time() - asked:.1f} s")
+        try:
+            server.wait(45)
+            print(f"SIGTERM: stopped in {time.time() - asked:.1f} s")
+        except subprocess.TimeoutExpired:
+            server.kill()
+            print("SIGTERM: still running after 45 s (killed)")
 
 
 if __name__ == "__main__":
