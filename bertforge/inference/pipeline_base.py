@@ -14,7 +14,7 @@ from ..model import bert as models
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
 from .batches import run
-from .inputs import as_list, check_count, check_text
+from .inputs import as_list, check_count, check_text, input_name
 from ..text.tokenizer import BertTokenizer
 from .windows import text_head
 
@@ -98,7 +98,7 @@ class Pipeline:
         return [text_head(self.tokenizer.backend_tokenizer, text, self.max_length) for text in texts]
 
     def encode(self, items, prepared: Prepared, truncate: bool) -> list:
-        enc = self.encode_texts(items, truncate=truncate)
+        enc = self.encode_texts(items, truncate=truncate, names=[input_name(prepared, i) for i in range(len(items))])
         return [{"input_ids": ids, "token_type_ids": types} for ids, types in zip(enc["input_ids"],
                                                                                  enc["token_type_ids"])]
 

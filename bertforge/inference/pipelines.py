@@ -18,7 +18,7 @@ from .entities import STRATEGIES, Entities, entities, softmax, token_entries
 from ..core.errors import BertforgeError
 from .batches import per_row
 from ..model.heads import HEADS
-from .inputs import as_list, check_count, check_ids, check_text, id_row, input_name, is_ids
+from .inputs import as_list, check_count, check_ids, check_masks, check_text, id_row, input_name, is_ids
 from .pipeline_base import Pipeline, Prepared, TooLong
 from .runtime import load_runtime
 from ..model.sentence_folder import SentencePooling, check_pooling, normalized, pool, read_sentence_folder
@@ -35,11 +35,8 @@ class FillMask(Pipeline):
         check_count(options, "top_k")
 
     def encode(self, items, prepared, truncate):
-        rows = super().encode(items, prepared, truncate)
-        for i, row in enumerate(rows):
-            if self.tokenizer.mask_token_id not in row["input_ids"]:
-                where = "inputs" if prepared.single else f"inputs[{i}]"
-                raise BertforgeError(f"{where} has no [MASK] token" + (" (cut off by truncation)" if truncate else ""))
+        rows = super().encode(items, prepared, truncate)  # a text's first max_length tokens (windows.text_head)
+        check_masks(prepared, rows, self.tokenizer.mask_token, self.tokenizer.mask_token_id, self.max_length, TooLong)
         return rows
 
     def forward(self, batch):
@@ -115,7 +112,7 @@ class TextClassification(Pipeline):
             if index:
                 texts = [items[i][0] if is_pair else items[i] for i in index]
                 enc = self.encode_texts(texts, [items[i][1] for i in index] if is_pair else None, truncate,
-                                        [f"inputs[{i}]" for i in index])
+                                        [input_name(prepared, i) for i in index])
                 for i, ids, types in zip(index, enc["input_ids"], enc["token_type_ids"]):
                     rows[i] = {"input_ids": ids, "token_type_ids": types}
         return rows
@@ -340,7 +337,7 @@ class MultipleChoice(Pipeline):
         rows = []
         for n, item in enumerate(items):
             enc = self.encode_texts([item["question"]] * len(item["choices"]), item["choices"], truncate,
-                                    [f"inputs[{n}].choices[{c}]" for c in range(len(item["choices"]))])
+                                    [f"{input_name(prepared, n)}.choices[{c}]" for c in range(len(item["choices"]))])
             rows.append({"input_ids": list(enc["input_ids"]), "token_type_ids": list(enc["token_type_ids"])})
         return rows
 

@@ -46,8 +46,6 @@ log = logging.getLogger("bertforge")
 ROUTES = {f"/v1/{route.name}" for route in SERVED.values()} | {"/health", "/info", "/metrics"}
 BUCKETS = {"latency": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
            "rows": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512), "tokens": (64, 256, 1024, 4096, 16384, 65536)}
-
-
 RETRY_AFTER = "1"  # seconds: the Retry-After of a 429 (queue full; a 503 over --max-connections says the same)
 
 
@@ -377,7 +375,9 @@ def run_serve(args) -> int:
     sock = listening_socket(args.host, args.port)
     warn_if_open(args.host, key, hosts)
     raise_file_limit(args.max_connections)
-    http = protocol_class(args.header_timeout, args.max_connections, server.count_refusal)
+    stalled = lambda kind: server.metrics.inc("bertforge_errors_total", kind=kind)  # noqa: E731
+    http = protocol_class(args.header_timeout, args.max_connections, server.count_refusal,
+                          send_timeout=args.send_timeout, stalled=stalled)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=30,
                             http=http)
     uvicorn.Server(config).run(sockets=[sock])
