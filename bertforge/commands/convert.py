@@ -98,8 +98,8 @@ def convert_google(src, out, do_lower_case: bool | None = None, hidden_act: str 
     """Write a Google checkpoint as a Hugging Face-layout folder (config.json, model.safetensors, tokenizer
     files with the checkpoint's casing), replacing `out` as a whole (a folder holding a model: only with
     `overwrite`); the line to print (what was skipped is logged while loading)."""
-    from ..model import bert as models
     from ..model.google_checkpoint import architecture, find, read_config
+    from ..model.heads import head_class
     from ..model.tf_checkpoint import TFCheckpoint
     from ..text.tokenizer import BertTokenizer
 
@@ -107,7 +107,7 @@ def convert_google(src, out, do_lower_case: bool | None = None, hidden_act: str 
     with new_model_folder(out, "OUT", overwrite, prefix.parent) as tmp:
         checkpoint = TFCheckpoint(prefix)
         tokenizer = BertTokenizer.from_pretrained(prefix.parent, do_lower_case=do_lower_case)
-        model_class = getattr(models, architecture(checkpoint))
+        model_class = head_class(architecture(checkpoint))
         config = read_config(prefix, checkpoint, gelu=hidden_act or "gelu_new")
         model = model_class.from_pretrained(prefix, config=config)
         model.save_pretrained(tmp, tokenizer)

@@ -16,6 +16,7 @@ The output is a deterministic function of the inputs (file contents and order), 
 seed: each pass draws from its own ``np.random.default_rng([seed, split, pass])``.
 """
 
+import logging
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -37,6 +38,10 @@ MAX_SEQ_LENGTH = 1 << 16  # masked positions are stored as uint16 (see shards.py
 
 SHARD_INSTANCES = 1 << 15
 MASK_ROWS = 4096  # rows masked at once: bounds the temporary [rows, max_seq_length] arrays
+ONE_SENTENCE_SHARE = 0.1  # documents of one sentence: a warning from this share of them on (with pairs)
+KEPT_SHARE = 0.5  # a sentence longer than a row keeps at most this share of its tokens: a warning
+
+log = logging.getLogger("bertforge")
 
 
 def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128, max_predictions: int = 20,
@@ -79,6 +84,8 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
                       "whole_word_mask": whole_word_mask}
             continuation = continuation_table(tokenizer.vocab)
             stats = {"corpus": {**read_stats, "eval_documents": n_eval, "eval_docs": eval_docs}}
+            if nsp:
+                stats["corpus"].update(corpus_warnings(corpus, tokenizer, max_seq_length))
             train = {**header, "split": "train", "dupe_factor": dupe_factor}
             stats["train"] = _write_split(corpus, np.flatnonzero(~is_eval), out, train, continuation, [seed, 1],
                                           progress)
@@ -108,6 +115,31 @@ def check_settings(max_seq_length, short_seq_prob, masked_lm_prob, dupe_factor, 
             ("--eval-docs", eval_docs, eval_docs == AUTO or eval_docs >= 0, "0 or more, or auto")):
         if not ok:
             raise BertforgeError(f"{flag} {value}: must be {rule}")
+
+
+def corpus_warnings(corpus, tokenizer, max_seq_length: int) -> dict:
+    """Warnings about a corpus made into sentence pairs, logged, and their counts: documents of one sentence (a
+    one-line document: each of its instances is a forced random next, since no sentence follows its first) and
+    sentences so long that every instance keeps less than KEPT_SHARE of their tokens (a document on one line
+    where one sentence a line was meant)."""
+    one = int((np.diff(corpus.document_offsets) == 1).sum())
+    if one and one >= ONE_SENTENCE_SHARE * corpus.num_documents:
+        log.warning(f"{one:,} of {corpus.num_documents:,} documents are one sentence (one line): each of their "
+                    "instances pairs that sentence with a random one from another document; --format lines reads "
+                    "one sentence a line with a blank line between documents, --format raw splits running text "
+                    "into sentences")
+    room = max_seq_length - 3  # [CLS] A [SEP] B [SEP]
+    lengths = np.diff(corpus.sentence_offsets)
+    long = np.flatnonzero(lengths * KEPT_SHARE > room)
+    if len(long):
+        worst = long[np.argmax(lengths[long])]
+        start = corpus.sentence_offsets[worst]
+        begins = tokenizer.decode(np.asarray(corpus.tokens[start:start + 8]).tolist())
+        log.warning(f"{len(long):,} of {corpus.num_sentences:,} sentences are over twice a row's {room} tokens "
+                    f"(--max-length {max_seq_length}) and cut in every instance: the longest, {lengths[worst]:,} "
+                    f"tokens, keeps {room / lengths[worst]:.0%} of them; it begins {begins!r} (one sentence a line, "
+                    "or --format raw, which splits running text into sentences)")
+    return {"one_sentence_documents": one, "long_sentences": int(len(long))}
 
 
 def vocabulary_header(tokenizer) -> dict:

@@ -240,12 +240,8 @@ class PretrainingShards:
         if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
             raise IndexError(f"instance indices must be in [0, {len(self)})")
         P = max_predictions or self.index["max_predictions"]
-        ids, lengths, a_lengths, nsp, positions, labels = self._gather(idx, max(self.max_seq_length, pad_to or 0), P)
-        longest = int(lengths.max(initial=0))
-        if pad_to is not None and pad_to < longest:
-            raise BertforgeError(f"{self.directory}: pad_to={pad_to} is shorter than an instance ({longest} tokens)")
-        width = pad_to or longest
-        ids = ids[:, :width]
+        ids, lengths, a_lengths, nsp, positions, labels = self._gather(idx, pad_to, P)
+        width = ids.shape[1]
         cols = np.arange(width)
         attention = cols < lengths[:, None]
         special = special_positions(lengths, a_lengths, width)
@@ -273,25 +269,31 @@ class PretrainingShards:
 
         return {key: torch.from_numpy(value) for key, value in out.items()}
 
-    def _gather(self, idx: np.ndarray, width: int, P: int):
-        """The instances' tokens padded to `width`, their lengths, first-segment lengths, NSP labels, and the
-        static masks' positions and labels (padded to P), read shard by shard."""
+    def _gather(self, idx: np.ndarray, pad_to: int | None, P: int):
+        """The instances' tokens padded to the longest (or to `pad_to`), their lengths, first-segment lengths, NSP
+        labels, and the static masks' positions and labels (padded to P), read shard by shard."""
         B = len(idx)
-        ids = np.full((B, width), self.special["pad"], dtype=np.int64)
         lengths, a_lengths, nsp = (np.zeros(B, np.int64) for _ in range(3))
         positions, labels = np.zeros((B, P), np.int64), np.full((B, P), -100, np.int64)
+        tokens = []  # (rows, their tokens back to back) of each shard
         shard_of = np.searchsorted(self._starts, idx, side="right") - 1
         for s in np.unique(shard_of):
             rows = np.flatnonzero(shard_of == s)
             shard, local = self._shards[s], idx[rows] - self._starts[s]
             start, n = shard.offsets[local], shard.offsets[local + 1] - shard.offsets[local]
-            ids[rows] = to_padded(shard.tokens[ragged_arange(start, n)].astype(np.int64), n, width, self.special["pad"])
+            tokens.append((rows, shard.tokens[ragged_arange(start, n)].astype(np.int64)))
             lengths[rows], a_lengths[rows], nsp[rows] = n, shard.a_lengths[local], shard.nsp_labels[local]
             if self.static_masked:
                 m_start, m = shard.mlm_offsets[local], shard.mlm_offsets[local + 1] - shard.mlm_offsets[local]
                 flat = ragged_arange(m_start, m)
                 positions[rows] = to_padded(shard.mlm_positions[flat].astype(np.int64), m, P, 0)
                 labels[rows] = to_padded(shard.mlm_labels[flat].astype(np.int64), m, P, -100)
+        longest = int(lengths.max(initial=0))
+        if pad_to is not None and pad_to < longest:
+            raise BertforgeError(f"{self.directory}: pad_to={pad_to} is shorter than an instance ({longest} tokens)")
+        ids = np.full((B, pad_to or longest), self.special["pad"], dtype=np.int64)
+        for rows, flat in tokens:
+            ids[rows] = to_padded(flat, lengths[rows], ids.shape[1], self.special["pad"])
         return ids, lengths, a_lengths, nsp, positions, labels
 
     def _continuation_table(self) -> np.ndarray:

@@ -6,8 +6,9 @@ the squared error to the teacher's score), weighted 1 - alpha, plus alpha times 
 labelled examples. The student learns on the training set, on `--augment N` variants of each training input
 and on `--unlabelled` text (distill_data.py), all labelled by the teacher, whose outputs are cached.
 
-The student starts from a size name (random weights), a checkpoint folder, or `--student-layers` (DistilBERT's
-start: the teacher's embeddings, the named layers, its pooler and head). The run folder is the one `finetune`
+The student starts from a size name (random weights; with `--student-embeddings teacher`, the teacher's embeddings
+projected onto its width), a checkpoint folder, or `--student-layers` (DistilBERT's start: the teacher's
+embeddings, the named layers, its pooler and head). The run folder is the one `finetune`
 writes (best/, eval_results.json, metrics.jsonl): an ordinary fine-tuned model for every other command.
 """
 
@@ -77,15 +78,42 @@ def student_folder(spec: str, teacher_tokenizer) -> Path:
 
 
 def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_dir: Path, tokenizer,
-                  family: TaskFamily):
+                  family: TaskFamily, embeddings: str = "random"):
     """The student model (see the module docstring); random weights are drawn from the current torch seed."""
     head = family.head_config()
     if layers is not None:
         return teacher_layers(teacher, teacher_dir, layers, spec, tokenizer, family)
     if spec in SIZES:
         config = BertConfig.from_name(spec, vocab_size=teacher.config.vocab_size, pad_token_id=tokenizer.pad_token_id)
-        return family.model_class(BertConfig.from_dict({**config.to_dict(), **head}))
+        student = family.model_class(BertConfig.from_dict({**config.to_dict(), **head}))
+        if embeddings == "teacher":
+            project_embeddings(teacher, student)
+        return student
     return family.model_class.from_pretrained(student_folder(spec, tokenizer), new_head=True, **head)
+
+
+def project_embeddings(teacher, student) -> None:
+    """The student's token, position and segment embeddings from the teacher's, projected onto the student's width
+    by the leading principal directions of the teacher's (centred) token embeddings, so that a random student
+    starts knowing which words are alike; at the teacher's width the projection is a rotation, which keeps every
+    inner product. The embedding LayerNorm and everything above stay fresh."""
+    import torch
+
+    from ..model.bert import BertEmbeddings
+
+    source, target = (next(m for m in model.modules() if isinstance(m, BertEmbeddings)) for model in (teacher, student))
+    words = source.word_embeddings.weight.detach().float()
+    width = target.word_embeddings.weight.shape[1]
+    if width > words.shape[1]:
+        raise BertforgeError(f"--student-embeddings teacher: the student is wider ({width}) than the teacher "
+                             f"({words.shape[1]})")
+    centre = words.mean(0)
+    directions = torch.linalg.svd(words - centre, full_matrices=False).Vh[:width].T  # teacher width x student width
+    with torch.no_grad():
+        target.word_embeddings.weight.copy_((words - centre) @ directions)
+        for name in ("position_embeddings", "token_type_embeddings"):
+            rows = getattr(target, name).weight.shape[0]
+            getattr(target, name).weight.copy_(getattr(source, name).weight.detach().float()[:rows] @ directions)
 
 
 def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | None, tokenizer, family: TaskFamily):
@@ -171,7 +199,7 @@ def soft_target_loss(student_logits, teacher_logits, temperature: float, regress
 
 def distill(task: str, teacher_dir, student: str | None, data, out, temperature: float = 2.0, alpha: float = 0.5,
             augment: int = 0, unlabelled: list | None = None, student_layers: list[int] | None = None,
-            cache_dir=None, epochs: float = 3.0, max_length: int | None = None,
+            student_embeddings: str = "random", cache_dir=None, epochs: float = 3.0, max_length: int | None = None,
             max_train_examples: int | None = None, max_eval_examples: int | None = None,
             group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
             **options) -> dict:
@@ -199,7 +227,7 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
     teacher = load_teacher(family, teacher_dir)
     torch.manual_seed(train_options["seed"])
-    model = build_student(student, student_layers, teacher, teacher_dir, tokenizer, family)
+    model = build_student(student, student_layers, teacher, teacher_dir, tokenizer, family, student_embeddings)
     model.config.extra.update(family.config_entries())
     regression = head == "BertForSequenceClassification" and teacher.config.num_labels == 1
     cache = Path(cache_dir) if cache_dir else default_cache()
@@ -208,7 +236,7 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     run = {"task": task, "model": student if student_layers is None else
            f"{teacher_dir} layers {','.join(map(str, student_layers))}", "teacher": str(teacher_dir),
            "data": None if data is None else str(data), "family_options": family_record(options),
-           "temperature": temperature, "alpha": alpha,
+           "student_embeddings": student_embeddings, "temperature": temperature, "alpha": alpha,
            "augment": augment, "unlabelled": [str(p) for p in unlabelled or []],
            "distill_rows": len(encoded["labelled"]),
            "teacher_outputs_cached": cached, "epochs": epochs, "max_length": family.max_length,
@@ -269,6 +297,9 @@ def add_distill_arguments(p):
                    "folder with the teacher's vocabulary (default with --student-layers: the teacher's layers)")
     p.add_argument("--student-layers", type=layer_list, metavar="I,J,...",
                    help="start from these layers of the teacher (from 0), its embeddings, pooler and head")
+    p.add_argument("--student-embeddings", choices=("random", "teacher"), default="random",
+                   help="a student of a size name starts with random embeddings, or the teacher's projected onto its "
+                        "width (leading principal directions)")
     p.add_argument("--temperature", type=positive, default=2.0, help="softens both distributions")
     p.add_argument("--alpha", type=share, default=0.5, help="weight of the loss on the labels (1 - alpha: on the "
                    "teacher's outputs)")
@@ -286,6 +317,7 @@ def run_distill(args) -> int:
     check_output(args.out, "--out", inputs=[p for p in (args.teacher, args.student, args.data) if p])
     results = distill(args.task, args.teacher, args.student, args.data, args.out, temperature=args.temperature,
                       alpha=args.alpha, augment=args.augment, unlabelled=args.unlabelled,
-                      student_layers=args.student_layers, cache_dir=args.cache_dir, **task_run_options(args))
+                      student_layers=args.student_layers, student_embeddings=args.student_embeddings,
+                      cache_dir=args.cache_dir, **task_run_options(args))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0

@@ -114,7 +114,7 @@ def predict_own(args) -> int:
     records = read_examples(make_family(args.task, options=vars(args)).text_fields, args.text, args.input)
     family, tokenizer, model = load_finetuned(args, reading=False)
     predictions = predict_examples(family, tokenizer, model, records, args.batch_size, args.bf16, args.progress)
-    lines = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
+    lines = json_lines(predictions)
     if args.out is None:
         sys.stdout.write(lines)
     else:
@@ -122,3 +122,16 @@ def predict_own(args) -> int:
         write_text_atomic(path, lines)
         print(path)
     return 0
+
+
+def json_lines(predictions: list[dict]) -> str:
+    """One JSON object a line. A prediction holding NaN or infinity (a broken model's) is an error naming its
+    example, never a line that is not JSON."""
+    lines = []
+    for n, prediction in enumerate(predictions, 1):
+        try:
+            lines.append(json.dumps(prediction, ensure_ascii=False, allow_nan=False) + "\n")
+        except ValueError:
+            raise BertforgeError(f"example {n}: the model's output is not a finite number (NaN or infinity), which "
+                                 "JSON cannot carry; are its weights broken?") from None
+    return "".join(lines)

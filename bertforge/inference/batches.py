@@ -1,12 +1,18 @@
-"""Running a model over encoded rows, the one way every consumer does it (evaluation, prediction, features,
-pipelines, the server): rows sorted by length so that batches carry little padding, batches cut by a row
-count or a token budget, padded, run without autograd, and the outputs put back in the rows' order. Inputs
-longer than a model's window are cut into overlapping windows here too (Google's doc spans), each token read
-from the window where it has the most context.
+"""Running a model over rows, the one way every consumer does it: evaluation, prediction, features, pipelines and
+the server all go through `run`, which plans batches of similar lengths by a row count or a token budget
+(`plan_batches`), pads each (`pad`), runs a forward function on it without autograd and puts its results back in
+the rows' order. What differs between the callers is given to it, not a second path:
 
-Pipelines and the server (pipelines.py, batcher.py) hand over rows as dicts instead: {"input_ids",
-"token_type_ids"} lists per row, or lists of such lists for the choices of a multiple-choice example, and a
-`forward(batch)` function from the padded tensors to one result per row (see the last section).
+- the rows: dicts of token lists ({"input_ids", "token_type_ids"}, lists of such lists per choice for multiple
+  choice): a list of them (pipelines), rows made only when their batch runs (`LazyRows`: the windows of a long
+  input), or a split's encoded columns read as rows (`columns`);
+- what is padded: `keys`, each batch key with its padding (SEQUENCE_INPUTS by default; a task family's inputs);
+- the forward: a function from the padded batch to one result per row, a runtime's (pipelines.py) or a torch
+  model's made into one by `model_forward` (its outputs per row, or per token cut to the row's tokens).
+
+`run_model` is `run` on a torch model and a split's encoded columns, its outputs by key. Inputs longer than a
+model's window are cut into overlapping windows here too (Google's doc spans), each token read from the window
+where it has the most context.
 """
 
 from __future__ import annotations
@@ -20,46 +26,17 @@ from tqdm import tqdm
 
 from ..core.errors import BertforgeError
 
+if TYPE_CHECKING:
+    import torch
+
 PAD = "pad"  # padding value meaning the tokenizer's [PAD] id
 SEQUENCE_INPUTS = {"input_ids": PAD, "token_type_ids": 0, "attention_mask": 0}  # what an encoder reads
+MISSING_CHOICE = {"input_ids": PAD, "token_type_ids": 0, "attention_mask": 1}  # one attended [PAD] token
 
 
 def padding(keys: dict, pad_id: int) -> dict:
     """`inputs`/`targets` with PAD replaced by the tokenizer's id."""
     return {k: pad_id if v == PAD else v for k, v in keys.items()}
-
-if TYPE_CHECKING:
-    import torch
-
-
-def pad_nested(values: list, fill: int) -> torch.Tensor:
-    """[rows][len] or [rows][choices][len] lists of ints as one tensor padded on the last axis."""
-    import torch  # here, not at the top: squad's reader and the command line's --help import this module
-
-    flat = [v for row in values for v in row] if isinstance(values[0][0], list) else values
-    length = max(len(v) for v in flat)
-    out = torch.full((len(flat), length), fill, dtype=torch.long)
-    for i, v in enumerate(flat):
-        out[i, :len(v)] = torch.tensor(v, dtype=torch.long)
-    return out.view(len(values), -1, length) if flat is not values else out
-
-
-def pad_batch(encoded: dict[str, list], rows, keys: dict) -> dict[str, torch.Tensor]:
-    """Tensors of the given rows for `keys` (key -> padding fill, or None to stack as is) present in `encoded`."""
-    import torch
-
-    batch = {}
-    for key, fill in keys.items():
-        if key in encoded:
-            values = [encoded[key][r] for r in rows]
-            batch[key] = pad_nested(values, fill) if fill is not None else torch.tensor(values)
-    return batch
-
-
-def row_lengths(encoded: dict[str, list]) -> np.ndarray:
-    """Tokens per row (the longest choice's, for rows of several sequences)."""
-    ids = encoded["input_ids"]
-    return np.array([max(map(len, r)) if r and isinstance(r[0], list) else len(r) for r in ids])
 
 
 def doc_spans(n: int, room: int, stride: int) -> list[tuple[int, int]]:
@@ -91,42 +68,8 @@ def max_context_window(n: int, spans) -> np.ndarray:
     return best
 
 
-def run_model(model, encoded: dict[str, list], inputs: dict, output_keys: tuple[str, ...],
-              per_token: tuple[str, ...] = (), batch_size: int | None = 64, max_tokens: int | None = None,
-              bf16: bool = False, progress: str | None = None, forward_options: dict | None = None,
-              read: Callable[[dict], dict] | None = None) -> dict[str, list[np.ndarray]]:
-    """The model's outputs `output_keys` for every row of `encoded`, in row order.
-
-    `inputs`: the batch keys the model reads, with their padding (see pad_batch). Outputs named in `per_token`
-    are cut to each row's length. `forward_options` are passed to the model, and `read` (the model's output
-    -> tensors by key) derives outputs from it. A `progress` label shows a bar (rows/s, ETA) on stderr.
-    """
-    import torch
-
-    with torch.inference_mode():
-        model.eval()
-        device = next(model.parameters()).device
-        lengths = row_lengths(encoded)
-        out = {k: [None] * len(lengths) for k in output_keys}
-        bar = tqdm(total=len(lengths), desc=progress, unit="row", disable=progress is None, leave=False)
-        widths = [len(r) if r and isinstance(r[0], list) else 1 for r in encoded["input_ids"]]
-        for rows in plan_batches(lengths, batch_size, max_tokens, widths):
-            bar.update(len(rows))
-            batch = {k: v.to(device) for k, v in pad_batch(encoded, rows, inputs).items()}
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                result = model(**batch, **(forward_options or {}))
-            if read is not None:
-                result = read(result)
-            for k in output_keys:
-                values = result[k].float().cpu().numpy()
-                for j, r in enumerate(rows):
-                    out[k][r] = values[j, :lengths[r]] if k in per_token else values[j]
-        bar.close()
-        return out
-
-
 # ---------------------------------------------------------------------------------------------------------
-# Rows as dicts, run by a forward function: pipelines and the server
+# Rows
 
 Row = dict[str, list]
 
@@ -147,13 +90,21 @@ def row_width(row: Row) -> int:
     return len(row["input_ids"]) if is_nested(row) else 1
 
 
-class LazyRows(Sequence):
-    """Rows made when they are read: the windows of long inputs (a QA context, a long text to tag), each built
-    only for the batch that runs it, so that what a long input keeps is linear in its tokens. `lengths`: each
-    row's tokens (one sequence a row), known without making it; `make(i)`: row i."""
+def row_lengths(encoded: dict[str, list]) -> np.ndarray:
+    """Tokens per row of encoded columns (the longest choice's, for rows of several sequences)."""
+    ids = encoded["input_ids"]
+    return np.array([max(map(len, r)) if r and isinstance(r[0], list) else len(r) for r in ids])
 
-    def __init__(self, lengths: Sequence[int], make: Callable[[int], Row]):
+
+class LazyRows(Sequence):
+    """Rows made when they are read, each only for the batch that runs it: the windows of long inputs (a QA
+    context, a long text to tag), so that what a long input keeps is linear in its tokens, or a split's encoded
+    columns (`columns`). `lengths`: each row's tokens, `widths` its sequences (1 each by default), known without
+    making it; `make(i)`: row i."""
+
+    def __init__(self, lengths: Sequence[int], make: Callable[[int], Row], widths: Sequence[int] | None = None):
         self.lengths, self.make = np.asarray(lengths, dtype=np.int64), make
+        self.widths = np.ones_like(self.lengths) if widths is None else np.asarray(widths, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -166,10 +117,17 @@ class LazyRows(Sequence):
         return self.make(i % len(self))
 
 
+def columns(encoded: dict[str, list], keys) -> LazyRows:
+    """A split's encoded columns (`encoded[key][row]`) read as rows holding those of `keys` it has."""
+    held = [k for k in keys if k in encoded]
+    widths = [len(r) if r and isinstance(r[0], list) else 1 for r in encoded["input_ids"]]
+    return LazyRows(row_lengths(encoded), lambda i: {k: encoded[k][i] for k in held}, widths)
+
+
 def row_sizes(rows: Sequence[Row]) -> tuple[list[int], list[int]]:
     """Each row's length and width (see row_length, row_width); lazy rows' without making them."""
     if isinstance(rows, LazyRows):
-        return rows.lengths.tolist(), [1] * len(rows)
+        return rows.lengths.tolist(), rows.widths.tolist()
     return [row_length(r) for r in rows], [row_width(r) for r in rows]
 
 
@@ -178,6 +136,9 @@ def rows_tokens(rows: Sequence[Row]) -> int:
     lengths, widths = row_sizes(rows)
     return sum(n * w for n, w in zip(lengths, widths))
 
+
+# ---------------------------------------------------------------------------------------------------------
+# Batches
 
 def plan_batches(lengths: Sequence[int], batch_size: int | None = 32, max_tokens: int | None = None,
                  widths: Sequence[int] | None = None, call_tokens: int | None = None) -> list[list[int]]:
@@ -232,43 +193,71 @@ def cut_padding(batch: list[int], lengths: Sequence[int], widths: Sequence[int],
     return parts[::-1]
 
 
-def pad(rows: Sequence[Row], pad_id: int = 0) -> dict[str, torch.Tensor]:
-    """input_ids, token_type_ids and attention_mask [B, L] (multiple choice: [B, C, L] and choice_mask [B, C]).
+def pad_nested(values: list, fill: int) -> torch.Tensor:
+    """[rows][len] or [rows][choices][len] lists of ints as one tensor padded on the last axis."""
+    import torch  # here, not at the top: squad's reader and the command line's --help import this module
 
-    Choices missing from an example with fewer are a single pad token, marked 0 in choice_mask."""
+    flat = [v for row in values for v in row] if isinstance(values[0][0], list) else values
+    length = max(len(v) for v in flat)
+    out = torch.full((len(flat), length), fill, dtype=torch.long)
+    for i, v in enumerate(flat):
+        out[i, :len(v)] = torch.tensor(v, dtype=torch.long)
+    return out.view(len(values), -1, length) if flat is not values else out
+
+
+def pad_choices(row: Row, width: int, pad_id: int = 0) -> Row:
+    """A multiple-choice row padded to `width` choices, each missing one a single attended [PAD] token
+    (MISSING_CHOICE), with its choice_mask (the row's own, else 1 for each choice it has) extended by 0 for
+    each. The one padding of choices: fine-tuning's encoding pads a split to its most choices with it
+    (tasks/multiple_choice.py), `pad` a batch to its most."""
+    have, filler = row_width(row), padding(MISSING_CHOICE, pad_id)
+    padded = {k: v + [[filler[k]]] * (width - have) if k in filler else v for k, v in row.items()}
+    padded["choice_mask"] = list(row.get("choice_mask", [1] * have)) + [0] * (width - have)
+    return padded
+
+
+def ones_over(ids: list) -> list:
+    """An attention mask of 1 over every token of a row's sequence (or of each of its choices)."""
+    return [[1] * len(s) for s in ids] if ids and isinstance(ids[0], list) else [1] * len(ids)
+
+
+def pad(rows: Sequence[Row], pad_id: int = 0, keys: dict | None = None) -> dict[str, torch.Tensor]:
+    """The rows as one batch: each of `keys` (key -> its padding: a number, PAD for the pad id, or None to stack as
+    is; SEQUENCE_INPUTS by default) that the rows hold, padded on its last axis to the longest row, [B, L]; the
+    attention_mask, where rows have none, 1 over their tokens. Multiple-choice rows ([B, C, L]) are padded to the
+    batch's most choices (pad_choices), with choice_mask [B, C]."""
     import torch
 
-    nested = is_nested(rows[0])
-    sequences = [seq for row in rows for seq in (row_choices(row, max(map(row_width, rows))) if nested else [row])]
-    length = max(len(s["input_ids"]) for s in sequences)
-    ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
-    types = torch.zeros_like(ids)
-    mask = torch.zeros_like(ids)
-    for i, s in enumerate(sequences):
-        n = len(s["input_ids"])
-        ids[i, :n] = torch.tensor(s["input_ids"])
-        types[i, :n] = torch.tensor(s["token_type_ids"])
-        mask[i, :n] = 1
-    batch = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
-    if nested:
-        batch = {k: v.view(len(rows), -1, length) for k, v in batch.items()}
-        batch["choice_mask"] = torch.tensor([[int(c < row_width(r)) for c in range(batch["input_ids"].shape[1])]
-                                             for r in rows])
+    keys = padding(SEQUENCE_INPUTS if keys is None else keys, pad_id)
+    if "attention_mask" in keys and "attention_mask" not in rows[0]:
+        rows = [{**row, "attention_mask": ones_over(row["input_ids"])} for row in rows]
+    if is_nested(rows[0]):
+        width = max(map(row_width, rows))
+        rows, keys = [pad_choices(row, width, pad_id) for row in rows], {**keys, "choice_mask": None}
+    batch = {}
+    for key, fill in keys.items():
+        if key in rows[0]:
+            values = [row[key] for row in rows]
+            batch[key] = pad_nested(values, fill) if fill is not None else torch.tensor(values)
     return batch
 
 
-def row_choices(row: Row, width: int) -> list[Row]:
-    """The row's sequences, one per choice, padded with single-token sequences to `width` choices."""
-    out = [{"input_ids": ids, "token_type_ids": types} for ids, types in zip(row["input_ids"], row["token_type_ids"])]
-    return out + [{"input_ids": [0], "token_type_ids": [0]}] * (width - len(out))
+def pad_batch(encoded: dict[str, list], rows, keys: dict) -> dict[str, torch.Tensor]:
+    """`pad` of rows `rows` of encoded columns (a training batch: the family's inputs and targets)."""
+    held = [k for k in keys if k in encoded]
+    return pad([{k: encoded[k][r] for k in held} for r in rows], keys=keys)
 
 
-def run_batch(forward: Callable[[dict], list], rows: Sequence[Row], pad_id: int = 0) -> list:
+# ---------------------------------------------------------------------------------------------------------
+# Running
+
+
+def run_batch(forward: Callable[[dict], list], rows: Sequence[Row], pad_id: int = 0, keys: dict | None = None) -> list:
     """forward's results for these rows, in their order (one padded batch, under inference mode)."""
     import torch
 
     with torch.inference_mode():
-        results = forward(pad(rows, pad_id))
+        results = forward(pad(rows, pad_id, keys))
     if len(results) != len(rows):
         raise RuntimeError(f"forward returned {len(results)} results for {len(rows)} rows")
     return results
@@ -276,15 +265,16 @@ def run_batch(forward: Callable[[dict], list], rows: Sequence[Row], pad_id: int 
 
 def run(forward: Callable[[dict], list], rows: Sequence[Row], batch_size: int | None = 32,
         max_tokens: int | None = None, pad_id: int = 0, progress: str | None = None,
-        call_tokens: int | None = None) -> list:
-    """forward's result for every row, in row order; batches of similar lengths (see plan_batches), each made
-    when it runs where the rows are lazy (LazyRows). A `progress` label shows a bar (rows/s, ETA) on stderr."""
+        call_tokens: int | None = None, keys: dict | None = None) -> list:
+    """forward's result for every row, in row order: batches of similar lengths (see plan_batches), each made when
+    it runs where the rows are lazy (LazyRows), padded by `keys` (see pad). A `progress` label shows a bar (rows/s,
+    ETA) on stderr."""
     results = [None] * len(rows)
     lengths, widths = row_sizes(rows)
     batches = plan_batches(lengths, batch_size, max_tokens, widths, call_tokens)
     with tqdm(total=len(rows), desc=progress, unit="row", disable=progress is None, leave=False) as bar:
         for batch in batches:
-            for i, result in zip(batch, run_batch(forward, [rows[i] for i in batch], pad_id)):
+            for i, result in zip(batch, run_batch(forward, [rows[i] for i in batch], pad_id, keys)):
                 results[i] = result
             bar.update(len(batch))
     return results
@@ -296,3 +286,34 @@ def per_row(values: torch.Tensor, lengths: torch.Tensor | None = None) -> list[n
     if lengths is None:
         return list(array)
     return [row[:n] for row, n in zip(array, lengths.tolist())]
+
+
+def model_forward(model, output_keys: tuple[str, ...], per_token: tuple[str, ...] = (), bf16: bool = False,
+                  options: dict | None = None, read: Callable[[dict], dict] | None = None) -> Callable[[dict], list]:
+    """A torch model as `run`'s forward (in eval mode): the batch moved to the model's device and given to it with
+    `options`, under bf16 autocast with `bf16`; `read` derives outputs from what it returns. Its result per row:
+    {key: float32 array} for `output_keys`, those in `per_token` cut to the row's tokens."""
+    import torch
+
+    model.eval()
+    device = next(model.parameters()).device
+
+    def forward(batch: dict) -> list[dict]:
+        tokens = batch["attention_mask"].sum(-1) if per_token else None
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            result = model(**{k: v.to(device) for k, v in batch.items()}, **(options or {}))
+        result = read(result) if read is not None else result
+        outputs = {k: per_row(result[k], tokens if k in per_token else None) for k in output_keys}
+        return [dict(zip(outputs, values)) for values in zip(*outputs.values())]
+    return forward
+
+
+def run_model(model, encoded: dict[str, list], inputs: dict, output_keys: tuple[str, ...],
+              per_token: tuple[str, ...] = (), batch_size: int | None = 64, max_tokens: int | None = None,
+              bf16: bool = False, progress: str | None = None, forward_options: dict | None = None,
+              read: Callable[[dict], dict] | None = None) -> dict[str, list[np.ndarray]]:
+    """`run` on a torch model (`model_forward`) and a split's encoded rows (`columns`): the outputs `output_keys`
+    for every row, in row order, by key. `inputs`: the batch keys the model reads, with their padding (see pad)."""
+    forward = model_forward(model, output_keys, per_token, bf16, forward_options, read)
+    results = run(forward, columns(encoded, inputs), batch_size, max_tokens, progress=progress, keys=inputs)
+    return {k: [r[k] for r in results] for k in output_keys}

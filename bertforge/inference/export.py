@@ -22,13 +22,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..model import bert as models
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
 from .batches import pad
 from ..core.io import atomic_path, new_model_folder, write_text_atomic
 from ..core.flags import ONNX_OPSETS
-from ..model.heads import HEADS
+from ..model.heads import HEADS, head_class
 from .runtime import ONNX_FILES, OnnxRuntime, TorchRuntime
 from ..model.sentence_folder import keep_sentence_folder
 from ..text.tokenizer import BertTokenizer
@@ -40,7 +39,7 @@ SAMPLES = ["The quick brown fox jumps over the lazy dog.", "Paris is the [MASK] 
 
 class ExportGraph(nn.Module):
     """A model's own forward for its ONNX graph, returning its head's outputs (heads.HEADS) as the torch runtime
-    returns them; while exporting, the model runs its padded path (model.py: BertModel.forward)."""
+    returns them; while exporting, the model runs its padded path (bert.py: BertModel.encode)."""
 
     def __init__(self, model, mask_id: int):
         super().__init__()
@@ -95,7 +94,7 @@ def export_onnx(model_dir, out, int8: bool = False, opset: int = 17, overwrite: 
     in_place = out.is_dir() and out.resolve() == folder.resolve()
     with nullcontext(out) if in_place else new_model_folder(out, "OUT", overwrite, folder) as target:
         tokenizer = BertTokenizer.from_pretrained(folder)
-        model = getattr(models, architecture).from_pretrained(folder).eval()
+        model = head_class(architecture).from_pretrained(folder).eval()
         with atomic_path(target / ONNX_FILES[False]) as path:
             write_graph(ExportGraph(model, tokenizer.mask_token_id), architecture, tokenizer, path, opset)
         for name in COPIED:

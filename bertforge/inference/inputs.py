@@ -60,3 +60,16 @@ def id_row(ids: list[int], max_length: int, truncate: bool, name: str, too_long=
     if len(ids) > max_length and not truncate:
         raise too_long(f"{name} is {len(ids)} tokens, over the limit of {max_length}")
     return {"input_ids": ids[:max_length], "token_type_ids": [0] * min(len(ids), max_length)}
+
+
+def check_masks(prepared, rows: list, mask: str, mask_id: int, max_length: int, too_long) -> None:
+    """Each text given to fill-mask holds a [MASK], and its row (the text's first max_length tokens) every one of
+    them: one past them is refused (`too_long`, the server's 413), never left out of the answer."""
+    for i, (text, row) in enumerate(zip(prepared.items, rows)):
+        if mask not in text:
+            raise BertforgeError(f"{input_name(prepared, i)} has no {mask} token")
+        given = text.count(mask)
+        if (cut := given - row["input_ids"].count(mask_id)) > 0:
+            raise too_long(f"{input_name(prepared, i)}: {cut} of its {given} {mask} tokens lie past its first "
+                           f"{max_length} tokens, all that fill-mask reads (the model's length): put each {mask} "
+                           "within them")

@@ -3,7 +3,7 @@ and encoded into rows, too-long inputs refused by name (`TooLong`), batches run 
 in input order.
 
 Every task is three steps, so that the server (serve.py) can batch rows of many requests together:
-`prepare` checks and encodes the inputs into rows (inference.py), `forward` runs a padded batch and returns
+`prepare` checks and encodes the inputs into rows, `forward` runs a padded batch (batches.run) and returns
 one result per row, `finish` turns the rows' results into predictions in input order."""
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ from ..model import bert as models
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
 from .batches import run
-from .inputs import as_list, check_count, check_text
+from .inputs import as_list, check_count, check_text, input_name
 from ..text.tokenizer import BertTokenizer
 from .windows import text_head
 
@@ -98,7 +98,7 @@ class Pipeline:
         return [text_head(self.tokenizer.backend_tokenizer, text, self.max_length) for text in texts]
 
     def encode(self, items, prepared: Prepared, truncate: bool) -> list:
-        enc = self.encode_texts(items, truncate=truncate)
+        enc = self.encode_texts(items, truncate=truncate, names=[input_name(prepared, i) for i in range(len(items))])
         return [{"input_ids": ids, "token_type_ids": types} for ids, types in zip(enc["input_ids"],
                                                                                  enc["token_type_ids"])]
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 
 from . import answer_spans
-from ..model import bert as models
+from ..model import bert, task_heads
 from ..model.config import BertConfig
 from .entities import STRATEGIES, Entities, entities, softmax, token_entries
 from ..core.errors import BertforgeError
 from .batches import per_row
 from ..model.heads import HEADS
-from .inputs import as_list, check_count, check_ids, check_text, id_row, input_name, is_ids
+from .inputs import as_list, check_count, check_ids, check_masks, check_text, id_row, input_name, is_ids
 from .pipeline_base import Pipeline, Prepared, TooLong
 from .runtime import load_runtime
 from ..model.sentence_folder import SentencePooling, check_pooling, normalized, pool, read_sentence_folder
@@ -28,18 +28,15 @@ from .windows import TextWindows
 
 class FillMask(Pipeline):
     task = "fill-mask"
-    model_class = models.BertForMaskedLM
+    model_class = bert.BertForMaskedLM
     defaults = {"top_k": 5}
 
     def check_options(self, options):
         check_count(options, "top_k")
 
     def encode(self, items, prepared, truncate):
-        rows = super().encode(items, prepared, truncate)
-        for i, row in enumerate(rows):
-            if self.tokenizer.mask_token_id not in row["input_ids"]:
-                where = "inputs" if prepared.single else f"inputs[{i}]"
-                raise BertforgeError(f"{where} has no [MASK] token" + (" (cut off by truncation)" if truncate else ""))
+        rows = super().encode(items, prepared, truncate)  # a text's first max_length tokens (windows.text_head)
+        check_masks(prepared, rows, self.tokenizer.mask_token, self.tokenizer.mask_token_id, self.max_length, TooLong)
         return rows
 
     def forward(self, batch):
@@ -75,7 +72,7 @@ class TextClassification(Pipeline):
     (regression, as bertforge trains it) unless function_to_apply says otherwise; multi-label models a sigmoid."""
 
     task = "text-classification"
-    model_class = models.BertForSequenceClassification
+    model_class = task_heads.BertForSequenceClassification
     defaults = {"top_k": "", "function_to_apply": None}  # top_k "" : transformers' legacy (best label) output
 
     def check_options(self, options):
@@ -115,7 +112,7 @@ class TextClassification(Pipeline):
             if index:
                 texts = [items[i][0] if is_pair else items[i] for i in index]
                 enc = self.encode_texts(texts, [items[i][1] for i in index] if is_pair else None, truncate,
-                                        [f"inputs[{i}]" for i in index])
+                                        [input_name(prepared, i) for i in index])
                 for i, ids, types in zip(index, enc["input_ids"], enc["token_type_ids"]):
                     rows[i] = {"input_ids": ids, "token_type_ids": types}
         return rows
@@ -153,7 +150,7 @@ class TokenClassification(Pipeline):
     first window only, and its result (an entities.Entities list) says it was cut."""
 
     task = "token-classification"
-    model_class = models.BertForTokenClassification
+    model_class = task_heads.BertForTokenClassification
     defaults = {"aggregation_strategy": "none", "ignore_labels": ("O",), "doc_stride": None}  # None: half a window
 
     def prepare(self, inputs, truncate: bool = False, **options) -> Prepared:
@@ -193,7 +190,7 @@ class QuestionAnswering(Pipeline):
     offsets in the context. With handle_impossible_answer (SQuAD v2 models) the answer may be "" (no answer)."""
 
     task = "question-answering"
-    model_class = models.BertForQuestionAnswering
+    model_class = task_heads.BertForQuestionAnswering
     defaults = {"top_k": 1, "handle_impossible_answer": False, "null_threshold": 0.0, "max_answer_len": 30,
                 "doc_stride": 128, "max_question_len": 64}
     default_max_length = 384  # as fine-tuning on SQuAD
@@ -321,7 +318,7 @@ class MultipleChoice(Pipeline):
     """{"question", "choices"} -> {"choice": index, "score", "scores"}: [CLS] question [SEP] choice [SEP] each."""
 
     task = "multiple-choice"
-    model_class = models.BertForMultipleChoice
+    model_class = task_heads.BertForMultipleChoice
 
     def parse(self, inputs):
         items, single = as_list(inputs, lambda x: isinstance(x, dict))
@@ -340,7 +337,7 @@ class MultipleChoice(Pipeline):
         rows = []
         for n, item in enumerate(items):
             enc = self.encode_texts([item["question"]] * len(item["choices"]), item["choices"], truncate,
-                                    [f"inputs[{n}].choices[{c}]" for c in range(len(item["choices"]))])
+                                    [f"{input_name(prepared, n)}.choices[{c}]" for c in range(len(item["choices"]))])
             rows.append({"input_ids": list(enc["input_ids"]), "token_type_ids": list(enc["token_type_ids"])})
         return rows
 

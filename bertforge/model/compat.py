@@ -1,6 +1,7 @@
 """The parts of transformers' model API that are not the paper: outputs that are at once dicts, attributes
 and tuples (in the reference's field order), `model.device`, `resize_token_embeddings` and the gradient
-checkpointing switches. The model classes take `ModelApiMixin`; model.py builds its outputs with `finish`.
+checkpointing switches. The model classes take `ModelApiMixin`; bert.py and task_heads.py build their outputs
+with `finish`.
 """
 
 import logging

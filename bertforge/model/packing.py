@@ -3,13 +3,15 @@
 `Packing` maps between a padded batch [B, L, ...] and its real tokens [T, ...], so every layer except the
 attention product skips the padding. Its gather and scatter are small autograd functions, each the other's
 gradient, so neither direction clones zeros or scatter-adds. `DropoutNoise` draws each dropout site's keep
-mask as the site asks for it, one byte an element. `Layout` holds both, and splits and merges attention heads
-for either layout.
+mask as the site (`DropoutSite`, a module of the model) asks for it, one byte an element. `Layout` holds both,
+and splits and merges attention heads for either layout.
 """
 
+import collections
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 
 class _ScatterRows(torch.autograd.Function):
@@ -161,6 +163,18 @@ class DropoutNoise:
         self.shapes, self.p, self.device = shapes, p, device
         self.taken = dict.fromkeys(shapes, 0)
 
+    @classmethod
+    def of(cls, model: nn.Module, token_shape, batch: int, length: int, device) -> "DropoutNoise | None":
+        """A pass's dropout for `model`, one keep mask per DropoutSite module in it (hidden masks of
+        `token_shape` + [H]); None in eval or without dropout."""
+        c = model.config
+        if not model.training or (c.hidden_dropout_prob <= 0 and c.attention_probs_dropout_prob <= 0):
+            return None
+        sites = collections.Counter(m.kind for m in model.modules() if isinstance(m, DropoutSite))
+        shapes = {"hidden": (*token_shape, c.hidden_size), "attention": (batch * c.num_attention_heads, length, length)}
+        p = {"hidden": c.hidden_dropout_prob, "attention": c.attention_probs_dropout_prob}
+        return cls(sites, shapes, p, device)
+
     def take(self, kind: str) -> Keep | None:
         if not self.sites[kind]:
             return None
@@ -250,6 +264,18 @@ class Layout:
         if self.packing is not None:
             return self.packing.pack_heads(context)
         return context.transpose(1, 2).reshape(self.batch, self.length, -1)
+
+
+class DropoutSite(nn.Module):
+    """A place where dropout applies: its keep mask for this pass comes from the layout (None: keep all).
+    The sites are counted from these modules, so that each pass draws exactly one mask per site."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind  # "hidden" ([tokens, H] masks) or "attention" ([B * heads, L, L] masks)
+
+    def forward(self, layout: Layout) -> Keep | None:
+        return layout.dropout(self.kind)
 
 
 @dataclass

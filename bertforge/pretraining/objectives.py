@@ -67,7 +67,7 @@ class MaskedLM:
                                  f"real tokens: make the data with --no-mask")
 
     def finish(self, b: dict) -> dict:
-        """A trimmed batch from the shards -> the model's inputs with their labels."""
+        """A batch from the shards -> the model's inputs with their labels."""
         b["labels"] = labels_from_positions(b["input_ids"], b.pop("mlm_positions"), b.pop("mlm_labels"))
         if not self.next_sentence:
             b.pop("next_sentence_label")

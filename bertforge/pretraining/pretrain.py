@@ -69,9 +69,9 @@ class PretrainJob:
     def rows_of(self, data, indices, step: int, mine=None) -> dict:
         """Instances `indices` as the objective's inputs and labels; `mine`: this process's positions among them.
         Unmasked data is masked now for a masking objective, all of `indices` at once with a generator seeded
-        by (seed, step), so that the masks do not depend on the number of processes (see module doc)."""
-        from ..training.train import trim
-
+        by (seed, step), so that the masks do not depend on the number of processes (see module doc). The rows
+        come from the shards padded to the longest of `indices` (the width the masks are drawn at); the loop
+        cuts each micro-batch to its own longest row (train.split_rows), and the model packs the real tokens."""
         if data.static_masked or not self.objective.masks:
             b = data.batch(indices if mine is None else indices[mine])
         else:
@@ -82,7 +82,7 @@ class PretrainJob:
             if mine is not None:
                 b = {k: v[mine] for k, v in b.items()}
         b.pop("special_tokens_mask")
-        return self.objective.finish(trim(b))
+        return self.objective.finish(b)
 
     def batch(self, step: int, rank: int, world: int) -> dict:
         epoch, i = divmod(step, self.steps_per_epoch)

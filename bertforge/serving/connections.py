@@ -10,6 +10,12 @@ forever, and enough of them exhausted the server's. Here a connection whose requ
 previous answer is still being written is closed after it); every open connection, whatever it is doing,
 counts against --max-connections, and one over it gets a 503 (error_type too_many_connections) and is closed at
 once. The body's deadline (--body-timeout, a 408) is serve_guard.Guard's, which reads the body.
+
+A client that sends requests but reads none of the answers (or too slowly) fills the socket's buffers, then the
+transport's, where uvicorn waits for room before writing the next answer: a connection so held kept an answer
+or two in memory (up to 60 MB each from /embed_all) and its request's task forever, and SIGTERM waited for it.
+Here a connection whose answer waits --send-timeout seconds for the client to read any of it is aborted (its
+buffered answer dropped), so each holds at most two answers for at most that long.
 """
 
 from ..core.flags import count, positive
@@ -17,6 +23,7 @@ from .guard import json_bytes
 
 HEADER_TIMEOUT = 10.0  # seconds
 BODY_TIMEOUT = 10.0  # seconds, for the whole body
+SEND_TIMEOUT = 30.0  # seconds an answer may wait for its client to read
 MAX_CONNECTIONS = 1024
 
 
@@ -27,6 +34,9 @@ def add_connection_arguments(p):
     p.add_argument("--body-timeout", type=positive, default=BODY_TIMEOUT, metavar="SECONDS",
                    help="a request whose body has not arrived whole this long after its headers gets a 408, and its "
                         "connection is closed")
+    p.add_argument("--send-timeout", type=positive, default=SEND_TIMEOUT, metavar="SECONDS",
+                   help="a connection whose client reads nothing of its answer this long (the buffers full) is closed, "
+                        "the answer dropped")
     p.add_argument("--max-connections", type=count(1), default=MAX_CONNECTIONS,
                    help="open connections, whatever they are doing (idle, sending, waiting for an answer); one more "
                         "gets a 503 and is closed at once (the soft limit on open files is raised to hold them)")
@@ -45,7 +55,8 @@ class Deadlines:
     limit. A subclass says whether the connection is waiting for a request's headers (headers_pending)."""
 
     header_timeout, max_connections, refused = HEADER_TIMEOUT, MAX_CONNECTIONS, None  # set by protocol_class
-    header_timer = None
+    send_timeout, stalled = SEND_TIMEOUT, None
+    header_timer = send_timer = None
     over_limit = False
 
     def connection_made(self, transport):
@@ -72,11 +83,44 @@ class Deadlines:
 
     def connection_lost(self, exc):
         self.disarm()
+        self.reading()
         if not self.over_limit:  # one over the limit was never counted, nor given a request
             super().connection_lost(exc)
 
     def headers_pending(self) -> bool:
         raise NotImplementedError
+
+    def pause_writing(self):
+        """The transport's buffer is over its high-water mark: the client reads slower than the answer comes, or
+        not at all (uvicorn writes nothing more to this connection until the buffer drains). The send deadline
+        starts."""
+        super().pause_writing()
+        if self.send_timer is None:
+            self.send_timer = self.loop.call_later(self.send_timeout, self.reader_stalled,
+                                                   self.transport.get_write_buffer_size())
+
+    def resume_writing(self):
+        self.reading()
+        if not self.transport.is_closing():  # else uvicorn's connection_lost resumes its writer, told it has gone
+            super().resume_writing()
+
+    def reading(self):
+        if self.send_timer is not None:
+            self.send_timer.cancel()
+            self.send_timer = None
+
+    def reader_stalled(self, buffered: int):
+        """Where the client has read some of the answer since (the buffer has shrunk), the deadline starts again;
+        else the connection is aborted: the buffered answer dropped, uvicorn told the client has gone (its
+        request's task ends)."""
+        left = self.transport.get_write_buffer_size()
+        if left < buffered:
+            self.send_timer = self.loop.call_later(self.send_timeout, self.reader_stalled, left)
+            return
+        self.send_timer = None
+        self.transport.abort()
+        if self.stalled is not None:
+            self.stalled("send_timeout")
 
     def arm(self):
         """Start the header deadline, unless it runs already: it is not restarted by the bytes that arrive."""
@@ -121,10 +165,11 @@ class H11Deadlines(Deadlines):
         return self.conn.their_state is h11.IDLE
 
 
-def protocol_class(header_timeout: float, max_connections: int, refused=None, implementation: str = "auto"):
+def protocol_class(header_timeout: float, max_connections: int, refused=None, implementation: str = "auto",
+                   send_timeout: float = SEND_TIMEOUT, stalled=None):
     """The class to hand uvicorn.Config as `http`: httptools' protocol ("auto": where installed, as uvicorn's own
-    choice) or h11's, with the header deadline and the connection limit; `refused(status, kind, path)` counts
-    a connection refused over the limit."""
+    choice) or h11's, with the header and send deadlines and the connection limit; `refused(status, kind, path)`
+    counts a connection refused over the limit, `stalled(kind)` one closed for a client that does not read."""
     if implementation in ("auto", "httptools"):
         try:
             from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
@@ -136,6 +181,7 @@ def protocol_class(header_timeout: float, max_connections: int, refused=None, im
     if implementation == "h11":
         from uvicorn.protocols.http.h11_impl import H11Protocol as base
         mixin = H11Deadlines
-    settings = {"header_timeout": header_timeout, "max_connections": max_connections,
-                "refused": None if refused is None else staticmethod(refused)}
+    settings = {"header_timeout": header_timeout, "max_connections": max_connections, "send_timeout": send_timeout,
+                "refused": None if refused is None else staticmethod(refused),
+                "stalled": None if stalled is None else staticmethod(stalled)}
     return type(f"Bertforge{base.__name__}", (mixin, base), settings)

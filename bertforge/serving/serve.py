@@ -1,8 +1,9 @@
 """`bertforge serve DIR`: the checkpoint's pipeline behind an HTTP JSON API (FastAPI + uvicorn, the `serve` extra).
 
 Endpoints, with request bodies as text-embeddings-inference spells them ({"inputs": ...} plus options):
-POST /v1/classify, /v1/embed, /v1/fill-mask, /v1/ner, /v1/qa, /v1/multiple-choice (the one matching the
-model's task answers; the others say which does), GET /health, /info, /metrics (Prometheus text), /docs; beside
+POST /v1/classify, /v1/embed, /v1/fill-mask, /v1/ner, /v1/qa, /v1/multiple-choice (each head's route, with its
+options, as the head registry declares it: model/heads.py `Route`; the one matching the model's task answers,
+the others say which does), GET /health, /info, /metrics (Prometheus text), /docs; beside
 them text-embeddings-inference's routes (serve_tei.py) and OpenAI's /v1/embeddings (serve_openai.py).
 A response is a list in input order, each item shaped as the matching `pipeline()` result. A QA context or a
 text to tag (/v1/ner) longer than --max-input-tokens is cut into overlapping windows of that length, the whole
@@ -28,6 +29,7 @@ from typing import Any
 
 from .batcher import Batcher, Overloaded
 from ..model.config import BertConfig
+from ..model.heads import SERVED, SERVED_AS, Route
 from ..core.errors import BertforgeError
 from .prometheus import Registry
 from ..core.flags import add_device_argument, count, header_token, host_names, non_negative, old_spellings
@@ -40,32 +42,10 @@ from .start import (
 
 log = logging.getLogger("bertforge")
 
-ENDPOINTS = {"text-classification": "classify", "sentence-embedding": "embed", "fill-mask": "fill-mask",
-             "token-classification": "ner", "question-answering": "qa", "multiple-choice": "multiple-choice"}
-# Request options of each endpoint beyond inputs and truncate: name -> (type, description)
-OPTIONS = {
-    "classify": {"top_k": (int | None, "labels to return, best first (null: all); absent: the best label"),
-                 "function_to_apply": (str, "softmax, sigmoid or none")},
-    "embed": {"pooling": (str, "mean, cls, max, lasttoken, mean_sqrt_len_tokens or weightedmean (default: the "
-                                "model folder's, else mean)"),
-              "normalize": (bool, "unit-length vectors (default: the model folder's, else true)"),
-              "dimensions": (int, "Matryoshka: the first N values of each vector (then normalised)")},
-    "fill-mask": {"top_k": (int, "tokens per [MASK] (default 5)")},
-    "ner": {"aggregation_strategy": (str, "none, simple, first, max or average")},
-    "qa": {"top_k": (int, "answers per question"), "handle_impossible_answer": (bool, "allow no answer (v2)"),
-           "null_threshold": (float, "v2: answer nothing where the null score wins by more than this"),
-           "max_answer_len": (int, "tokens")},
-    "multiple-choice": {},
-}
-INPUTS = {"classify": "a text, a list of texts, or of [text, text_pair] / {\"text\", \"text_pair\"}",
-          "embed": "a text or a list of texts", "fill-mask": "a text with [MASK] or a list of them",
-          "ner": "a text or a list of texts", "qa": "{\"question\", \"context\"} or a list of them",
-          "multiple-choice": "{\"question\", \"choices\": [...]} or a list of them"}
-ROUTES = {f"/v1/{e}" for e in OPTIONS} | {"/health", "/info", "/metrics"}
+# bertforge's routes: each head's (heads.HEADS declares them: heads.SERVED, by the pipeline task served), and these
+ROUTES = {f"/v1/{route.name}" for route in SERVED.values()} | {"/health", "/info", "/metrics"}
 BUCKETS = {"latency": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
            "rows": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512), "tokens": (64, 256, 1024, 4096, 16384, 65536)}
-
-
 RETRY_AFTER = "1"  # seconds: the Retry-After of a 429 (queue full; a 503 over --max-connections says the same)
 
 
@@ -205,7 +185,7 @@ class Server:
 
     @property
     def endpoint(self) -> str:
-        return ENDPOINTS[self.pipe.task]
+        return SERVED[self.pipe.task].name
 
     def info(self) -> dict:
         pipe = self.pipe
@@ -268,8 +248,8 @@ def create_app(server: Server, hosts=None, key: str | None = None, body_timeout:
     app.add_exception_handler(Exception, failed)
     app.add_middleware(Guard, refused=server.count_refusal, max_body=max_body, hosts=hosts, key=key,
                        body_timeout=body_timeout, render=server.error)
-    for endpoint in OPTIONS:
-        app.post(f"/v1/{endpoint}", summary=f"{endpoint}: {INPUTS[endpoint]}")(endpoint_handler(server, endpoint))
+    for route in SERVED.values():
+        app.post(f"/v1/{route.name}", summary=f"{route.name}: {route.inputs}")(endpoint_handler(server, route))
     for protocol in (serve_tei, serve_openai):
         server.forms.update(dict.fromkeys(protocol.ROUTES, protocol.error_body))
         protocol.add_routes(app, server)
@@ -277,20 +257,22 @@ def create_app(server: Server, hosts=None, key: str | None = None, body_timeout:
     return app
 
 
-def endpoint_handler(server: Server, endpoint: str):
-    """The handler of POST /v1/ENDPOINT, with its request body's model (for validation and /docs)."""
+def endpoint_handler(server: Server, route: Route):
+    """The handler of POST /v1/NAME, with its request body's model (for validation and /docs): inputs, truncate
+    and the route's options (heads.Route)."""
     from fastapi import Request
     from pydantic import Field, create_model
 
-    fields = {"inputs": (Any, Field(..., description=INPUTS[endpoint])),
+    fields = {"inputs": (Any, Field(..., description=route.inputs)),
               "truncate": (bool, Field(False, description="cut inputs over --max-input-tokens instead of a 413"))}
     fields.update({name: (kind | None, Field(None, description=text))
-                   for name, (kind, text) in OPTIONS[endpoint].items()})
-    body_model = create_model(f"{endpoint.title().replace('-', '')}Request", **fields, __config__={"extra": "forbid"})
-    path = f"/v1/{endpoint}"
+                   for name, (kind, text) in route.options.items()})
+    body_model = create_model(f"{route.name.title().replace('-', '')}Request", **fields,
+                              __config__={"extra": "forbid"})
+    path = f"/v1/{route.name}"
 
     async def handle(request: Request, body: body_model):  # type: ignore[valid-type]
-        return await server.respond(path, lambda: server.answer(endpoint, body, request.receive))
+        return await server.respond(path, lambda: server.answer(route.name, body, request.receive))
 
     return handle
 
@@ -325,7 +307,7 @@ def add_status_routes(app, server: Server):
 
 def add_serve_arguments(p):
     p.add_argument("model", help="a checkpoint folder (fine-tuned, pre-trained, or exported with `export onnx`)")
-    p.add_argument("--task", help=f"one of {', '.join(ENDPOINTS)} (default: the checkpoint's head's; an encoder "
+    p.add_argument("--task", help=f"one of {', '.join(SERVED)} (default: the checkpoint's head's; an encoder "
                                   f"alone serves sentence-embedding)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     p.add_argument("--port", type=count(0, 65535), default=8000, help="TCP port to listen on")
@@ -375,9 +357,9 @@ def run_serve(args) -> int:
         raise BertforgeError(f"{folder}: no such model folder")
     config = BertConfig.from_json_file(folder / "config.json")
     task = ALIASES.get(args.task, args.task) or head_task(config, folder)
-    task = "sentence-embedding" if task == "feature-extraction" else task
-    if task not in ENDPOINTS:
-        raise BertforgeError(f"--task {task!r}: serve answers {', '.join(ENDPOINTS)}")
+    task = SERVED_AS.get(task, task)  # an encoder's feature-extraction is served as sentence-embedding
+    if task not in SERVED:
+        raise BertforgeError(f"--task {task!r}: serve answers {', '.join(SERVED)}")
     check_limits(args, config, task)
     check_model(folder, args.backend, args.int8, args.bf16)
     key, hosts = api_key(args), allowed_hosts(args)
@@ -393,7 +375,9 @@ def run_serve(args) -> int:
     sock = listening_socket(args.host, args.port)
     warn_if_open(args.host, key, hosts)
     raise_file_limit(args.max_connections)
-    http = protocol_class(args.header_timeout, args.max_connections, server.count_refusal)
+    stalled = lambda kind: server.metrics.inc("bertforge_errors_total", kind=kind)  # noqa: E731
+    http = protocol_class(args.header_timeout, args.max_connections, server.count_refusal,
+                          send_timeout=args.send_timeout, stalled=stalled)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=30,
                             http=http)
     uvicorn.Server(config).run(sockets=[sock])

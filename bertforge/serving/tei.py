@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..core.version import __version__
 from ..core.errors import BertforgeError
 from ..inference.inputs import check_text
+from ..model.heads import SERVED
 from .guard import Refused, json_bytes, result_bytes
 
 MODEL_ROUTES = {"embedding": ("/embed", "/embed_all", "/v1/embeddings"), "classifier": ("/predict",),
@@ -38,12 +39,10 @@ def error_body(status: int, kind: str, message: str) -> tuple[int, dict]:
 
 
 def model_type(pipe) -> str | None:
-    """TEI's type of the served model: embedding, classifier, reranker (one output), or None (no TEI type)."""
-    if pipe.task == "sentence-embedding":
-        return "embedding"
-    if pipe.task == "text-classification":
-        return "reranker" if pipe.config.num_labels == 1 else "classifier"
-    return None
+    """TEI's type of the served model, as its route declares it (heads.Route.tei): embedding, classifier, or a
+    classifier with one output, which TEI serves as a reranker; None: no TEI type."""
+    kind = SERVED[pipe.task].tei if pipe.task in SERVED else None
+    return "reranker" if kind == "classifier" and pipe.config.num_labels == 1 else kind
 
 
 def require(server, path: str):

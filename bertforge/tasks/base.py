@@ -16,17 +16,21 @@ import numpy as np
 
 from ..core.errors import BertforgeError
 from ..inference.batches import SEQUENCE_INPUTS
+from ..model.heads import head_class
 
 
 
 class HeadClass:
-    """A family's `model_class`, named here and imported from its module (`bertforge.model.bert`'s unless named) on
-    first use: the task registry stays free of torch, so that the commands' --help does not load it."""
+    """A family's `model_class`, named here and imported from its module on first use (a declared head's from the
+    module `heads.HEADS` names, another class's from `module`): the task registry stays free of torch, so that
+    the commands' --help does not load it."""
 
-    def __init__(self, name: str, module: str = "model.bert"):
+    def __init__(self, name: str, module: str | None = None):
         self.name, self.module = name, module
 
     def __get__(self, obj, owner=None) -> type:
+        if self.module is None:
+            return head_class(self.name)
         return getattr(importlib.import_module(f"bertforge.{self.module}"), self.name)
 
 
@@ -45,7 +49,7 @@ class TaskFamily:
     """Base class of the task families. Subclasses set the class attributes and implement the methods."""
 
     names: tuple[str, ...] = ()  # the task names it answers to, e.g. ("sst2", "mrpc", ...)
-    model_class: type  # a bertforge.model.bert head class: HeadClass("BertFor...")
+    model_class: type  # a head class: HeadClass("BertFor...")
     output_keys: tuple[str, ...] = ("logits",)  # the model outputs it reads
     per_token_outputs: tuple[str, ...] = ()  # those with a value per token: cut to each row's length
     # Batch keys and their padding: a number pads the key's last axis to the longest row, None stacks as is.

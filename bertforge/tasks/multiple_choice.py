@@ -9,7 +9,7 @@ import numpy as np
 
 from ..core.errors import BertforgeError
 from ..core.io import read_records, rounded, write_text_atomic
-from ..inference.batches import SEQUENCE_INPUTS
+from ..inference.batches import SEQUENCE_INPUTS, pad_choices
 from .base import HeadClass, Split, TaskFamily, find_file, softmax
 from .metrics import accuracy
 from .own_data import LABEL_FILES, SOURCES, OwnData, label_text, nested
@@ -92,21 +92,18 @@ def read_multiple_choice(task: str, path) -> list[MultipleChoiceExample]:
 def encode_multiple_choice(examples: list[MultipleChoiceExample], tokenizer, max_length: int) -> dict[str, list]:
     """Per example, one `[CLS] context [SEP] question ending [SEP]` sequence per choice (unpadded tokens).
 
-    Examples are padded with empty endings to the most choices among them; "choice_mask" marks the real
-    choices (1) so the model can ignore the rest. "labels" only when every example has one.
+    Examples are padded to the most choices among them as every batch is (inference.batches.pad_choices: a
+    missing choice is one [PAD] token); "choice_mask" marks the real choices (1) so the model can ignore the
+    rest. "labels" only when every example has one.
     """
     num_choices = max((len(e.endings) for e in examples), default=0)
-    contexts, seconds = [], []
-    for e in examples:
-        for ending in e.endings + [""] * (num_choices - len(e.endings)):
-            contexts.append(e.context)
-            seconds.append(" ".join(part for part in (e.question, ending) if part))
+    contexts = [e.context for e in examples for _ in e.endings]
+    seconds = [" ".join(part for part in (e.question, ending) if part) for e in examples for ending in e.endings]
     enc = tokenizer(contexts, seconds, truncation=True, max_length=max_length, padding=False)
-    features = {
-        k: [list(enc[k][i * num_choices : (i + 1) * num_choices]) for i in range(len(examples))]
-        for k in ("input_ids", "token_type_ids", "attention_mask")
-    }
-    features["choice_mask"] = [[int(c < len(e.endings)) for c in range(num_choices)] for e in examples]
+    starts = np.cumsum([0] + [len(e.endings) for e in examples]).tolist()
+    rows = [pad_choices({k: list(enc[k][a:b]) for k in SEQUENCE_INPUTS}, num_choices, tokenizer.pad_token_id)
+            for a, b in zip(starts, starts[1:])]
+    features = {k: [row[k] for row in rows] for k in (*SEQUENCE_INPUTS, "choice_mask")}
     if all(e.label is not None for e in examples):
         features["labels"] = [e.label for e in examples]
     return features

@@ -10,6 +10,7 @@ from bertforge.model.checkpoint import PICKLE, SAFETENSORS
 from bertforge.model.config import BertConfig
 from bertforge.core.errors import BertforgeError
 from bertforge.commands.info import add_info_arguments, run_info
+from bertforge.model.task_heads import BertForSequenceClassification
 
 
 def info(folder, capsys) -> dict[str, str]:
@@ -63,7 +64,7 @@ def test_pretraining_folder(tmp_path, capsys):
 
 def test_classifier_with_labels(tmp_path, capsys):
     config = BertConfig.from_name("tiny", vocab_size=100, id2label={0: "neg", 1: "neutral", 2: "pos"})
-    bf.BertForSequenceClassification(config).save_pretrained(tmp_path)
+    BertForSequenceClassification(config).save_pretrained(tmp_path)
     out = info(tmp_path, capsys)
     assert out["heads"] == "pooler, classifier (3 outputs: neg, neutral, pos)"
     assert out["vocabulary"] == "100 tokens, unknown (no tokenizer files in the folder)"

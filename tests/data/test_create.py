@@ -144,6 +144,29 @@ def test_one_sentence_documents_only_random_next(tokenizer, tmp_path):
     assert (load_pretraining_data(tmp_path / "out").batch(range(6))["next_sentence_label"] == 1).all()
 
 
+def test_one_line_documents_and_sentences_cut_to_a_fraction_warn(tokenizer, tmp_path, caplog):
+    """A document of one line, or a line so long that a row keeps a small share of it (here 8%), is a warning
+    naming what it costs; ordinary data (the corpus fixture's one short document among many) none."""
+    one, long = tmp_path / "one.txt", tmp_path / "long.txt"
+    one.write_text("Just one line in this document.\n")
+    words = " ".join(f"w{i % 9}" for i in range(400))  # two tokens a word: 800 tokens
+    long.write_text(f"A first short sentence.\n{words}.\nA last one.\n\nAnother document.\nIts end.\n")
+    for path, culprit, count in ((one, "1 of 1 documents are one sentence (one line)", "one_sentence_documents"),
+                                 (long, "1 of 5 sentences are over twice a row's 61 tokens (--max-length 64)",
+                                  "long_sentences")):
+        caplog.clear()
+        stats = create_pretraining_data([path], tokenizer, tmp_path / path.stem, max_seq_length=64, dupe_factor=1)
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1 and culprit in warnings[0] and "\n" not in warnings[0], warnings
+        assert stats["corpus"][count] == 1
+    assert "keeps 8% of them; it begins 'w0 w1 w2 w3'" in warnings[0], warnings
+    caplog.clear()
+    ordinary = tmp_path / "ordinary.txt"
+    ordinary.write_text("One sentence.\nTwo sentences.\n\nA second document.\nIts second line.\n")
+    create_pretraining_data([ordinary], tokenizer, tmp_path / "ordinary", max_seq_length=64, dupe_factor=1)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 def test_corrupted_and_truncated_shards(corpus, tokenizer, tmp_path):
     out = tmp_path / "out"
     make(corpus, tokenizer, out, dupe_factor=1)

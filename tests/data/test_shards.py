@@ -7,6 +7,7 @@ from itertools import islice
 
 import numpy as np
 import pytest
+import torch
 
 from bertforge.cli import main
 from bertforge.data import create_pretraining_data, load_pretraining_data
@@ -103,3 +104,44 @@ def test_pretrain_on_a_flipped_header_exits_2_naming_the_file(data, tmp_path, ca
     said = [line for line in err.splitlines() if line.startswith("bertforge")]
     assert len(said) == 1 and "Traceback" not in err and str(path) in said[0], err
     assert not run.exists()
+
+
+@pytest.mark.parametrize("mask", [True, False])
+def test_a_batch_across_shards_is_its_rows_at_the_longest_one_s_width(tmp_path, monkeypatch, mask):
+    """Rows drawn from several shards in any order come padded to the longest of them (or to pad_to), each row as
+    read alone, static masks with their rows; dynamic masks are drawn at that width, the same for the same seed."""
+    from bertforge.data import create
+
+    monkeypatch.setattr(create, "SHARD_INSTANCES", 16)
+    (tmp_path / "corpus").mkdir()
+    for name, text in islice(module_documents(), 12):
+        (tmp_path / "corpus" / f"{name}.txt").write_text(text, encoding="utf-8")
+    train_vocab([tmp_path / "corpus"], vocab_size=800, out_dir=tmp_path / "vocab")
+    create_pretraining_data([tmp_path / "corpus"], tmp_path / "vocab", tmp_path / "data", max_seq_length=48,
+                            max_predictions=6, dupe_factor=1, seed=1, mask=mask)
+    data = load_pretraining_data(tmp_path / "data")
+    assert len(data.index["shards"]) >= 3
+    short = np.flatnonzero(data.batch(np.arange(len(data)))["attention_mask"].sum(1).numpy() < data.max_seq_length)
+    rows = np.random.default_rng(0).permutation(short)[:24]  # rows shorter than max_seq_length, shards mixed
+    assert len(np.unique(np.searchsorted(data._starts, rows, side="right"))) >= 2
+    b = data.batch(rows)
+    lengths = b["attention_mask"].sum(1)
+    assert b["input_ids"].shape[1] == int(lengths.max()) < data.max_seq_length
+    for r, i in enumerate(rows):
+        alone = data[int(i)]
+        for key, value in alone.items():
+            if value.dim() and key not in ("mlm_positions", "mlm_labels"):
+                value = value[:int(lengths[r])]
+                assert torch.equal(b[key][r, :len(value)], value), (key, i)
+            else:
+                assert torch.equal(b[key][r], value), (key, i)
+    padded = data.batch(rows, pad_to=data.max_seq_length)
+    for key, value in b.items():
+        assert torch.equal(padded[key][..., :value.shape[-1]] if value.shape == b["attention_mask"].shape
+                           else padded[key], value), key
+    with pytest.raises(BertforgeError, match="pad_to=8 is shorter than an instance"):
+        data.batch(rows, pad_to=8)
+    if not mask:
+        seeded = [data.batch(rows, rng=np.random.default_rng([3, 5])) for _ in range(2)]
+        assert torch.equal(seeded[0]["input_ids"], seeded[1]["input_ids"])
+        assert torch.equal(seeded[0]["mlm_labels"], seeded[1]["mlm_labels"]) and (seeded[0]["mlm_labels"] != -100).any()

@@ -17,7 +17,7 @@ from bertforge.inference.batches import run_model
 from bertforge.tasks import make_family
 from bertforge.inference.batches import SEQUENCE_INPUTS, padding
 from bertforge.tasks.base import softmax
-from bertforge.model.bert import (
+from bertforge.model.task_heads import (
     BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 )
 from bertforge.finetuning.predict import read_examples
@@ -110,6 +110,27 @@ def test_out_folder_holds_the_same_lines(finetuned, tmp_path, capsys):
                  "--out", str(tmp_path / "out")]) == 0
     written = (tmp_path / "out" / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(line) for line in written] == shown and len(shown) == 2
+
+
+def test_a_model_with_nan_weights_is_an_error_not_invalid_json(finetuned, tmp_path, capsys):
+    """NaN in the weights: one line naming the example (it printed NaN, which no JSON reader takes); nothing
+    written."""
+    from safetensors.torch import load_file, save_file
+
+    model = finetuned(BertForSequenceClassification)
+    weights = load_file(model / "model.safetensors")
+    weights["classifier.bias"][:] = float("nan")
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    for file in model.iterdir():
+        if file.name != "model.safetensors":
+            (tmp_path / file.name).write_bytes(file.read_bytes())
+    capsys.readouterr()
+    assert main(["predict", "sst2", "--model", str(tmp_path), "--text", "fine", "--text", "odd", "--out",
+                 str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured
+    assert "example 1: the model's output is not a finite number (NaN or infinity)" in captured.err
+    assert not (tmp_path / "out").exists()
 
 
 def test_ner_gives_a_tag_per_word(finetuned, tmp_path, capsys):

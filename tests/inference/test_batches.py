@@ -158,3 +158,44 @@ def test_lazy_rows_are_made_only_for_their_batch():
 
     assert run(forward, rows, batch_size=2) == [100 + i for i in range(6)]
     assert batches == [[0, 1], [2, 3], [4, 5]]  # each row made once, for its own batch
+
+
+TEXTS = ["a", "the quick brown fox jumps over the lazy dog near the river", "hello there", "ok",
+         "one two three four five six seven", "to be or not to be, that is the question", "x y", "yes indeed"]
+
+
+def test_evaluation_and_the_pipeline_run_rows_through_one_path(tmp_path, tokenizer, monkeypatch):
+    """Evaluation's call (`run_model`, as finetuning.evaluate.predict_split makes it for text classification) and
+    `bertforge.pipeline` plan the same length-sorted batches under a token budget and give the same logits, each
+    row's own (as the model gives it alone) and in input order."""
+    import bertforge
+    from bertforge import BertConfig, BertForSequenceClassification
+    from bertforge.inference import batches
+    from bertforge.inference.batches import SEQUENCE_INPUTS, padding, run_model
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig.from_name("tiny", vocab_size=tokenizer.vocab_size,
+                                                              id2label={i: f"LABEL_{i}" for i in range(3)}))
+    model.save_pretrained(tmp_path, tokenizer)
+    plans = []
+    plan_batches = batches.plan_batches
+    monkeypatch.setattr(batches, "plan_batches", lambda *a, **k: plans.append(plan_batches(*a, **k)) or plans[-1])
+    ran, run_batch = [], batches.run_batch  # every batch of both, padded and run by the one function
+    monkeypatch.setattr(batches, "run_batch", lambda f, rows, *a: ran.append(len(rows)) or run_batch(f, rows, *a))
+    budget = 24
+    encoded = {k: list(v) for k, v in tokenizer(TEXTS, truncation=True, max_length=128).items()
+               if k in SEQUENCE_INPUTS}
+    evaluated = np.stack(run_model(model, encoded, padding(SEQUENCE_INPUTS, tokenizer.pad_token_id), ("logits",),
+                                   batch_size=32, max_tokens=budget)["logits"])
+    pipe = bertforge.pipeline("text-classification", model=tmp_path, max_batch_tokens=budget)
+    answers = pipe(TEXTS, top_k=None, function_to_apply="none")
+    piped = np.array([[next(a["score"] for a in answer if a["label"] == f"LABEL_{i}") for i in range(3)]
+                      for answer in answers])
+    assert len(plans) == 2 and plans[0] == plans[1] and ran == [len(b) for b in plans[0]] * 2
+    lengths = [len(ids) for ids in encoded["input_ids"]]
+    assert [i for b in plans[0] for i in b] != list(range(len(TEXTS)))  # sorted by length, not in input order
+    assert all(len(b) * max(lengths[i] for i in b) <= budget for b in plans[0] if len(b) > 1)
+    np.testing.assert_allclose(piped, evaluated, rtol=0, atol=1e-6)
+    with torch.no_grad():
+        alone = np.concatenate([model(input_ids=torch.tensor([ids])).logits.numpy() for ids in encoded["input_ids"]])
+    np.testing.assert_allclose(evaluated, alone, rtol=0, atol=1e-5)

@@ -18,6 +18,7 @@ import transformers
 import bertforge
 from bertforge.core.errors import BertforgeError
 from bertforge.inference import answer_spans
+from bertforge.inference.pipeline_base import TooLong
 from tests.conftest import REPO
 
 transformers.logging.set_verbosity_error()
@@ -91,6 +92,21 @@ def test_fill_mask(make_model):
 def test_fill_mask_needs_a_mask(make_model):
     with pytest.raises(BertforgeError, match=r"inputs\[1\] has no \[MASK\]"):
         bertforge.pipeline("fill-mask", model=make_model("BertForMaskedLM"))(["a [MASK] b", "no mask"])
+
+
+def test_fill_mask_refuses_a_mask_past_its_length_by_name(make_model):
+    """fill-mask reads a text's first max_length tokens: a [MASK] past them is refused naming the input and how
+    many were cut, truncated or not (it was left out of the answer without a word); a 1 MB text costs its
+    beginning's tokenizing only. Masks within the length are filled as before."""
+    pipe = bertforge.pipeline("fill-mask", model=make_model("BertForMaskedLM"), max_length=64)
+    words = "the cat sat on the mat " * 20
+    with pytest.raises(TooLong, match=r"^inputs\[1\]: 1 of its 2 \[MASK\] tokens lie past its first 64 tokens"):
+        pipe(["a [MASK] b", f"[MASK] {words} [MASK]"])
+    with pytest.raises(TooLong, match=r"^inputs is \d+ tokens, over the limit of 64"):
+        pipe(f"[MASK] {words} [MASK]", truncate=False)
+    with pytest.raises(TooLong, match=r"^inputs: 1 of its 1 \[MASK\] tokens lie past"):
+        pipe(words * 1500 + " [MASK]")
+    assert len(pipe(f"[MASK] {words}", top_k=2)) == 2
 
 
 PAIRS = [{"text": "The cat sat on the mat.", "text_pair": "A cat was sitting on a mat."},

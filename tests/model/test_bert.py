@@ -1,4 +1,5 @@
-"""The model against the reference implementation (transformers): same weights in, same numbers out.
+"""The model against the reference implementation (transformers): same weights in, same numbers out, for the
+encoder and every head (bert.py and task_heads.py).
 
 bertforge zeroes the padding positions of its hidden states (they are never computed), so outputs are
 compared over the real tokens, and the zeros are checked separately.
@@ -13,6 +14,7 @@ import transformers
 
 import bertforge.model.bert as bf
 from bertforge.model.config import BertConfig
+from bertforge.model.heads import head_class
 from tests.conftest import require_shared
 
 transformers.logging.set_verbosity_error()
@@ -182,7 +184,7 @@ def test_reference_checkpoint_loads_and_agrees(name, num_labels, tmp_path):
     torch.manual_seed(0)
     ref = perturb(getattr(transformers, name)(transformers.BertConfig(**MINI, num_labels=num_labels)))
     ref.save_pretrained(tmp_path)
-    ours = getattr(bf, name).from_pretrained(tmp_path)
+    ours = head_class(name).from_pretrained(tmp_path)
     assert ours.config.num_labels == num_labels
     assert_agree(name, ours, ref, num_labels)
     assert_same_gradients(name, ours, ref, num_labels)
@@ -193,7 +195,7 @@ def test_reference_loads_our_checkpoint_and_agrees(name, num_labels, tmp_path):
     """A checkpoint written by bertforge: the reference finds every tensor it expects, and nothing else."""
     torch.manual_seed(0)
     config = BertConfig(**MINI, id2label={i: f"L{i}" for i in range(num_labels)})
-    ours = perturb(getattr(bf, name)(config))
+    ours = perturb(head_class(name)(config))
     ours.save_pretrained(tmp_path)
     ref, info = getattr(transformers, name).from_pretrained(tmp_path, output_loading_info=True)
     assert not (info["missing_keys"] or info["unexpected_keys"] or info["mismatched_keys"]), info
@@ -302,19 +304,3 @@ def test_initialisation_follows_the_paper():
     assert weights.abs().max() <= 0.04
     # The standard deviation of a unit normal cut at +-2 is 0.8796; about 3M draws pin it to 1e-4.
     assert abs(weights.mean().item()) < 1e-4 and abs(weights.std().item() - 0.02 * 0.8796) < 1e-4
-
-
-def test_question_answering_ignores_padding():
-    """Padding positions are never answers: lowest logits, and a loss equal to each row's loss alone."""
-    torch.manual_seed(0)
-    model = perturb(bf.BertForQuestionAnswering(BertConfig(**MINI))).eval()
-    batch = pair_batch([(6, 12), (4, 3)])
-    real = batch["attention_mask"].bool()
-    starts, ends = torch.tensor([8, 5]), torch.tensor([10, 6])
-    with torch.no_grad():
-        padded = model(**batch, start_positions=starts, end_positions=ends)
-        alone = [model(**{k: v[row, real[row]][None] for k, v in batch.items()},
-                       start_positions=starts[row, None], end_positions=ends[row, None]).loss for row in range(2)]
-    assert torch.all(padded.start_logits[~real] == torch.finfo(torch.float32).min)
-    assert torch.all(padded.end_logits[~real] == torch.finfo(torch.float32).min)
-    assert max_diff(padded.loss, sum(alone) / 2) <= 1e-5

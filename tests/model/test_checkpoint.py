@@ -11,6 +11,7 @@ import bertforge.model.bert as bf
 from bertforge.model.checkpoint import PICKLE, SAFETENSORS, SAFETENSORS_INDEX
 from bertforge.model.config import BertConfig
 from bertforge.core.errors import BertforgeError
+from bertforge.model.task_heads import BertForSequenceClassification, BertForTokenClassification
 from tests.conftest import built_devices, one_line_error
 
 TINY = dict(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256)
@@ -45,7 +46,7 @@ def bertforge_warnings(caplog) -> list[str]:
 def test_pretraining_folder_into_classifier_says_what_is_fresh_and_unused(tmp_path, caplog):
     source = save(bf.BertForPreTraining, tmp_path)
     with caplog.at_level(logging.WARNING, logger="bertforge"):
-        model = bf.BertForSequenceClassification.from_pretrained(tmp_path)
+        model = BertForSequenceClassification.from_pretrained(tmp_path)
     assert_same_encoder(model, source)
     assert torch.equal(model.bert.pooler.dense.weight, source.bert.pooler.dense.weight)
     assert sorted(bertforge_warnings(caplog)) == [
@@ -58,7 +59,7 @@ def test_pretraining_folder_into_classifier_says_what_is_fresh_and_unused(tmp_pa
 def test_bare_encoder_folder_into_head_class(tmp_path, caplog):
     source = save(bf.BertModel, tmp_path)  # keys without the "bert." prefix
     with caplog.at_level(logging.WARNING, logger="bertforge"):
-        model = bf.BertForTokenClassification.from_pretrained(tmp_path, id2label={0: "O", 1: "B-PER", 2: "I-PER"})
+        model = BertForTokenClassification.from_pretrained(tmp_path, id2label={0: "O", 1: "B-PER", 2: "I-PER"})
     assert_same_encoder(model, source)
     assert model.classifier.out_features == 3
     assert bertforge_warnings(caplog) == ["classifier initialised fresh: fine-tune it before use",
@@ -108,14 +109,14 @@ def test_old_layernorm_names_and_sharded_weights_load(tmp_path):
 
 
 def test_pickle_only_folder_is_refused_unless_trusted(tmp_path):
-    source = save(bf.BertForSequenceClassification, tmp_path)
+    source = save(BertForSequenceClassification, tmp_path)
     torch.save(source.state_dict(), tmp_path / PICKLE)
     (tmp_path / SAFETENSORS).unlink()
     with pytest.raises(BertforgeError) as excinfo:
-        bf.BertForSequenceClassification.from_pretrained(tmp_path)
+        BertForSequenceClassification.from_pretrained(tmp_path)
     assert "trust" in one_line_error(excinfo, tmp_path / PICKLE)
 
-    model = bf.BertForSequenceClassification.from_pretrained(tmp_path, trust_pickle=True).eval()
+    model = BertForSequenceClassification.from_pretrained(tmp_path, trust_pickle=True).eval()
     ids = torch.tensor([[2, 40, 41, 3, 50, 3], [2, 7, 3, 0, 0, 0]])
     types = torch.tensor([[0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0]])
     with torch.no_grad():
@@ -187,7 +188,7 @@ def test_sizes_are_checked_before_the_model_is_built(tmp_path, monkeypatch, chan
     config = {**json.loads((tmp_path / "config.json").read_text()), **changes}
     (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
     devices = built_devices(monkeypatch)
-    for model_class in (bf.BertForPreTraining, bf.BertForSequenceClassification, bf.BertModel):
+    for model_class in (bf.BertForPreTraining, BertForSequenceClassification, bf.BertModel):
         with pytest.raises(BertforgeError) as excinfo:
             model_class.from_pretrained(tmp_path)
         assert culprit in one_line_error(excinfo, tmp_path / file)
@@ -195,10 +196,10 @@ def test_sizes_are_checked_before_the_model_is_built(tmp_path, monkeypatch, chan
 
 
 def test_sizes_from_keywords_and_random_init(tmp_path):
-    save(bf.BertForSequenceClassification, tmp_path)
+    save(BertForSequenceClassification, tmp_path)
     with pytest.raises(BertforgeError, match="num_labels 1000000000 is over"):
-        bf.BertForSequenceClassification.from_pretrained(tmp_path, num_labels=10**9, ignore_mismatched_sizes=True)
-    model = bf.BertForSequenceClassification(BertConfig.from_name("tiny", max_position_embeddings=1024))
+        BertForSequenceClassification.from_pretrained(tmp_path, num_labels=10**9, ignore_mismatched_sizes=True)
+    model = BertForSequenceClassification(BertConfig.from_name("tiny", max_position_embeddings=1024))
     assert model.bert.embeddings.position_embeddings.weight.shape == (1024, 128)  # no weights: the config's sizes
 
 
@@ -263,8 +264,8 @@ def test_shard_index_names_only_files_beside_it(tmp_path, shard):
 
 
 def test_save_pretrained_round_trip_keeps_config(tmp_path):
-    source = save(bf.BertForSequenceClassification, tmp_path, id2label={0: "neg", 1: "pos"}, hidden_act="gelu_new")
-    model = bf.BertForSequenceClassification.from_pretrained(tmp_path)
+    source = save(BertForSequenceClassification, tmp_path, id2label={0: "neg", 1: "pos"}, hidden_act="gelu_new")
+    model = BertForSequenceClassification.from_pretrained(tmp_path)
     assert model.config.to_dict() == {**source.config.to_dict(), "architectures": ["BertForSequenceClassification"],
                                       "dtype": "float32"}  # the weights' dtype, written as transformers 5 does
     assert not model.training  # ready for inference, as the reference library's models are
@@ -290,7 +291,7 @@ def reference_folder(folder):
 def test_labels_keywords_build_the_head_transformers_builds(labels, tmp_path, caplog):
     transformers = reference_folder(tmp_path)
     ref = transformers.BertForSequenceClassification.from_pretrained(tmp_path, **labels)
-    ours = bf.BertForSequenceClassification.from_pretrained(tmp_path, **labels)
+    ours = BertForSequenceClassification.from_pretrained(tmp_path, **labels)
     assert ours.config.id2label == ref.config.id2label
     # label2id is always id2label's inverse here; transformers keeps its old label2id when given id2label alone
     assert ours.config.label2id == {v: k for k, v in ref.config.id2label.items()}
@@ -303,9 +304,9 @@ def test_labels_keywords_build_the_head_transformers_builds(labels, tmp_path, ca
 def test_label_keywords_that_disagree(tmp_path, caplog):
     reference_folder(tmp_path)
     with pytest.raises(BertforgeError, match="not the inverse"):
-        bf.BertForSequenceClassification.from_pretrained(tmp_path, id2label={0: "a", 1: "b"}, label2id={"a": 1, "b": 0})
+        BertForSequenceClassification.from_pretrained(tmp_path, id2label={0: "a", 1: "b"}, label2id={"a": 1, "b": 0})
     caplog.set_level(logging.WARNING, logger="bertforge")
-    model = bf.BertForSequenceClassification.from_pretrained(tmp_path, label2id={"a": 0, "b": 1, "c": 2})
+    model = BertForSequenceClassification.from_pretrained(tmp_path, label2id={"a": 0, "b": 1, "c": 2})
     assert model.config.id2label == {0: "a", 1: "b", 2: "c"}  # transformers would keep LABEL_0, LABEL_1
     assert any("label2id without id2label" in w for w in bertforge_warnings(caplog))
 
@@ -313,7 +314,7 @@ def test_label_keywords_that_disagree(tmp_path, caplog):
 @pytest.mark.parametrize("keyword", ["dtype", "torch_dtype"])
 def test_dtype_casts_the_weights_and_saves(keyword, tmp_path):
     transformers = reference_folder(tmp_path)
-    ours = bf.BertForSequenceClassification.from_pretrained(tmp_path, **{keyword: torch.bfloat16})
+    ours = BertForSequenceClassification.from_pretrained(tmp_path, **{keyword: torch.bfloat16})
     ref = transformers.BertForSequenceClassification.from_pretrained(tmp_path, **{keyword: torch.bfloat16})
     assert ours.dtype == ref.dtype == torch.bfloat16
     assert {p.dtype for p in ours.parameters()} == {torch.bfloat16}
@@ -322,9 +323,9 @@ def test_dtype_casts_the_weights_and_saves(keyword, tmp_path):
     saved = json.loads((tmp_path / "bf16" / "config.json").read_text())
     assert saved["dtype"] == json.loads((tmp_path / "ref" / "config.json").read_text())["dtype"] == "bfloat16"
     assert load_file(tmp_path / "bf16" / SAFETENSORS)["bert.embeddings.word_embeddings.weight"].dtype == torch.bfloat16
-    for model_class in (bf.BertForSequenceClassification, transformers.BertForSequenceClassification):
+    for model_class in (BertForSequenceClassification, transformers.BertForSequenceClassification):
         assert model_class.from_pretrained(tmp_path / "bf16", dtype="auto").dtype == torch.bfloat16
-    assert bf.BertForSequenceClassification.from_pretrained(tmp_path / "bf16").dtype == torch.float32
+    assert BertForSequenceClassification.from_pretrained(tmp_path / "bf16").dtype == torch.float32
     with pytest.raises(BertforgeError, match="int8"):
         bf.BertModel.from_pretrained(tmp_path, dtype="int8")
 
@@ -341,12 +342,12 @@ def test_device_moves_the_model(tmp_path):
 
 def test_config_fields_and_unknown_keywords(tmp_path, caplog):
     transformers = reference_folder(tmp_path)
-    ours = bf.BertForSequenceClassification.from_pretrained(tmp_path, hidden_dropout_prob=0.3, classifier_dropout=0.2)
+    ours = BertForSequenceClassification.from_pretrained(tmp_path, hidden_dropout_prob=0.3, classifier_dropout=0.2)
     ref = transformers.BertForSequenceClassification.from_pretrained(tmp_path, hidden_dropout_prob=0.3,
                                                                      classifier_dropout=0.2)
     assert ours.config.hidden_dropout_prob == ref.config.hidden_dropout_prob == 0.3
     assert ours.dropout.p == ref.dropout.p == 0.2
-    for model_class in (bf.BertForSequenceClassification, transformers.BertForSequenceClassification):
+    for model_class in (BertForSequenceClassification, transformers.BertForSequenceClassification):
         with pytest.raises(TypeError, match="num_lables"):
             model_class.from_pretrained(tmp_path, num_lables=3)
     with pytest.raises(TypeError, match="output_attentions"):  # kept in transformers' config; bertforge: forward
@@ -359,7 +360,7 @@ def test_config_fields_and_unknown_keywords(tmp_path, caplog):
 def test_head_of_another_size_with_ignore_mismatched_sizes(tmp_path):
     transformers = reference_folder(tmp_path)
     transformers.BertForSequenceClassification.from_pretrained(tmp_path).save_pretrained(tmp_path / "two")
-    for model_class in (bf.BertForSequenceClassification, transformers.BertForSequenceClassification):
+    for model_class in (BertForSequenceClassification, transformers.BertForSequenceClassification):
         with pytest.raises(Exception, match="ignore_mismatched_sizes"):
             model_class.from_pretrained(tmp_path / "two", num_labels=4)
         model = model_class.from_pretrained(tmp_path / "two", num_labels=4, ignore_mismatched_sizes=True)
@@ -369,7 +370,7 @@ def test_head_of_another_size_with_ignore_mismatched_sizes(tmp_path):
 def test_fine_tuning_s_new_head_is_information_not_a_warning(tmp_path, caplog):
     save(bf.BertForPreTraining, tmp_path)
     with caplog.at_level(logging.INFO, logger="bertforge"):
-        bf.BertForSequenceClassification.from_pretrained(tmp_path, new_head=True)
+        BertForSequenceClassification.from_pretrained(tmp_path, new_head=True)
     said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "bertforge"]
     assert sorted(said) == [
         (logging.INFO, "classifier: a new head, initialised at random; fine-tuning trains it"),

@@ -6,7 +6,8 @@ import pytest
 import torch
 import transformers
 
-import bertforge.model.bert as bf
+from bertforge.model.heads import head_class
+from bertforge.model.task_heads import BertForSequenceClassification
 from tests.model.test_bert import CASE_IDS, CASES, MINI, inputs_and_labels, max_diff, perturb
 
 transformers.logging.set_verbosity_error()
@@ -19,7 +20,7 @@ def pair_of_models(name, num_labels, tmp_path, **config):
     reference_config._attn_implementation = "eager"
     ref = perturb(getattr(transformers, name)(reference_config))
     ref.save_pretrained(tmp_path)
-    return getattr(bf, name).from_pretrained(tmp_path), ref.eval()
+    return head_class(name).from_pretrained(tmp_path), ref.eval()
 
 
 @pytest.mark.parametrize("name,num_labels", CASES, ids=CASE_IDS)
@@ -105,7 +106,7 @@ def test_unknown_keywords_are_a_type_error_naming_them(tmp_path):
         ours(ids, outptu_attentions=True)
     with pytest.raises(TypeError, match="positional"):  # the reference's 4th positional is position_ids
         ours(ids, None, None, torch.arange(4)[None])
-    for model in (bf.BertForSequenceClassification, transformers.BertForSequenceClassification):
+    for model in (BertForSequenceClassification, transformers.BertForSequenceClassification):
         with pytest.raises(TypeError, match="colour"):
             model.from_pretrained(tmp_path, colour="blue")
 

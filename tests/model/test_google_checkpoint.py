@@ -9,11 +9,14 @@ import pytest
 import torch
 
 import bertforge.model.bert as bf
+from bertforge.model.heads import head_class
 from bertforge.cli import main
 from bertforge.core.errors import BertforgeError
 from bertforge.commands.info import describe
 from bertforge.model.tf_checkpoint import TFCheckpoint
 from bertforge.text.tokenizer import BertTokenizer
+from bertforge.model.task_heads import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
+                                        BertForTokenClassification)
 from tests.conftest import built_devices, require_shared
 from tests.tf_bundle import write_checkpoint
 
@@ -152,8 +155,8 @@ def test_tokenizers_of_the_converted_folder_give_googles_ids(google_dir, expecte
         assert np.array_equal(ids, expected["original_input_ids"]), type(tokenizer)
 
 
-@pytest.mark.parametrize("cls", [bf.BertModel, bf.BertForMaskedLM, bf.BertForSequenceClassification,
-                                 bf.BertForTokenClassification, bf.BertForQuestionAnswering, bf.BertForMultipleChoice])
+@pytest.mark.parametrize("cls", [bf.BertModel, bf.BertForMaskedLM, BertForSequenceClassification,
+                                 BertForTokenClassification, BertForQuestionAnswering, BertForMultipleChoice])
 def test_every_class_loads_the_folder_or_the_prefix(google_dir, cls):
     reference = TFCheckpoint(google_dir / "bert_model.ckpt")
     for source in (google_dir, google_dir / "bert_model.ckpt", google_dir / "bert_model.ckpt.index"):
@@ -193,7 +196,7 @@ def test_fine_tuned_checkpoint(google_dir, expected, tmp_path, caplog, head, out
     transformers = pytest.importorskip("transformers")
     folder, tensors = fine_tuned(google_dir, tmp_path, head, outputs)
     with caplog.at_level(logging.INFO, logger="bertforge"):
-        model = getattr(bf, cls).from_pretrained(folder)
+        model = head_class(cls).from_pretrained(folder)
     messages = [r.getMessage() for r in caplog.records]
     assert f"skipped the optimizer's adam_m and adam_v ({2 * (len(tensors) - 1) // 3} tensors)" in messages
     assert "skipped the training state: global_step" in messages

@@ -1,32 +1,40 @@
-"""The head registry: every head of model.py declared once, and what it declares is what the code does."""
+"""The head registry: every head of bert.py and task_heads.py declared once, and what it declares is what the code
+does."""
 
 import inspect
 
+import pytest
 import torch
 import transformers
 
 import bertforge
-import bertforge.model.bert as models
+import bertforge.model.bert as encoder
+import bertforge.model.task_heads as task_heads
 from bertforge.model.checkpoint import part_name
 from bertforge.model.config import BertConfig
-from bertforge.model.heads import HEADS, PART_NAMES
+from bertforge.model.heads import HEADS, PART_NAMES, SERVED, SERVED_AS, head_class
 from bertforge.inference.pipelines import TASKS
 from bertforge.inference.runtime import TorchRuntime
 
 
 def test_every_model_class_is_declared_and_exported():
-    classes = {name for name, c in inspect.getmembers(models, inspect.isclass)
-               if issubclass(c, models.BertPreTrainedModel) and c.__module__ == models.__name__
+    """Each model class of the two modules is a head declared with its module, exported by the package and found in
+    bertforge.model.bert as before the task heads moved out of it."""
+    classes = {(module.__name__, name) for module in (encoder, task_heads)
+               for name, c in inspect.getmembers(module, inspect.isclass)
+               if issubclass(c, encoder.BertPreTrainedModel) and c.__module__ == module.__name__
                and name.startswith("Bert") and name not in ("BertPreTrainedModel",)}
-    assert classes == set(HEADS)
-    assert set(HEADS) <= set(bertforge.__all__) and all(getattr(bertforge, name) for name in HEADS)
+    assert classes == {(f"bertforge.{head.module}", name) for name, head in HEADS.items()}
+    assert set(HEADS) <= set(bertforge.__all__)
+    for name in HEADS:
+        assert getattr(bertforge, name) is head_class(name) is getattr(encoder, name)
 
 
 def test_each_head_s_task_parts_and_outputs_are_the_code_s():
     config = BertConfig.from_name("tiny", vocab_size=100, id2label={0: "a", 1: "b", 2: "c"})
     for name, head in HEADS.items():
         assert head.task in TASKS and hasattr(transformers, name)
-        model = getattr(models, name)(config).eval()
+        model = head_class(name)(config).eval()
         keys = model.state_dict()
         owned = {part_name(k) for k in keys} & set(PART_NAMES.values())
         assert set(head.parts.values()) <= owned, name  # the parts it declares are its modules
@@ -41,3 +49,28 @@ def test_each_head_s_task_parts_and_outputs_are_the_code_s():
         assert set(out) == set(head.outputs), name
         for key, axes in head.outputs.items():
             assert max(axes) < out[key].dim(), (name, key)
+
+
+def test_every_head_with_a_route_is_served(tmp_path):
+    """A head's route (heads.Route) is what the server answers its checkpoints on: a POST /v1/NAME whose request
+    body is inputs, truncate and the route's options, each an option of the pipeline the route runs; and every
+    bertforge /v1/ route is some head's."""
+    pytest.importorskip("fastapi")
+    from bertforge.serving import openai_api, tei
+    from bertforge.serving.serve import Server, create_app
+
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
+    config = BertConfig.from_name("tiny", vocab_size=7, id2label={0: "a", 1: "b"})
+    api = create_app(Server(tmp_path)).openapi()
+    for name, head in HEADS.items():
+        route = head.route
+        if route is None:
+            continue
+        assert SERVED[SERVED_AS[head.task]] == route, name  # a checkpoint of the head is served on its route
+        body = api["paths"][f"/v1/{route.name}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        fields = api["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]["properties"]
+        assert set(fields) == {"inputs", "truncate", *route.options}, name
+        head_class(name)(config).save_pretrained(tmp_path)
+        assert set(route.options) <= set(bertforge.pipeline(route.task, model=tmp_path).defaults), name
+    own = {path for path in api["paths"] if path.startswith("/v1/")} - set(tei.ROUTES) - set(openai_api.ROUTES)
+    assert own == {f"/v1/{route.name}" for route in SERVED.values()}

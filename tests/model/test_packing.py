@@ -5,7 +5,7 @@ import torch
 
 import bertforge.model.bert as bf
 from bertforge.model.config import BertConfig
-from bertforge.model.packing import Packing
+from bertforge.model.packing import DropoutNoise, DropoutSite, Packing
 from tests.model.test_bert import MINI, VOCAB, max_diff, perturb
 
 
@@ -55,14 +55,14 @@ def test_dropout_sites_are_counted_from_the_model():
     config = BertConfig(**{**MINI, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1})
     model = bf.BertModel(config).train()
     ids = torch.randint(5, VOCAB, (2, 6))
-    sites = sum(isinstance(m, bf.DropoutSite) for m in model.modules())
+    sites = sum(isinstance(m, DropoutSite) for m in model.modules())
     assert sites == 3 * MINI["num_hidden_layers"] + 1  # embeddings, then per layer: probs, two outputs
     model(ids)  # every site takes its mask
-    model.encoder.unused = bf.DropoutSite("hidden")
+    model.encoder.unused = DropoutSite("hidden")
     with pytest.raises(RuntimeError, match="hidden dropout sites took a mask"):
         model(ids)
     del model.encoder.unused
-    noise = model.dropout_noise((2, 6), 2, 6, ids.device)
+    noise = DropoutNoise.of(model, (2, 6), 2, 6, ids.device)
     for _ in range(2 * MINI["num_hidden_layers"] + 1):
         noise.take("hidden")
     with pytest.raises(RuntimeError, match="more hidden dropout sites"):
@@ -72,7 +72,7 @@ def test_dropout_sites_are_counted_from_the_model():
 @pytest.mark.parametrize("p", [0.1, 0.5, 1.0])
 def test_dropout_keeps_each_element_with_probability_1_minus_p_scaled(p):
     torch.manual_seed(0)
-    noise = bf.DropoutNoise({"hidden": 1}, {"hidden": (400, 500)}, {"hidden": p}, "cpu")
+    noise = DropoutNoise({"hidden": 1}, {"hidden": (400, 500)}, {"hidden": p}, "cpu")
     keep = noise.take("hidden")
     assert keep.mask.dtype == torch.bool  # a byte an element, as autograd keeps it for the backward pass
     x = torch.randn(400, 500, requires_grad=True)

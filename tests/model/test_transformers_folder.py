@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from bertforge.cli import main
-from bertforge.model.bert import BertForSequenceClassification
+from bertforge.model.task_heads import BertForSequenceClassification
 from bertforge.text.tokenizer import BertTokenizer
 from tests.conftest import REPO, require_shared
 

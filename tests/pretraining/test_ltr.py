@@ -4,7 +4,8 @@ import torch
 import transformers
 
 from bertforge.model.config import BertConfig
-from bertforge.model.bert import BertForPreTraining, BertForSequenceClassification, BertModel
+from bertforge.model.bert import BertForPreTraining, BertModel
+from bertforge.model.task_heads import BertForSequenceClassification
 
 transformers.logging.set_verbosity_error()
 

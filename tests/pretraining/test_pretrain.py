@@ -12,7 +12,9 @@ import sys
 import time
 from itertools import islice
 
+import numpy as np
 import pytest
+import torch
 
 from bertforge.cli import main
 from bertforge.data.create import create_pretraining_data
@@ -129,6 +131,29 @@ def test_gradient_accumulation_matches_one_pass(data_dir, tmp_path):
     a, b = losses(tmp_path / "one"), losses(tmp_path / "acc")
     for step in a:
         assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.parametrize("objective", ["mlm+nsp", "ltr"])
+def test_the_loop_gets_each_process_s_rows_as_the_earlier_path_made_them(data_dir, objective):
+    """The rows go from the shards (padded to the global batch's longest, the width the masks are drawn at) to the
+    loop, which cuts each micro-batch to its own longest row: the tensors the earlier path made, which cut each
+    process's rows before their labels were made (the same losses for the same seed)."""
+    from bertforge.pretraining.pretrain import PretrainJob
+    from bertforge.text.tokenizer import BertTokenizer
+    from bertforge.training.train import split_rows, trim
+
+    job = PretrainJob(data_dir, BertTokenizer.from_pretrained(data_dir), 8, 3, objective=objective)
+    for step in range(3):
+        order = np.random.default_rng([3, 0]).permutation(len(job.train))[step * 8:(step + 1) * 8]
+        whole = job.train.batch(order, rng=np.random.default_rng([3, step])) if job.objective.masks else None
+        for rank, mine in enumerate(np.array_split(np.arange(8), 2)):
+            rows = {k: v[mine] for k, v in whole.items()} if whole else job.train.batch(order[mine])
+            rows.pop("special_tokens_mask")
+            earlier = job.objective.finish(trim(rows))
+            now = split_rows(job.batch(step, rank, 2), 1)[0]
+            assert now.keys() == earlier.keys()
+            for key in now:
+                assert torch.equal(now[key], earlier[key]), (step, rank, key)
 
 
 def test_data_from_another_vocabulary_is_refused(data_dir, tmp_path, capsys):

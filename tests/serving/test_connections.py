@@ -6,6 +6,7 @@ A connection that sends nothing, or its headers a byte at a time, is closed afte
 stalls is a 408 in JSON; connections over --max-connections are refused at once while those open are served.
 """
 
+import contextlib
 import json
 import re
 import socket
@@ -21,17 +22,18 @@ from tests.serving.test_serve import HEADS, Served, httpx
 from tests.serving.test_guard import raw_response as response
 
 uvicorn = pytest.importorskip("uvicorn")
-HEADER_TIMEOUT = BODY_TIMEOUT = 1.0
+HEADER_TIMEOUT = BODY_TIMEOUT = SEND_TIMEOUT = 1.0
 SLACK = 2.0  # seconds past a deadline by which the server must have acted
 GET = b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n"
 
 
 async def echo(scope, receive, send):
-    """The length of the request body, as JSON."""
+    """The length of the request body, as JSON; padded to about N bytes with ?size=N."""
     if scope["type"] != "http":
         return
     body = (await receive())["body"]
-    content = json.dumps({"bytes": len(body)}).encode()
+    size = int(scope["query_string"].decode().partition("size=")[2] or 0)
+    content = json.dumps({"bytes": len(body), "pad": "x" * size}).encode()
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(content))]})
     await send({"type": "http.response.body", "body": content})
@@ -41,10 +43,12 @@ class InProcess:
     """uvicorn in a thread of this process: `echo` behind Guard, the protocol of serve_connections."""
 
     def __init__(self, implementation: str, max_connections: int = 64, keep_alive: int = 5):
+        self.stalled = []  # kinds of the connections closed for a client that does not read
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        http = protocol_class(HEADER_TIMEOUT, max_connections, implementation=implementation)
+        http = protocol_class(HEADER_TIMEOUT, max_connections, implementation=implementation,
+                              send_timeout=SEND_TIMEOUT, stalled=self.stalled.append)
         config = uvicorn.Config(Guard(echo, body_timeout=BODY_TIMEOUT), http=http, lifespan="off",
                                 log_level="warning", timeout_keep_alive=keep_alive)
         self.server = uvicorn.Server(config)
@@ -146,6 +150,45 @@ def test_a_stalled_body_is_a_408_in_json(local):
     assert_answers(local.port)
 
 
+BIG = b"GET /?size=16000000 HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n"  # a 16 MB answer: more than the socket buffers
+
+
+def test_a_client_that_reads_no_answers_is_closed_after_the_send_timeout(local):
+    """Requests sent, answers never read: the connection (and the answer in its buffer) is dropped --send-timeout
+    after the buffers filled, not held forever; the server answers others meanwhile and counts it."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", local.port))
+        sock.sendall(BIG * 3)  # pipelined: uvicorn answers one at a time
+        started = time.perf_counter()
+        assert_answers(local.port)
+        time.sleep(SEND_TIMEOUT + SLACK)
+        sock.settimeout(SLACK)
+        read = 0
+        with contextlib.suppress(ConnectionResetError):  # aborted: what the server still held is gone
+            while chunk := sock.recv(1 << 20):
+                read += len(chunk)
+    assert read < 2 * len(BIG) * 1_000_000 and time.perf_counter() - started < SEND_TIMEOUT + 2 * SLACK
+    assert local.stalled == ["send_timeout"]
+    assert_answers(local.port)
+
+
+def test_a_slow_reader_that_keeps_reading_gets_its_whole_answer(local):
+    """The send deadline is for a stall, not for the answer: a client reading a 16 MB answer for longer than the
+    send timeout, never pausing that long, gets all of it."""
+    with connect(local.port) as sock:
+        sock.sendall(BIG)
+        started, data = time.perf_counter(), b""
+        while b"}" not in data[-2:]:
+            time.sleep(SEND_TIMEOUT / 4)
+            chunk = sock.recv(1 << 20)
+            assert chunk, f"closed after {len(data)} bytes"
+            data += chunk
+        assert time.perf_counter() - started > 1.5 * SEND_TIMEOUT
+        assert json.loads(data.split(b"\r\n\r\n", 1)[1])["pad"] == "x" * 16_000_000
+    assert local.stalled == []
+
+
 def test_an_idle_keep_alive_connection_is_closed_after_the_keep_alive_timeout(implementation):
     s = InProcess(implementation, keep_alive=1)
     try:
@@ -243,9 +286,11 @@ def test_the_deadlines_and_the_limit_are_in_help_and_range_checked(capsys):
     assert main(["serve", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     for flag, default in (("--header-timeout SECONDS", 10), ("--body-timeout SECONDS", 10),
+                          ("--send-timeout SECONDS", 30),
                           ("--max-connections MAX_CONNECTIONS", 1024)):
         assert re.search(rf"{flag} [^-]*\(default: {default}\)", text), text
-    for flags in (["--header-timeout", "0"], ["--body-timeout", "-1"], ["--max-connections", "0"]):
+    for flags in (["--header-timeout", "0"], ["--body-timeout", "-1"], ["--send-timeout", "0"],
+                  ["--max-connections", "0"]):
         assert main(["serve", "model", *flags]) == 2
         error = capsys.readouterr().err
         assert flags[0] in error and error.count("\n") == 1, error

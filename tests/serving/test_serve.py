@@ -187,6 +187,19 @@ def test_a_megabyte_qa_context_is_refused_by_name_in_bounded_memory(servers, fol
                 bertforge.pipeline("question-answering", model=folders["qa"], max_length=128)(QA))
 
 
+def test_fill_mask_refuses_a_mask_past_max_input_tokens(servers):
+    """A [MASK] past the tokens fill-mask reads is a 413 naming the input, truncated or not (it was dropped from
+    the answer without a word); a 1 MB text costs its beginning only."""
+    s, words = servers["fill-mask"], "the cat sat on the mat " * 40
+    for body in ({"inputs": ["a [MASK] b", f"[MASK] {words} [MASK]"], "truncate": True},
+                 {"inputs": ["a [MASK] b", f"x {words * 700} [MASK]"], "truncate": True}):
+        response = s.post("fill-mask", body)
+        assert response.status_code == 413 and response.json()["error_type"] == "too_large", response.text
+        error = response.json()["error"]
+        assert re.match(r"inputs\[1\]: 1 of its \d \[MASK\] tokens lie past its first 128 tokens", error), error
+    assert s.post("fill-mask", {"inputs": f"[MASK] {words}", "truncate": True}).status_code == 200
+
+
 def test_ner_tags_a_long_text_in_windows(servers, folders):
     """A 400-word text over --max-input-tokens 128 is tagged in windows to its end, as the pipeline tags it; with
     "truncate": true its first window only, and the Truncated-Inputs header names it."""

@@ -257,3 +257,25 @@ def test_an_object_of_choices_without_texts_is_named(tokenizer, tmp_path):
         family.read("train", tokenizer)
     one_line_error(e, "train.jsonl:1: 'choices' holds an object with 'A', 'B', not {\"text\": [choices], \"label\": "
                       "[keys]} (Hugging Face's ARC layout); the ARC data sets themselves are the built-in task `arc`")
+
+
+def test_encoding_pads_choices_as_a_batch_does(tokenizer):
+    """One padding of choices: a split encoded for fine-tuning (padded to its most choices) makes the same batch as
+    the pipelines' rows of each example's own choices padded by `pad` (a missing choice: one [PAD] token, 0 in
+    choice_mask)."""
+    from bertforge.inference.batches import pad, pad_batch, padding
+    from bertforge.tasks.multiple_choice import MultipleChoiceFamily
+
+    examples = [MultipleChoiceExample("a", "The man turned on the faucet.", "What was the effect?",
+                                      ["Water flowed.", "It froze."], 1),
+                MultipleChoiceExample("b", "Which is a mammal?", "", ["whale", "shark", "trout"], 0)]
+    split = encode_multiple_choice(examples, tokenizer, max_length=64)
+    inputs = padding(MultipleChoiceFamily.inputs, tokenizer.pad_token_id)
+    encoded = pad_batch(split, [0, 1], inputs)
+    alone = [encode_multiple_choice([e], tokenizer, max_length=64) for e in examples]
+    rows = [{k: one[k][0] for k in ("input_ids", "token_type_ids")} for one in alone]
+    batched = pad(rows, tokenizer.pad_token_id)
+    assert set(encoded) == set(batched) == {"input_ids", "token_type_ids", "attention_mask", "choice_mask"}
+    for key in encoded:
+        assert encoded[key].tolist() == batched[key].tolist(), key
+    assert encoded["input_ids"][0, 2, 0] == tokenizer.pad_token_id and encoded["attention_mask"][0, 2].sum() == 1

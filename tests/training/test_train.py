@@ -7,12 +7,12 @@ import pytest
 import torch
 import transformers
 
-import bertforge.model.bert as bf
 from bertforge.model.config import BertConfig
 from bertforge.core.errors import BertforgeError
 from bertforge.core.io import remove_folder
 from bertforge.training.optim import GoogleAdamW
 from bertforge.training.train import TrainArgs, fit
+from bertforge.model.task_heads import BertForSequenceClassification
 from tests.conftest import one_line_error
 from tests.model.test_bert import MINI, VOCAB
 
@@ -74,7 +74,7 @@ def test_fit_follows_the_reference_loop_step_by_step(tmp_path):
     config = BertConfig(**{**MINI, "id2label": {0: "a", 1: "b", 2: "c"}, "hidden_dropout_prob": 0.0,
                           "attention_probs_dropout_prob": 0.0})
     torch.manual_seed(0)
-    ours = bf.BertForSequenceClassification(config)
+    ours = BertForSequenceClassification(config)
     ours.save_pretrained(tmp_path / "start")
     theirs = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "start", attn_implementation="eager")
     data = batches(2) * (STEPS // 2)  # two batches seen in turn: the losses must fall as they are learnt
@@ -122,7 +122,7 @@ def test_tensorboard_events_hold_the_metrics_log_also_after_resume(tmp_path):
     pytest.importorskip("tensorboard")
     config = BertConfig(**{**MINI, "id2label": {0: "a", 1: "b", 2: "c"}})
     torch.manual_seed(0)
-    model = bf.BertForSequenceClassification(config)
+    model = BertForSequenceClassification(config)
     run = tmp_path / "run"
     options = dict(out=run, steps=6, batch_size=8, lr=LR, warmup=WARMUP, progress=False, eval_every=2, save_every=3,
                    keep=2, report_to="tensorboard")
@@ -145,5 +145,5 @@ def test_tensorboard_missing_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if the package were not installed
     args = TrainArgs(out=tmp_path / "run", steps=1, batch_size=8, progress=False, report_to="tensorboard")
     with pytest.raises(BertforgeError) as excinfo:
-        fit(bf.BertForSequenceClassification(BertConfig(**MINI)), FixedBatches(batches(1)), args)
+        fit(BertForSequenceClassification(BertConfig(**MINI)), FixedBatches(batches(1)), args)
     one_line_error(excinfo, "--report-to tensorboard", "pip install -e '.[tensorboard]'")

@@ -1,0 +1,129 @@
+"""Task heads (spec section 7): one small layer on the shared encoder of bert.py, fine-tuned with it.
+
+Sequence classification and regression on the pooled output, token classification, extractive question
+answering (start and end scores per token) and multiple choice (a score per choice). Parameter names follow
+the Hugging Face layout (`bert.*`, `classifier`, `qa_outputs`), as in bert.py.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .bert import BertModel, BertPreTrainedModel
+from .compat import finish
+from .config import BertConfig
+from .ranking_loss import ranking_loss
+
+
+class TaskHead(BertPreTrainedModel):
+    """An encoder plus dropout and one linear layer of `num_outputs` on the pooled or per-token output."""
+
+    uses_pooler = True
+    head_name = "classifier"  # the reference's parameter name for the layer
+
+    def __init__(self, config: BertConfig, num_outputs: int):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=self.uses_pooler)
+        p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(p)
+        setattr(self, self.head_name, nn.Linear(config.hidden_size, num_outputs))
+        self.init_weights()
+
+    def head_outputs(self, input_ids, attention_mask, token_type_ids, inputs: dict):
+        """The head's outputs and the encoder's (hidden_states, attentions); `inputs` are encode's keywords."""
+        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, **inputs)
+        x = self.bert.pooler(enc.pooled_tokens()) if self.uses_pooler else enc.sequence()
+        return getattr(self, self.head_name)(self.dropout(x)), dict(hidden_states=enc.hidden_states,
+                                                                    attentions=enc.attentions)
+
+
+class BertForSequenceClassification(TaskHead):
+    """Classification (num_labels > 1) or regression (num_labels == 1) on the pooled [CLS] output; with problem_type
+    multi_label_classification, a sigmoid per output (binary cross-entropy), as transformers. With `groups` (a
+    reranker's training: a query's id per row), the rows of a query are ranked against each other (ranking_loss)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config, config.num_labels)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, groups=None,
+                return_dict=True, **inputs):
+        logits, states = self.head_outputs(input_ids, attention_mask, token_type_ids, inputs)
+        loss = None
+        if labels is not None:
+            if groups is not None:
+                loss = ranking_loss(logits, labels, groups)
+            elif self.config.problem_type == "multi_label_classification":  # one output: a reranker's relevance
+                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float().reshape(logits.shape))
+            elif self.config.num_labels == 1:
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                loss = F.cross_entropy(logits.float(), labels)
+        return finish(return_dict, loss=loss, logits=logits, **states)
+
+
+class BertForTokenClassification(TaskHead):
+    """A label per token (NER); labels of -100 are ignored (every piece but a word's first)."""
+
+    uses_pooler = False
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config, config.num_labels)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
+                **inputs):
+        logits, states = self.head_outputs(input_ids, attention_mask, token_type_ids, inputs)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        return finish(return_dict, loss=loss, logits=logits, **states)
+
+
+class BertForQuestionAnswering(TaskHead):
+    """Span extraction: start and end vectors S and E scored against every real token (padding scores lowest)."""
+
+    uses_pooler = False
+    head_name = "qa_outputs"
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config, 2)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, start_positions=None,
+                end_positions=None, return_dict=True, **inputs):
+        logits, states = self.head_outputs(input_ids, attention_mask, token_type_ids, inputs)
+        logits = logits.float()
+        if attention_mask is not None:  # an answer never lies in the padding (whose states are not computed)
+            logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)
+        start_logits, end_logits = logits.unbind(-1)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            length = start_logits.shape[1]  # positions outside the input are ignored, as the reference does
+            start = start_positions.clamp(0, length)
+            end = end_positions.clamp(0, length)
+            loss = (F.cross_entropy(start_logits, start, ignore_index=length)
+                    + F.cross_entropy(end_logits, end, ignore_index=length)) / 2
+        return finish(return_dict, loss=loss, start_logits=start_logits, end_logits=end_logits, **states)
+
+
+class BertForMultipleChoice(TaskHead):
+    """Inputs [B, C, L]: one score per choice from a vector on [CLS], softmax across the choices.
+
+    `choice_mask` [B, C] (an extension) lets examples with fewer choices share a batch with padded choices.
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config, 1)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, choice_mask=None,
+                return_dict=True, **inputs):
+        given = input_ids if input_ids is not None else inputs.get("inputs_embeds")
+        batch, choices = given.shape[:2] if given is not None else (0, 0)  # (encode says what is missing)
+        flat = [t.flatten(0, 1) if torch.is_tensor(t) else t for t in (input_ids, attention_mask, token_type_ids)]
+        inputs = {k: v.flatten(0, 1) if torch.is_tensor(v) else v for k, v in inputs.items()}
+        logits, states = self.head_outputs(*flat, inputs)
+        logits = logits.view(batch, choices)
+        if choice_mask is not None:
+            logits = logits.masked_fill(~choice_mask.bool(), -math.inf)
+        loss = None if labels is None else F.cross_entropy(logits.float(), labels)
+        return finish(return_dict, loss=loss, logits=logits, **states)
