@@ -6,10 +6,10 @@ the squared error to the teacher's score), weighted 1 - alpha, plus alpha times 
 labelled examples. The student learns on the training set, on `--augment N` variants of each training input
 and on `--unlabelled` text (distill_data.py), all labelled by the teacher, whose outputs are cached.
 
-The student starts from a size name (random weights; with `--student-embeddings teacher`, the teacher's embeddings
-projected onto its width), a checkpoint folder, or `--student-layers` (DistilBERT's start: the teacher's
-embeddings, the named layers, its pooler and head). The run folder is the one `finetune`
-writes (best/, eval_results.json, metrics.jsonl): an ordinary fine-tuned model for every other command.
+The student starts from a size name (random weights, except its embeddings: the teacher's projected onto its
+width, unless it is wider or `--student-embeddings random`), a checkpoint folder, or `--student-layers`
+(DistilBERT's start: the teacher's embeddings, the named layers, its pooler and head). The run folder is the one
+`finetune` writes (best/, eval_results.json, metrics.jsonl): an ordinary fine-tuned model for every other command.
 """
 
 import json
@@ -78,7 +78,7 @@ def student_folder(spec: str, teacher_tokenizer) -> Path:
 
 
 def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_dir: Path, tokenizer,
-                  family: TaskFamily, embeddings: str = "random"):
+                  family: TaskFamily, embeddings: str | None = None):
     """The student model (see the module docstring); random weights are drawn from the current torch seed."""
     head = family.head_config()
     if layers is not None:
@@ -86,7 +86,8 @@ def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_d
     if spec in SIZES:
         config = BertConfig.from_name(spec, vocab_size=teacher.config.vocab_size, pad_token_id=tokenizer.pad_token_id)
         student = family.model_class(BertConfig.from_dict({**config.to_dict(), **head}))
-        if embeddings == "teacher":
+        fits = config.hidden_size <= teacher.config.hidden_size
+        if embeddings == "teacher" or (embeddings is None and fits):  # by default where the teacher is as wide
             project_embeddings(teacher, student)
         return student
     return family.model_class.from_pretrained(student_folder(spec, tokenizer), new_head=True, **head)
@@ -199,7 +200,7 @@ def soft_target_loss(student_logits, teacher_logits, temperature: float, regress
 
 def distill(task: str, teacher_dir, student: str | None, data, out, temperature: float = 2.0, alpha: float = 0.5,
             augment: int = 0, unlabelled: list | None = None, student_layers: list[int] | None = None,
-            student_embeddings: str = "random", cache_dir=None, epochs: float = 3.0, max_length: int | None = None,
+            student_embeddings: str | None = None, cache_dir=None, epochs: float = 3.0, max_length: int | None = None,
             max_train_examples: int | None = None, max_eval_examples: int | None = None,
             group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
             **options) -> dict:
@@ -297,9 +298,10 @@ def add_distill_arguments(p):
                    "folder with the teacher's vocabulary (default with --student-layers: the teacher's layers)")
     p.add_argument("--student-layers", type=layer_list, metavar="I,J,...",
                    help="start from these layers of the teacher (from 0), its embeddings, pooler and head")
-    p.add_argument("--student-embeddings", choices=("random", "teacher"), default="random",
-                   help="a student of a size name starts with random embeddings, or the teacher's projected onto its "
-                        "width (leading principal directions)")
+    p.add_argument("--student-embeddings", choices=("teacher", "random"),
+                   help="a student of a size name starts with the teacher's embeddings projected onto its width "
+                        "(leading principal directions: +2 points on SST-2 for BERT-Mini), or random ones (default: "
+                        "the teacher's, unless the student is wider)")
     p.add_argument("--temperature", type=positive, default=2.0, help="softens both distributions")
     p.add_argument("--alpha", type=share, default=0.5, help="weight of the loss on the labels (1 - alpha: on the "
                    "teacher's outputs)")

@@ -216,6 +216,19 @@ def test_teacher_embeddings_keep_the_teachers_geometry_at_any_width(teacher):
         project_embeddings(narrow, same)
 
 
+def test_a_student_of_a_size_starts_with_the_teachers_embeddings_unless_asked_or_wider(teacher, sst2):
+    model = BertForSequenceClassification.from_pretrained(teacher)
+    tokenizer = BertTokenizer.from_pretrained(teacher)
+    family = make_family("sst2", sst2)
+    words = {choice: embeddings(build_student("tiny", None, model, teacher, tokenizer, family, choice))
+             .word_embeddings.weight for choice in (None, "teacher", "random")}
+    assert torch.equal(words[None], words["teacher"]) and not torch.allclose(words[None], words["random"])
+    wider = build_student("mini", None, model, teacher, tokenizer, family)  # 256 wide, the teacher 128
+    assert wider.config.hidden_size == 256
+    with pytest.raises(BertforgeError, match="wider"):
+        build_student("mini", None, model, teacher, tokenizer, family, "teacher")
+
+
 @pytest.mark.parametrize("flags, culprit", [
     (["--temperature", "0"], "--temperature"),
     (["--temperature", "-1"], "--temperature"),
