@@ -1,7 +1,8 @@
 """Embedding servers under load on 127.0.0.1: `bertforge serve` (/embed, text-embeddings-inference's route)
 against Infinity (`infinity_emb v2`, torch engine, CPU) and sentence-transformers' `encode` behind a plain FastAPI
 server (written here), all serving the same all-MiniLM-L6-v2 folder with the same thread count; and `bertforge
-serve --int8` (int8 linear layers: other numbers, its cosine to fp32 reported) beside them.
+serve --int8` (int8 linear layers: other numbers, its cosine to fp32 reported) and `bertforge serve --bf16`
+(bf16 matrix products where the CPU has them) beside them.
 
 The three servers are started together (idle ones cost no CPU), warmed up, then given 1, 8, 32 and 64
 concurrent clients in turn, the servers interleaved at each client count (A B C at 1, A B C at 8, ...), each
@@ -36,7 +37,8 @@ from benchmarks.bench_inference import sst2_sentences
 from benchmarks.bench_serve import Connection, free_port, percentile, wait_up
 
 CLIENTS = (1, 8, 32, 64)
-SERVERS = ("bertforge", "infinity", "sentence-transformers", "bertforge-int8")
+SERVERS = ("bertforge", "infinity", "sentence-transformers", "bertforge-int8", "bertforge-bf16",
+           "infinity-bf16")
 
 
 def st_server(model: str, port: int, threads: int):
@@ -70,9 +72,14 @@ def start(name: str, args, port: int) -> subprocess.Popen:
                       "--max-input-tokens", "128", "--max-concurrent", "4096"],
         "bertforge-int8": [sys.executable, "-m", "bertforge", "serve", args.model, "--port", str(port),
                            "--max-input-tokens", "128", "--max-concurrent", "4096", "--int8"],
+        "bertforge-bf16": [sys.executable, "-m", "bertforge", "serve", args.model, "--port", str(port),
+                           "--max-input-tokens", "128", "--max-concurrent", "4096", "--bf16"],
         "infinity": [args.infinity, "v2", "--model-id", args.model, "--served-model-name", "minilm", "--engine",
                      "torch", "--device", "cpu", "--port", str(port), "--log-level", "warning",
                      "--no-model-warmup"],
+        "infinity-bf16": [args.infinity, "v2", "--model-id", args.model, "--served-model-name", "minilm", "--engine",
+                          "torch", "--device", "cpu", "--port", str(port), "--log-level", "warning",
+                          "--no-model-warmup", "--dtype", "bfloat16"],
         "sentence-transformers": [sys.executable, "-m", "benchmarks.bench_embed_servers", "--st-server", args.model,
                                   "--port", str(port), "--threads", str(args.threads)]}[name]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -86,14 +93,14 @@ def cpu_seconds(pid: int) -> float:
 
 def request(name: str, texts: list[str]) -> tuple[str, dict]:
     """The path and body of an embedding request to server `name`."""
-    if name == "infinity":  # OpenAI's shape, under /embeddings
+    if name.startswith("infinity"):  # OpenAI's shape, under /embeddings
         return "/embeddings", {"model": "minilm", "input": texts, "encoding_format": "float"}
     return "/embed", {"inputs": texts}
 
 
 def vectors(name: str, answer: bytes) -> np.ndarray:
     data = json.loads(answer)
-    if name == "infinity":
+    if name.startswith("infinity"):
         data = [d["embedding"] for d in data["data"]]
         if data and isinstance(data[0], str):
             data = [np.frombuffer(base64.b64decode(d), dtype="<f4") for d in data]
@@ -194,13 +201,16 @@ def main():
     print(f"{len(sentences)} SST-2 dev sentences, {args.per_request} a request, {args.seconds:g} s per run, "
           f"servers {', '.join(args.servers)}", flush=True)
     results = asyncio.run(bench(args, sentences))
+    pairs = [(ours, theirs) for ours, theirs in (("bertforge-bf16", "infinity"), ("bertforge-bf16", "infinity-bf16"),
+                                                 ("bertforge", "infinity")) if {ours, theirs} <= set(args.servers)]
     for per_request in args.per_request:
-        if ("bertforge", per_request, 32) in results and ("infinity", per_request, 32) in results:
-            ours, theirs = results["bertforge", per_request, 32], results["infinity", per_request, 32]
-            print(f"{per_request} a request, 32 clients: p99 bertforge {percentile(ours[1], 99) * 1e3:.1f} ms, "
-                  f"Infinity {percentile(theirs[1], 99) * 1e3:.1f} ms")
-            print(f"ratio={ours[0] / theirs[0]:.2f}")
-
+        for ours, theirs in pairs:  # bertforge's fp32 against Infinity's last: the `ratio=` line
+            (rate, latencies), (their_rate, their_latencies) = results[ours, per_request, 32], \
+                results[theirs, per_request, 32]
+            print(f"{per_request} a request, 32 clients: {ours} / {theirs} = {rate / their_rate:.2f}x, p99 "
+                  f"{percentile(latencies, 99) * 1e3:.1f} ms against {percentile(their_latencies, 99) * 1e3:.1f} ms")
+        if ("bertforge", "infinity") in pairs:
+            print(f"ratio={results['bertforge', per_request, 32][0] / results['infinity', per_request, 32][0]:.2f}")
 
 if __name__ == "__main__":
     main()
