@@ -18,7 +18,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # exported name -> the module that defines it
 _EXPORTS = {
     "BertConfig": "model.config",
-    **{name: head.module for name, head in HEADS.items()},  # BertModel and a class per head
+    **{name: head.module.removeprefix("bertforge.") for name, head in HEADS.items()},  # a class per head
     "BertTokenizer": "text.tokenizer",
     "BertforgeError": "core.errors",
     "pipeline": "inference.pipelines",

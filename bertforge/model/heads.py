@@ -32,7 +32,7 @@ class Head:
     outputs: dict[str, dict] = field(default_factory=dict)  # runtime output -> its ONNX dynamic axes
     parts: dict[str, str] = field(default_factory=dict)  # state-dict prefix -> plain name
     exported_as: str | None = None  # the class its ONNX export runs, where not its own
-    module: str = "model.task_heads"  # the module under bertforge/ that defines the class
+    module: str = "bertforge.model.task_heads"  # the module that defines the class (any importable one)
     route: Route | None = None  # where the server answers with it
 
     @property
@@ -40,7 +40,7 @@ class Head:
         return self.exported_as or self.name
 
 
-ENCODER = "model.bert"
+ENCODER = "bertforge.model.bert"
 MASKED_LM = {"cls.predictions": "masked-LM head"}
 FILL_MASK = Route("fill-mask", "fill-mask", "a text with [MASK] or a list of them",
                   {"top_k": (int, "tokens per [MASK] (default 5)")})
@@ -82,7 +82,7 @@ PART_NAMES = {"bert.pooler": "pooler",
 
 def head_class(name: str) -> type:
     """The model class of a declared head, imported from its module."""
-    return getattr(importlib.import_module(f"bertforge.{HEADS[name].module}"), name)
+    return getattr(importlib.import_module(HEADS[name].module), name)
 
 
 # The routes the server answers, by the pipeline task each runs, and what a head's own task is served as.

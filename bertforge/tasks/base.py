@@ -31,7 +31,7 @@ class HeadClass:
     def __get__(self, obj, owner=None) -> type:
         if self.module is None:
             return head_class(self.name)
-        return getattr(importlib.import_module(f"bertforge.{self.module}"), self.name)
+        return getattr(importlib.import_module(self.module), self.name)
 
 
 @dataclass

@@ -30,7 +30,7 @@ def tokenized(texts: list[str], tokenizer, max_length: int, prefix: str = "") ->
 
 class RetrievalFamily(RerankFamily):
     names = ("retrieval",)
-    model_class = HeadClass("BertBiEncoder", "model.bi_encoder")
+    model_class = HeadClass("BertBiEncoder", "bertforge.model.bi_encoder")
     output_keys = ("embedding",)
     targets = PASSAGE_INPUTS  # training rows carry their passage beside the query
     text_fields = {"text": str}

@@ -24,7 +24,7 @@ def test_every_model_class_is_declared_and_exported():
                for name, c in inspect.getmembers(module, inspect.isclass)
                if issubclass(c, encoder.BertPreTrainedModel) and c.__module__ == module.__name__
                and name.startswith("Bert") and name not in ("BertPreTrainedModel",)}
-    assert classes == {(f"bertforge.{head.module}", name) for name, head in HEADS.items()}
+    assert classes == {(head.module, name) for name, head in HEADS.items()}
     assert set(HEADS) <= set(bertforge.__all__)
     for name in HEADS:
         assert getattr(bertforge, name) is head_class(name) is getattr(encoder, name)
