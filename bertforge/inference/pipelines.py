@@ -17,10 +17,10 @@ from ..model.config import BertConfig
 from .entities import STRATEGIES, Entities, entities, softmax, token_entries
 from ..core.errors import BertforgeError
 from .batches import per_row
-from ..model.heads import HEADS, head_class
+from ..model.heads import HEADS
 from .inputs import as_list, check_count, check_ids, check_masks, check_text, id_row, input_name, is_ids
 from .pipeline_base import Pipeline, Prepared, TooLong
-from .runtime import load_runtime
+from .runtime import head_for, load_runtime
 from ..model.sentence_folder import SentencePooling, check_pooling, normalized, pool, read_sentence_folder
 from ..text.tokenizer import BertTokenizer
 from .windows import TextWindows
@@ -371,14 +371,6 @@ def head_task(config: BertConfig, folder: Path) -> str:
     return known[0]
 
 
-def model_class(config: BertConfig, cls: type[Pipeline]) -> type:
-    """The class a pipeline runs: the checkpoint's own head where its task is the pipeline's (a head added to the
-    registry runs as itself), else the pipeline's usual one (an encoder's, for embeddings from a classifier)."""
-    heads = [HEADS[h] for h in config.extra.get("architectures") or [] if h in HEADS]
-    own = [head.runs_as for head in heads if head.task == cls.task]
-    return head_class(own[0]) if own else cls.model_class
-
-
 def pipeline(task: str | None = None, model=None, device: str | None = None, backend: str = "torch",
              int8: bool = False, batch_size: int = 32, max_batch_tokens: int | None = None,
              max_length: int | None = None, threads: int | None = None, bf16: bool = False) -> Pipeline:
@@ -401,6 +393,6 @@ def pipeline(task: str | None = None, model=None, device: str | None = None, bac
         raise BertforgeError(f"unknown task {task!r}: choose one of {', '.join([*TASKS, *ALIASES])}")
     cls = TASKS[task]
     tokenizer = BertTokenizer.from_pretrained(folder)
-    runtime = load_runtime(folder, model_class(config, cls), backend, device, int8, tokenizer.mask_token_id, threads,
-                           bf16)
+    runtime = load_runtime(folder, head_for(config, task, cls.model_class), backend, device, int8,
+                           tokenizer.mask_token_id, threads, bf16)
     return cls(runtime, tokenizer, config, folder, batch_size, max_batch_tokens, max_length)

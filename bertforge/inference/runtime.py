@@ -16,7 +16,7 @@ import torch
 
 from ..model import bert as models
 from ..core.errors import BertforgeError
-from ..model.heads import HEADS
+from ..model.heads import HEADS, head_class
 from ..core.flags import device_problem
 
 log = logging.getLogger("bertforge")
@@ -153,6 +153,13 @@ def onnx_file(folder: Path, int8: bool = False) -> Path:
 def check_precision(backend: str, int8: bool, bf16: bool) -> None:
     if bf16 and (backend == "onnx" or int8):
         raise BertforgeError("--bf16 is for the torch backend in floating point: not with --backend onnx or --int8")
+
+
+def head_for(config, task: str, default: type) -> type:
+    """The class a pipeline of `task` runs: the checkpoint's own head where its task is `task` (a head added to the
+    registry runs as itself), else `default` (the encoder, for embeddings from a classifier's folder)."""
+    own = [HEADS[h].runs_as for h in config.extra.get("architectures") or [] if h in HEADS and HEADS[h].task == task]
+    return head_class(own[0]) if own else default
 
 
 def load_runtime(folder, model_class, backend: str = "torch", device: str | None = None, int8: bool = False,
