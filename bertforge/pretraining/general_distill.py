@@ -12,7 +12,8 @@ Two signals, both on the last layer of each model, both averaged over real token
   student's, summed over q-q, k-k and v-v and averaged over heads. R is the largest number up to the
   teacher's head count that divides both widths, so that any widths and head counts can be paired.
 
-`DISTILL_LOSSES` says which the objective uses (BENCHMARKS.md, "General distillation").
+`--objective distill` trains on both (`DISTILL_LOSSES`), `distill-hidden` and `distill-relations` on one; the
+held-out figures give both either way, so that the three can be compared (objectives.py).
 """
 
 import math
@@ -63,9 +64,9 @@ class GeneralDistiller(nn.Module):
     """What the training loop trains for `--objective distill`: the student (a BertForPreTraining, saved as it
     is), the frozen teacher encoder, and the map from the student's width to the teacher's."""
 
-    def __init__(self, student, teacher):
+    def __init__(self, student, teacher, terms=DISTILL_LOSSES):
         super().__init__()
-        self.student, self.teacher = student, teacher
+        self.student, self.teacher, self.terms = student, teacher, terms
         teacher.requires_grad_(False)
         s, t = student.config, teacher.config
         self.projection = nn.Linear(s.hidden_size, t.hidden_size) if s.hidden_size != t.hidden_size else nn.Identity()
@@ -82,18 +83,25 @@ class GeneralDistiller(nn.Module):
         out = model(**batch, output_hidden_states=True)
         return out.hidden_states[-2], out.hidden_states[-1]
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None, **unused) -> dict:
+    def forward(self, input_ids, attention_mask, token_type_ids=None, terms=None, **unused) -> dict:
+        """The losses `terms` (default: those it trains on), each a mean over real tokens."""
+        terms = terms or self.terms
         batch = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         mask = attention_mask.bool()
+        tokens = mask.sum().clamp(min=1)
         with torch.no_grad():
             t_in, t_out = self.states(self.teacher, batch)
-            t_rel = [relation_log_probs(v, mask, self.heads) for v in last_layer_qkv(self.teacher, t_in)]
         s_in, s_out = self.states(self.student.bert, batch)
-        s_rel = [relation_log_probs(v, mask, self.heads) for v in last_layer_qkv(self.student.bert, s_in)]
-        tokens = mask.sum().clamp(min=1)
-        hidden = ((self.projection(s_out).float() - t_out.float()) ** 2).mean(-1)
-        relation = sum(relation_kl(t, s, mask) for t, s in zip(t_rel, s_rel))
-        return {"hidden_loss": (hidden * mask).sum() / tokens, "relation_loss": relation.sum() / tokens}
+        losses = {}
+        if "hidden_loss" in terms:
+            hidden = ((self.projection(s_out).float() - t_out.float()) ** 2).mean(-1)
+            losses["hidden_loss"] = (hidden * mask).sum() / tokens
+        if "relation_loss" in terms:
+            with torch.no_grad():
+                t_rel = [relation_log_probs(v, mask, self.heads) for v in last_layer_qkv(self.teacher, t_in)]
+            s_rel = [relation_log_probs(v, mask, self.heads) for v in last_layer_qkv(self.student.bert, s_in)]
+            losses["relation_loss"] = sum(relation_kl(t, s, mask) for t, s in zip(t_rel, s_rel)).sum() / tokens
+        return losses
 
     def save_projection(self, folder) -> None:
         if isinstance(self.projection, nn.Linear):
@@ -121,7 +129,7 @@ def load_teacher_encoder(folder) -> nn.Module:
     return BertModel.from_pretrained(folder).eval()
 
 
-def distiller(student, teacher: str, job):
+def distiller(student, teacher: str, job, terms=DISTILL_LOSSES):
     """The student wrapped with the teacher for `--objective distill`, once the teacher reads the data."""
     encoder = load_teacher_encoder(teacher)
     if encoder.config.vocab_size != student.config.vocab_size:
@@ -132,4 +140,4 @@ def distiller(student, teacher: str, job):
     if job.train.max_seq_length > encoder.config.max_position_embeddings:
         raise BertforgeError(f"--teacher {teacher}: {encoder.config.max_position_embeddings} positions, rows of "
                              f"{job.train.max_seq_length} tokens")
-    return GeneralDistiller(student, encoder)
+    return GeneralDistiller(student, encoder, terms)

@@ -152,7 +152,7 @@ class LeftToRight(MaskedLM):
 
 class Distill(MaskedLM):
     """`distill` (general_distill.py): learn a teacher's last hidden states and self-attention relations on the
-    rows as they are; the held-out figures are those losses per real token. A checkpoint is the student alone
+    rows as they are; the held-out figures are both losses per real token. A checkpoint is the student alone
     (its masked-LM head untrained) and the learned width map."""
 
     name = "distill"
@@ -160,19 +160,20 @@ class Distill(MaskedLM):
     masks = False
     predicts_tokens = False
     teacher = True
+    terms = ("hidden_loss", "relation_loss")  # the losses it trains on (general_distill.DISTILL_LOSSES: all)
 
     def finish(self, b):
         return {k: b[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
 
     def loss_units(self):
-        from .general_distill import DISTILL_LOSSES
-
-        return dict.fromkeys(DISTILL_LOSSES, lambda b: int(b["attention_mask"].sum()))
+        return dict.fromkeys(self.terms, lambda b: int(b["attention_mask"].sum()))
 
     def evaluate(self, model, batches):
-        sums, tokens = dict.fromkeys(self.loss_units(), 0.0), 0
+        from .general_distill import DISTILL_LOSSES
+
+        sums, tokens = dict.fromkeys(DISTILL_LOSSES, 0.0), 0
         for b in batches:
-            out, count = model(**b), int(b["attention_mask"].sum())
+            out, count = model(**b, terms=DISTILL_LOSSES), int(b["attention_mask"].sum())
             for key in sums:
                 sums[key] += float(out[key]) * count
             tokens += count
@@ -184,14 +185,27 @@ class Distill(MaskedLM):
     def prepare(self, model, teacher, job):
         from .general_distill import distiller
 
-        return distiller(model, teacher, job)
+        return distiller(model, teacher, job, self.terms)
 
     def save(self, model, folder, save_checkpoint):
         save_checkpoint(model.student, folder)
         model.save_projection(folder)
 
 
-OBJECTIVES = {o.name: o for o in (MaskedLMNextSentence(), MaskedLM(), LeftToRight(), Distill())}
+class DistillHidden(Distill):
+    name = "distill-hidden"
+    help = "learn --teacher's last hidden states only (needs unmasked data)"
+    terms = ("hidden_loss",)
+
+
+class DistillRelations(Distill):
+    name = "distill-relations"
+    help = "learn --teacher's self-attention relations only (needs unmasked data)"
+    terms = ("relation_loss",)
+
+
+OBJECTIVES = {o.name: o for o in (MaskedLMNextSentence(), MaskedLM(), LeftToRight(), Distill(), DistillHidden(),
+                                   DistillRelations())}
 
 
 def choose_objective(data, name: str | None, mask_prob: float | None, teacher: str | None = None):

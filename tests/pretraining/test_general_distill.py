@@ -113,6 +113,21 @@ def test_distilled_student_is_a_plain_checkpoint(data_dir, teacher, tmp_path):
                  "--no-progress"]) == 0
 
 
+@pytest.mark.parametrize("objective, trained, left", [("distill-hidden", "hidden_loss", "relation_loss"),
+                                                       ("distill-relations", "relation_loss", "hidden_loss")])
+def test_a_one_term_objective_trains_on_its_term_and_reports_both(objective, trained, left, data_dir, teacher,
+                                                                   tmp_path):
+    run = tmp_path / "run"
+    argv = cli(data_dir, teacher, run)
+    argv[argv.index("distill")] = objective
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    training = [r for r in rows if trained in r]
+    assert training and all(r["loss"] == r[trained] and left not in r for r in training)
+    assert any({"eval_hidden_loss", "eval_relation_loss"} <= set(r) for r in rows)  # comparable with distill's
+    assert json.loads((run / "args.json").read_text())["extra"]["objective"] == objective
+
+
 def sentiment(tmp_path):
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps({"text": t, "label": y}) + "\n"
