@@ -88,33 +88,11 @@ def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_d
         student = family.model_class(BertConfig.from_dict({**config.to_dict(), **head}))
         fits = config.hidden_size <= teacher.config.hidden_size
         if embeddings == "teacher" or (embeddings is None and fits):  # by default where the teacher is as wide
+            from ..model.student import project_embeddings
+
             project_embeddings(teacher, student)
         return student
     return family.model_class.from_pretrained(student_folder(spec, tokenizer), new_head=True, **head)
-
-
-def project_embeddings(teacher, student) -> None:
-    """The student's token, position and segment embeddings from the teacher's, projected onto the student's width
-    by the leading principal directions of the teacher's (centred) token embeddings, so that a random student
-    starts knowing which words are alike; at the teacher's width the projection is a rotation, which keeps every
-    inner product. The embedding LayerNorm and everything above stay fresh."""
-    import torch
-
-    from ..model.bert import BertEmbeddings
-
-    source, target = (next(m for m in model.modules() if isinstance(m, BertEmbeddings)) for model in (teacher, student))
-    words = source.word_embeddings.weight.detach().float()
-    width = target.word_embeddings.weight.shape[1]
-    if width > words.shape[1]:
-        raise BertforgeError(f"--student-embeddings teacher: the student is wider ({width}) than the teacher "
-                             f"({words.shape[1]})")
-    centre = words.mean(0)
-    directions = torch.linalg.svd(words - centre, full_matrices=False).Vh[:width].T  # teacher width x student width
-    with torch.no_grad():
-        target.word_embeddings.weight.copy_((words - centre) @ directions)
-        for name in ("position_embeddings", "token_type_embeddings"):
-            rows = getattr(target, name).weight.shape[0]
-            getattr(target, name).weight.copy_(getattr(source, name).weight.detach().float()[:rows] @ directions)
 
 
 def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | None, tokenizer, family: TaskFamily):

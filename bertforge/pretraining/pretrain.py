@@ -165,14 +165,16 @@ def init_output_bias(model, counts) -> None:
 def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = None, dropout: float | None = None,
              eval_rows: int = 1024, objective: str | None = None, mask_prob: float | None = None,
              recipe: str | None = None, output_bias: str | None = None, teacher: str | None = None,
-             **options) -> dict:
+             student_embeddings: str | None = None, **options) -> dict:
     """Pre-train and return the last held-out evaluation (with the trivial baselines beside it).
 
     `options`: TrainArgs fields (defaults PRETRAIN_DEFAULTS). `recipe` is only recorded (the caller resolves it
     into the other arguments, see recipe.resolve). `output_bias="unigram"` starts a fresh model's masked-LM
     output bias at the training tokens' log frequencies (`init_output_bias`); with `init_from` it is ignored, as
     `config` is: args.json records the config used, `init_from`'s.
-    `teacher`: the model whose representations `objective="distill"` learns (general_distill.py)."""
+    `teacher`: the model whose representations `objective="distill"` learns (general_distill.py); a fresh student
+    starts with its embeddings projected onto the student's width (`student_embeddings` None or "teacher"; None
+    only where the student is no wider), or random ones ("random")."""
     import torch
 
     from ..training.train import fit, setup_distributed
@@ -190,6 +192,8 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     if output_bias == "unigram" and not init_from and job.objective.predicts_tokens:
         init_output_bias(model, job.train.token_counts(model.config.vocab_size))
     model = job.objective.prepare(model, teacher, job)
+    if job.objective.teacher and not init_from:
+        student_embeddings = start_embeddings(model.student, model.teacher, student_embeddings)
     if job.train.max_seq_length > model.config.max_position_embeddings:
         raise BertforgeError(f"{data}: rows of {job.train.max_seq_length} tokens, but the model has "
                              f"{model.config.max_position_embeddings} positions (--config, --init-from)")
@@ -200,11 +204,13 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
                 "mask_prob": mask_prob or job.train.index.get("masked_lm_prob") if job.objective.masks else None,
                 "dropout": model.config.hidden_dropout_prob, "config": str(init_from or config), "init_from": init_from,
                 "data": str(data), "max_length": job.train.max_seq_length, "eval_rows": eval_rows,
-                "output_bias": output_bias or "zero" if tokens and not init_from else None}
+                "output_bias": output_bias or "zero" if tokens and not init_from else None,
+                "student_embeddings": student_embeddings}
     args = TrainArgs(out=Path(out), **{**options, "extra": {**options.get("extra", {}), **recorded}})
     if not ctx.main:
         return fit(model, job, args, ctx)
-    shown = {k: v for k, v in recorded.items() if v is not None or k not in ("teacher", "mask_prob")}
+    shown = {k: v for k, v in recorded.items()
+             if v is not None or k not in ("teacher", "mask_prob", "student_embeddings")}
     log.info("pre-training: " + ", ".join(f"{k} {v}" for k, v in {
         **shown, "lr": args.lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": args.batch_size,
         "bf16": args.bf16,
@@ -219,6 +225,18 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
         return {**fit(model, job, args, ctx), **baselines}
 
 
+def start_embeddings(student, teacher, choice: str | None) -> str:
+    """A fresh student's embeddings: the teacher's projected (model/student.py), by default where the student is no
+    wider, or random; returns which."""
+    from ..model.student import project_embeddings
+
+    if choice is None:
+        choice = "teacher" if student.config.hidden_size <= teacher.config.hidden_size else "random"
+    if choice == "teacher":
+        project_embeddings(teacher, student)
+    return choice
+
+
 def add_pretrain_arguments(p):
     p.add_argument("--data", required=True, help="folder written by `bertforge data create`")
     p.add_argument("--out", required=True, help="run folder: metrics.jsonl, step-*/ checkpoints, final/")
@@ -226,6 +244,10 @@ def add_pretrain_arguments(p):
     p.add_argument("--init-from", help="start from this checkpoint folder instead of random weights")
     p.add_argument("--teacher", help="--objective distill: the model whose representations the student learns "
                                      "(any checkpoint folder with the data's vocabulary)")
+    p.add_argument("--student-embeddings", choices=("teacher", "random"),
+                   help="--objective distill*: a fresh student starts with the teacher's embeddings projected onto "
+                        "its width (leading principal directions), or random ones (default: the teacher's, unless "
+                        "the student is wider)")
     p.add_argument("--eval-rows", type=count(1), default=1024, help="held-out instances per evaluation")
     add_recipe_arguments(p)
     # None: the recipe decides (and --steps: 1000, or as many as --time-budget allows)
@@ -241,6 +263,10 @@ def run_pretrain(args) -> int:
     if args.init_from and args.output_bias:
         raise BertforgeError(f"--output-bias {args.output_bias}: it sets a fresh model's bias; with --init-from "
                              f"the checkpoint's is kept")
+    if args.student_embeddings and (args.init_from or not args.teacher):
+        raise BertforgeError(f"--student-embeddings {args.student_embeddings}: it starts a fresh student of "
+                             f"--objective distill (with --teacher), not " +
+                             ("one from --init-from" if args.init_from else "a model without a teacher"))
     check_output(args.out, "--out", inputs=[args.data])
     width = BertConfig.load(args.init_from or args.config).hidden_size
     r = resolve(args.recipe, {k: getattr(args, k) for k in RECIPES[args.recipe]}, width, pick_device(args.device))
@@ -255,7 +281,8 @@ def run_pretrain(args) -> int:
     result = pretrain(args.data, args.out, config=args.config, init_from=args.init_from, dropout=r["dropout"],
                       eval_rows=args.eval_rows, objective=r["objective"],
                       mask_prob=r["mask_prob"] if masking else args.mask_prob, recipe=args.recipe,
-                      output_bias=r["output_bias"] if tokens else None, teacher=args.teacher, **options)
+                      output_bias=r["output_bias"] if tokens else None, teacher=args.teacher,
+                      student_embeddings=args.student_embeddings, **options)
     for key, value in result.items():
         print(f"{key}: {value:.4f}")
     print(f"saved: {Path(args.out) / 'final'} (a checkpoint folder: bertforge finetune TASK --model "

@@ -14,7 +14,7 @@ import torch
 
 from bertforge import BertConfig, BertForPreTraining, BertForSequenceClassification, BertTokenizer
 from bertforge.cli import main
-from bertforge.finetuning.distill import build_student, distill, make_distiller, project_embeddings, soft_target_loss
+from bertforge.finetuning.distill import build_student, distill, make_distiller, soft_target_loss
 from bertforge.finetuning.distill_data import augment_words, augmented, read_unlabelled
 from bertforge.core.errors import BertforgeError
 from bertforge.finetuning.finetune import finetune
@@ -190,30 +190,6 @@ def test_student_layers_copy_exactly_the_named_layers(teacher, sst2):
 
 def embeddings(model):
     return model.bert.embeddings
-
-
-def test_teacher_embeddings_keep_the_teachers_geometry_at_any_width(teacher):
-    model = BertForSequenceClassification.from_pretrained(teacher)
-    words = embeddings(model).word_embeddings.weight.detach()
-    centred = words - words.mean(0)
-    config = model.config.to_dict()
-    same = BertForSequenceClassification(BertConfig.from_dict(config))
-    narrow = BertForSequenceClassification(BertConfig.from_dict({**config, "hidden_size": 32, "num_attention_heads": 2,
-                                                                 "intermediate_size": 64}))
-    for student in (same, narrow):
-        project_embeddings(model, student)
-    rows = slice(0, 400)
-    ours = embeddings(same).word_embeddings.weight[rows]
-    torch.testing.assert_close(ours @ ours.T, centred[rows] @ centred[rows].T, atol=1e-4, rtol=1e-4)  # a rotation
-    positions = [embeddings(m).position_embeddings.weight for m in (same, model)]
-    torch.testing.assert_close(positions[0] @ positions[0].T, positions[1] @ positions[1].T, atol=1e-4, rtol=1e-4)
-    narrow_words = embeddings(narrow).word_embeddings.weight.detach()
-    singular = torch.linalg.svdvals(centred)
-    assert narrow_words.shape == (words.shape[0], 32)
-    torch.testing.assert_close(narrow_words.T @ narrow_words, torch.diag(singular[:32] ** 2), atol=1e-2, rtol=1e-4)
-    assert embeddings(narrow).LayerNorm.weight.eq(1).all()  # above the embeddings: the student's own
-    with pytest.raises(BertforgeError, match="wider"):
-        project_embeddings(narrow, same)
 
 
 def test_a_student_of_a_size_starts_with_the_teachers_embeddings_unless_asked_or_wider(teacher, sst2):

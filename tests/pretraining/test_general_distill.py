@@ -11,6 +11,7 @@ import torch
 
 from bertforge import BertConfig, BertForPreTraining, BertTokenizer
 from bertforge.cli import main
+from bertforge.core.errors import BertforgeError
 from bertforge.data.create import create_pretraining_data
 from bertforge.pretraining.demo import module_documents
 from bertforge.pretraining.general_distill import PROJECTION_FILE, relation_heads, relation_kl, relation_log_probs
@@ -98,6 +99,7 @@ def test_distilled_student_is_a_plain_checkpoint(data_dir, teacher, tmp_path):
     assert all(math.isfinite(r["loss"]) for r in rows)
     args = json.loads((run / "args.json").read_text())["extra"]
     assert args["objective"] == "distill" and args["teacher"] == str(teacher) and args["mask_prob"] is None
+    assert args["student_embeddings"] == "random"  # the tiny student (128) is wider than this teacher (96)
     final = run / "final"
     assert (final / PROJECTION_FILE).is_file()  # the 128 -> 96 map, kept for --resume only
     config = json.loads((final / "config.json").read_text())
@@ -128,6 +130,25 @@ def test_a_one_term_objective_trains_on_its_term_and_reports_both(objective, tra
     assert json.loads((run / "args.json").read_text())["extra"]["objective"] == objective
 
 
+def test_a_fresh_student_starts_with_the_teachers_embeddings_unless_wider_or_asked(teacher):
+    from bertforge.pretraining.pretrain import start_embeddings
+
+    encoder = BertForPreTraining.from_pretrained(teacher).bert
+    vocab = encoder.config.vocab_size
+
+    def student(width):
+        return BertForPreTraining(BertConfig(vocab_size=vocab, hidden_size=width, num_hidden_layers=1,
+                                             num_attention_heads=2, intermediate_size=2 * width))
+
+    for width, asked, expected in [(64, None, "teacher"), (64, "random", "random"), (128, None, "random")]:
+        model = student(width)
+        before = model.bert.embeddings.word_embeddings.weight.detach().clone()
+        assert start_embeddings(model, encoder, asked) == expected
+        assert torch.equal(before, model.bert.embeddings.word_embeddings.weight) == (expected == "random")
+    with pytest.raises(BertforgeError, match="wider"):
+        start_embeddings(student(128), encoder, "teacher")
+
+
 def sentiment(tmp_path):
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps({"text": t, "label": y}) + "\n"
@@ -148,7 +169,7 @@ def test_resume_continues_exactly(data_dir, teacher, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["no teacher", "teacher without distill", "not a model", "other vocabulary",
-                                  "mask prob"])
+                                  "mask prob", "student embeddings of a checkpoint"])
 def test_bad_input_is_one_line(case, data_dir, teacher, tmp_path, capsys):
     argv = cli(data_dir, teacher, tmp_path / "run")
     if case == "no teacher":
@@ -166,9 +187,12 @@ def test_bad_input_is_one_line(case, data_dir, teacher, tmp_path, capsys):
         BertForPreTraining(BertConfig.from_name("tiny", vocab_size=100)).save_pretrained(other)
         argv[argv.index("--teacher") + 1] = str(other)
         wanted = "vocabulary"
-    else:
+    elif case == "mask prob":
         argv += ["--mask-prob", "0.2"]
         wanted = "--mask-prob"
+    else:
+        argv += ["--init-from", str(teacher), "--student-embeddings", "teacher"]
+        wanted = "--student-embeddings teacher: it starts a fresh student"
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and wanted in err and "Traceback" not in err
