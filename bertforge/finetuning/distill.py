@@ -20,7 +20,7 @@ from pathlib import Path
 from ..model.config import SIZES, BertConfig
 from ..core.errors import BertforgeError
 from .finetune import (
-    FINETUNE_DEFAULTS, PAPER, add_task_run_arguments, family_record, read_splits, task_run_options,
+    CHOSEN, FINETUNE_DEFAULTS, PAPER, add_task_run_arguments, family_record, read_splits, task_run_options,
     task_training_options, train_on_task
 )
 from ..core.io import check_output
@@ -31,7 +31,7 @@ from ..text.tokenizer import BertTokenizer
 
 # The rate of the measured students from random weights (BENCHMARKS.md, "Distillation"): far above fine-tuning's
 # 2e-5; a student that starts from the teacher's layers or a pre-trained folder may want a lower --lr.
-DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, "batch_size": PAPER["batch_size"], "lr": 3e-4}
+DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": 3e-4}
 PER_EXAMPLE = ("BertForSequenceClassification", "BertForMultipleChoice")  # the heads task distillation serves
 
 

@@ -355,7 +355,11 @@ def test_glue_label_names_in_predict_and_pipeline_and_for_older_models(tiny_mode
 @pytest.mark.parametrize("recipe, examples, expected", [
     ("adaptive", 500, {"lr": 1e-4, "batch_size": 16, "epochs": 10.0}),  # 32 steps an epoch: 300 take 10
     ("adaptive", 100, {"lr": 1e-4, "batch_size": 16, "epochs": 20.0}),  # at most 20 epochs
-    ("adaptive", 3200, {"lr": 2e-5, "batch_size": 32, "epochs": 3.0}),  # the paper's: 300 steps
+    ("adaptive", 3168, {"lr": 1e-4, "batch_size": 16, "epochs": 2.0}),  # the paper's: 297 steps
+    ("adaptive", 3200, {"lr": 5e-5, "batch_size": 8, "epochs": 3.0, "warmup": 0.0, "weight_decay": 0.0}),  # Trainer's
+    ("adaptive", 4000, {"lr": 5e-5, "batch_size": 8, "epochs": 3.0, "warmup": 0.0, "weight_decay": 0.0}),
+    ("adaptive", 15968, {"lr": 5e-5, "batch_size": 8, "epochs": 3.0, "warmup": 0.0, "weight_decay": 0.0}),
+    ("adaptive", 16000, {"lr": 2e-5, "batch_size": 32, "epochs": 3.0}),  # the paper's: 1,500 steps
     ("adaptive", 67349, {"lr": 2e-5, "batch_size": 32, "epochs": 3.0}),
     ("paper", 500, {"lr": 2e-5, "batch_size": 32, "epochs": 3.0}),
 ])
@@ -363,7 +367,7 @@ def test_the_recipe_s_settings_by_the_number_of_training_examples(recipe, exampl
     from bertforge.finetuning.finetune import recipe_settings
 
     settings, why = recipe_settings(recipe, examples)
-    assert settings == expected and why
+    assert settings == {"warmup": 0.1, "weight_decay": 0.01, **expected} and why
 
 
 def test_without_rate_batch_or_epochs_the_run_adapts_and_says_so(tiny_model, tmp_path, caplog):
@@ -372,10 +376,12 @@ def test_without_rate_batch_or_epochs_the_run_adapts_and_says_so(tiny_model, tmp
             "--max-eval-examples", "16", "--no-progress"]
     with caplog.at_level(logging.INFO, logger="bertforge"):
         assert main([*argv, "--out", str(tmp_path / "adaptive"), "--lr", "3e-4"]) == 0
-    said = "fine-tuning with lr 0.0003, batch 16, 20 epochs (batch_size, epochs from 40 training examples"
+    said = ("fine-tuning with lr 0.0003, batch 16, 20 epochs, warm-up 0.1, weight decay 0.01 (batch_size, warmup, "
+            "weight_decay, epochs from 40 training examples")
     assert said in caplog.text
     saved = json.loads((tmp_path / "adaptive" / "args.json").read_text())
     assert (saved["lr"], saved["batch_size"], saved["steps"]) == (3e-4, 16, 60)  # 3 steps an epoch, 20 epochs
+    assert (saved["warmup"], saved["weight_decay"]) == (0.1, 0.01)
     assert saved["extra"]["recipe"] == "adaptive" and "40 training examples" in saved["extra"]["chosen_by"]
     assert main([*argv, "--out", str(tmp_path / "paper"), "--recipe", "paper"]) == 0
     saved = json.loads((tmp_path / "paper" / "args.json").read_text())
