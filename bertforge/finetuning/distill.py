@@ -85,12 +85,10 @@ def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_d
         return teacher_layers(teacher, teacher_dir, layers, spec, tokenizer, family)
     if spec in SIZES:
         config = BertConfig.from_name(spec, vocab_size=teacher.config.vocab_size, pad_token_id=tokenizer.pad_token_id)
-        student = family.model_class(BertConfig.from_dict({**config.to_dict(), **head}))
-        fits = config.hidden_size <= teacher.config.hidden_size
-        if embeddings == "teacher" or (embeddings is None and fits):  # by default where the teacher is as wide
-            from ..model.student import project_embeddings
+        from ..model.student import start_embeddings
 
-            project_embeddings(teacher, student)
+        student = family.model_class(BertConfig.from_dict({**config.to_dict(), **head}))
+        start_embeddings(student, teacher, embeddings)
         return student
     return family.model_class.from_pretrained(student_folder(spec, tokenizer), new_head=True, **head)
 

@@ -26,3 +26,13 @@ def project_embeddings(teacher, student) -> None:
         for name in ("position_embeddings", "token_type_embeddings"):
             rows = getattr(target, name).weight.shape[0]
             getattr(target, name).weight.copy_(getattr(source, name).weight.detach().float()[:rows] @ directions)
+
+
+def start_embeddings(student, teacher, choice: str | None) -> str:
+    """A fresh student's embeddings: the teacher's projected (`choice` "teacher"; by default, None, where the
+    student is no wider) or its own random ones ("random"); returns which."""
+    if choice is None:
+        choice = "teacher" if student.config.hidden_size <= teacher.config.hidden_size else "random"
+    if choice == "teacher":
+        project_embeddings(teacher, student)
+    return choice

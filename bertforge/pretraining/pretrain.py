@@ -193,6 +193,8 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
         init_output_bias(model, job.train.token_counts(model.config.vocab_size))
     model = job.objective.prepare(model, teacher, job)
     if job.objective.teacher and not init_from:
+        from ..model.student import start_embeddings
+
         student_embeddings = start_embeddings(model.student, model.teacher, student_embeddings)
     if job.train.max_seq_length > model.config.max_position_embeddings:
         raise BertforgeError(f"{data}: rows of {job.train.max_seq_length} tokens, but the model has "
@@ -223,18 +225,6 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
         check_resume(args, job.resume_fixed)  # a refused --resume writes nothing
         write_json(args.out / BASELINES_FILE, baselines)  # beside metrics.jsonl, for `bertforge plot`
         return {**fit(model, job, args, ctx), **baselines}
-
-
-def start_embeddings(student, teacher, choice: str | None) -> str:
-    """A fresh student's embeddings: the teacher's projected (model/student.py), by default where the student is no
-    wider, or random; returns which."""
-    from ..model.student import project_embeddings
-
-    if choice is None:
-        choice = "teacher" if student.config.hidden_size <= teacher.config.hidden_size else "random"
-    if choice == "teacher":
-        project_embeddings(teacher, student)
-    return choice
 
 
 def add_pretrain_arguments(p):

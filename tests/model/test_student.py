@@ -6,7 +6,7 @@ import torch
 from bertforge.core.errors import BertforgeError
 from bertforge.model.bert import BertModel
 from bertforge.model.config import BertConfig
-from bertforge.model.student import project_embeddings
+from bertforge.model.student import project_embeddings, start_embeddings
 
 
 def test_teacher_embeddings_keep_the_teachers_geometry_at_any_width():
@@ -31,3 +31,20 @@ def test_teacher_embeddings_keep_the_teachers_geometry_at_any_width():
     assert narrow.embeddings.LayerNorm.weight.eq(1).all()  # above the embeddings: the student's own
     with pytest.raises(BertforgeError, match="wider"):
         project_embeddings(narrow, same)
+
+
+def test_a_fresh_student_starts_with_the_teachers_embeddings_unless_wider_or_asked():
+    teacher = BertModel(BertConfig(vocab_size=300, hidden_size=96, num_hidden_layers=1, num_attention_heads=6,
+                                   intermediate_size=192))
+
+    def student(width):
+        return BertModel(BertConfig(vocab_size=300, hidden_size=width, num_hidden_layers=1, num_attention_heads=2,
+                                    intermediate_size=2 * width))
+
+    for width, asked, expected in [(64, None, "teacher"), (64, "random", "random"), (128, None, "random")]:
+        model = student(width)
+        before = model.embeddings.word_embeddings.weight.detach().clone()
+        assert start_embeddings(model, teacher, asked) == expected
+        assert torch.equal(before, model.embeddings.word_embeddings.weight) == (expected == "random")
+    with pytest.raises(BertforgeError, match="wider"):
+        start_embeddings(student(128), teacher, "teacher")

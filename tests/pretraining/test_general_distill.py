@@ -11,7 +11,6 @@ import torch
 
 from bertforge import BertConfig, BertForPreTraining, BertTokenizer
 from bertforge.cli import main
-from bertforge.core.errors import BertforgeError
 from bertforge.data.create import create_pretraining_data
 from bertforge.pretraining.demo import module_documents
 from bertforge.pretraining.general_distill import PROJECTION_FILE, relation_heads, relation_kl, relation_log_probs
@@ -128,25 +127,6 @@ def test_a_one_term_objective_trains_on_its_term_and_reports_both(objective, tra
     assert training and all(r["loss"] == r[trained] and left not in r for r in training)
     assert any({"eval_hidden_loss", "eval_relation_loss"} <= set(r) for r in rows)  # comparable with distill's
     assert json.loads((run / "args.json").read_text())["extra"]["objective"] == objective
-
-
-def test_a_fresh_student_starts_with_the_teachers_embeddings_unless_wider_or_asked(teacher):
-    from bertforge.pretraining.pretrain import start_embeddings
-
-    encoder = BertForPreTraining.from_pretrained(teacher).bert
-    vocab = encoder.config.vocab_size
-
-    def student(width):
-        return BertForPreTraining(BertConfig(vocab_size=vocab, hidden_size=width, num_hidden_layers=1,
-                                             num_attention_heads=2, intermediate_size=2 * width))
-
-    for width, asked, expected in [(64, None, "teacher"), (64, "random", "random"), (128, None, "random")]:
-        model = student(width)
-        before = model.bert.embeddings.word_embeddings.weight.detach().clone()
-        assert start_embeddings(model, encoder, asked) == expected
-        assert torch.equal(before, model.bert.embeddings.word_embeddings.weight) == (expected == "random")
-    with pytest.raises(BertforgeError, match="wider"):
-        start_embeddings(student(128), encoder, "teacher")
 
 
 def sentiment(tmp_path):
