@@ -1,8 +1,8 @@
 """Fine-tuning (spec section 7): one pre-trained encoder, one small head per task, the whole network trained.
 
 What differs between tasks is the task family's (tasks/): reading, encoding, the head, the metric. What is
-shared is here: length-grouped batches (little padding), the training loop of `train.py` with the paper's
-fine-tuning recipe as defaults, or settings that suit a few hundred examples (`--recipe`), evaluation every
+shared is here: length-grouped batches (little padding), the training loop of `train.py` with settings chosen
+by the number of training examples or the paper's recipe exactly (`--recipe`), evaluation every
 epoch with the best checkpoint kept in RUN/best/, and RUN/eval_results.json (its history read back from
 metrics.jsonl, so a resumed run reports every epoch).
 """
@@ -43,11 +43,13 @@ FINETUNE_DEFAULTS = dict(seed=42, adam_eps=1e-6, log_every=10, save_every=0, kee
 # leave unsaid, by the optimizer steps the paper's recipe would make (all-MiniLM-L6-v2 on SST-2, 3 seeds at each
 # size; BENCHMARKS.md, "Fine-tuning defaults"): under MIN_STEPS (fewer than 3,200 examples), batches of SMALL_BATCH
 # at SMALL_LR for the epochs that MIN_STEPS take (at most MAX_EPOCHS): the paper's 48 steps on 500 examples leave
-# SST-2 at chance; under PAPER_STEPS, transformers' Trainer's defaults (TRAINER), 3.3 points above the paper's
-# recipe and 1.3 above the small-data one at 4,000 examples; from PAPER_STEPS on (16,000 examples), the paper's.
+# SST-2 at chance; under LARGE_STEPS, transformers' Trainer's defaults (TRAINER), 3.3 points above the paper's
+# recipe and 1.3 above the small-data one at 4,000 examples; from LARGE_STEPS on (16,000 examples), the paper's
+# recipe at LARGE_LR, the top rate of the paper's own grid: above the paper's 2e-5 and level with Trainer's
+# defaults at 16,000 examples, in a quarter of Trainer's steps.
 RECIPES = ("adaptive", "paper")
 MIN_STEPS, SMALL_BATCH, SMALL_LR, MAX_EPOCHS = 300, 16, 1e-4, 20
-PAPER_STEPS = 1500
+LARGE_STEPS, LARGE_LR = 1500, 5e-5
 TRAINER = dict(lr=5e-5, batch_size=8, epochs=3.0, warmup=0.0, weight_decay=0.0)
 CHOSEN = ("lr", "batch_size", "warmup", "weight_decay")  # the training options a recipe sets, beside the epochs
 EPOCH_RUN = ("steps", "eval_every")  # training options a fine-tuning run sets itself: epochs, an evaluation each
@@ -159,11 +161,13 @@ def recipe_settings(recipe: str, examples: int) -> tuple[dict, str]:
     paper_steps = PAPER["epochs"] * math.ceil(examples / PAPER["batch_size"])
     if recipe == "paper":
         return dict(PAPER), "the paper's recipe (--recipe paper)"
-    if paper_steps >= PAPER_STEPS:
-        return dict(PAPER), f"the paper's recipe: {paper_steps:g} steps on {examples} training examples"
+    if paper_steps >= LARGE_STEPS:
+        return {**PAPER, "lr": LARGE_LR}, (f"{examples} training examples: the paper's recipe ({paper_steps:g} "
+                                           f"steps) at lr {LARGE_LR:g}, the top of the paper's grid; --recipe paper "
+                                           f"keeps {PAPER['lr']:g}")
     if paper_steps >= MIN_STEPS:
         return dict(TRAINER), (f"{examples} training examples: the paper's recipe would make {paper_steps:g} steps "
-                               f"(under {PAPER_STEPS}), so transformers' Trainer's defaults (no warm-up, no weight "
+                               f"(under {LARGE_STEPS}), so transformers' Trainer's defaults (no warm-up, no weight "
                                f"decay); --recipe paper keeps the paper's")
     epochs = min(MAX_EPOCHS, math.ceil(MIN_STEPS / math.ceil(examples / SMALL_BATCH)))
     return ({**PAPER, "lr": SMALL_LR, "batch_size": SMALL_BATCH, "epochs": float(epochs)},
@@ -285,11 +289,11 @@ def add_finetune_arguments(p):
     p.add_argument("--model", required=True, help="pre-trained checkpoint folder (Hugging Face layout)")
     p.add_argument("--recipe", choices=RECIPES, default="adaptive",
                    help="what --lr, --batch-size, --epochs, --warmup and --weight-decay not given are: adaptive: "
-                        f"the paper's recipe (lr 2e-5, batch 32, 3 epochs, warm-up 0.1, weight decay 0.01) where it "
-                        f"makes at least {PAPER_STEPS} steps; transformers' Trainer's defaults (lr 5e-5, batch 8, 3 "
-                        f"epochs, no warm-up or weight decay) where it makes {MIN_STEPS} to {PAPER_STEPS}; below, "
-                        f"batch {SMALL_BATCH} at {SMALL_LR:g} for the epochs {MIN_STEPS} steps take; paper: always "
-                        "the paper's")
+                        f"the paper's recipe (lr 2e-5, batch 32, 3 epochs, warm-up 0.1, weight decay 0.01) at lr "
+                        f"{LARGE_LR:g} where it makes at least {LARGE_STEPS} steps; transformers' Trainer's defaults "
+                        f"(lr 5e-5, batch 8, 3 epochs, no warm-up or weight decay) where it makes {MIN_STEPS} to "
+                        f"{LARGE_STEPS}; below, batch {SMALL_BATCH} at {SMALL_LR:g} for the epochs {MIN_STEPS} steps "
+                        "take; paper: always the paper's")
     add_task_run_arguments(p, {**FINETUNE_DEFAULTS, **dict.fromkeys(CHOSEN)}, None,
                            notes=dict.fromkeys((*CHOSEN, "epochs"), " (default: the --recipe's)"))
 

@@ -359,8 +359,8 @@ def test_glue_label_names_in_predict_and_pipeline_and_for_older_models(tiny_mode
     ("adaptive", 3200, {"lr": 5e-5, "batch_size": 8, "epochs": 3.0, "warmup": 0.0, "weight_decay": 0.0}),  # Trainer's
     ("adaptive", 4000, {"lr": 5e-5, "batch_size": 8, "epochs": 3.0, "warmup": 0.0, "weight_decay": 0.0}),
     ("adaptive", 15968, {"lr": 5e-5, "batch_size": 8, "epochs": 3.0, "warmup": 0.0, "weight_decay": 0.0}),
-    ("adaptive", 16000, {"lr": 2e-5, "batch_size": 32, "epochs": 3.0}),  # the paper's: 1,500 steps
-    ("adaptive", 67349, {"lr": 2e-5, "batch_size": 32, "epochs": 3.0}),
+    ("adaptive", 16000, {"lr": 5e-5, "batch_size": 32, "epochs": 3.0}),  # the paper's at 5e-5: 1,500 steps
+    ("adaptive", 67349, {"lr": 5e-5, "batch_size": 32, "epochs": 3.0}),
     ("paper", 500, {"lr": 2e-5, "batch_size": 32, "epochs": 3.0}),
 ])
 def test_the_recipe_s_settings_by_the_number_of_training_examples(recipe, examples, expected):
