@@ -5,6 +5,9 @@ the student's at temperature T, times T^2 so that its gradients keep their size 
 the squared error to the teacher's score), weighted 1 - alpha, plus alpha times the usual loss on the
 labelled examples. The student learns on the training set, on `--augment N` variants of each training input
 and on `--unlabelled` text (distill_data.py), all labelled by the teacher, whose outputs are cached.
+`--representations` adds general distillation's terms on the last layer (TinyBERT's task-specific stage: the
+hidden states, MiniLMv2's self-attention relations, or both; pretraining/general_distill.py), weighted
+`--representation-weight`: the teacher then runs beside the student on every training batch.
 
 The student starts from a size name (random weights, except its embeddings: the teacher's projected onto its
 width, unless it is wider or `--student-embeddings random`), a checkpoint folder, or `--student-layers`
@@ -33,6 +36,9 @@ from ..text.tokenizer import BertTokenizer
 # 2e-5; a student that starts from the teacher's layers or a pre-trained folder may want a lower --lr.
 DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": 3e-4}
 PER_EXAMPLE = ("BertForSequenceClassification", "BertForMultipleChoice")  # the heads task distillation serves
+# --representations: the terms of general distillation (pretraining/general_distill.py) each choice trains on
+REPRESENTATIONS = {"hidden": ("hidden_loss",), "relations": ("relation_loss",),
+                   "both": ("hidden_loss", "relation_loss")}
 
 
 def layer_list(text: str) -> list[int]:
@@ -124,32 +130,44 @@ def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | No
     return student
 
 
-def make_distiller(student, temperature: float, alpha: float, regression: bool):
-    """The module the training loop trains: the student, whose losses in training are the distillation's."""
+def make_distiller(student, temperature: float, alpha: float, regression: bool, representations=None,
+                   representation_weight: float = 1.0):
+    """The module the training loop trains: the student, whose losses in training are the distillation's.
+    `representations`: a general_distill.GeneralDistiller of this student and the teacher's encoder, or None."""
     import torch.nn.functional as F
     from torch import nn
 
     class Distiller(nn.Module):
         """With `teacher_logits` in the batch: {"distill_loss": (1 - alpha) x the soft-target loss per row,
-        "label_loss": alpha x the task loss per labelled row}; without: the student's own outputs."""
+        "label_loss": alpha x the task loss per labelled row}, and with `representations` its terms (per real
+        token) x `representation_weight`; without: the student's own outputs."""
 
         def __init__(self):
             super().__init__()
-            self.student = student
+            self.student, self.representations = student, representations
 
         def forward(self, teacher_logits=None, labelled=None, labels=None, **batch):
             if teacher_logits is None:
                 return self.student(labels=labels, **batch)
-            logits = self.student(**batch)["logits"].float()
-            return {"distill_loss": (1 - alpha) * soft_target_loss(logits, teacher_logits, temperature,
-                                                                   regression).mean(),
-                    "label_loss": alpha * label_loss(logits, labels, labelled.bool(), regression)}
+            out = self.student(**batch, output_hidden_states=self.representations is not None)
+            logits = out["logits"].float()
+            losses = {"distill_loss": (1 - alpha) * soft_target_loss(logits, teacher_logits, temperature,
+                                                                     regression).mean(),
+                      "label_loss": alpha * label_loss(logits, labels, labelled.bool(), regression)}
+            if self.representations is not None:
+                states, terms = out["hidden_states"], self.representations.terms
+                matched = self.representations.losses(batch, states[-2], states[-1], terms)
+                losses.update({k: representation_weight * v for k, v in matched.items()})
+            return losses
 
         def save_pretrained(self, folder, tokenizer=None):
             self.student.save_pretrained(folder, tokenizer=tokenizer)
+            if self.representations is not None:
+                self.representations.save_projection(folder)
 
         def load_weights(self, folder, **options):
-            return self.student.load_weights(folder, **options)
+            owner = self.student if self.representations is None else self.representations  # + the width map
+            return owner.load_weights(folder, **options)
 
     def label_loss(logits, labels, labelled, regression):
         if not labelled.any():
@@ -176,7 +194,8 @@ def soft_target_loss(student_logits, teacher_logits, temperature: float, regress
 
 def distill(task: str, teacher_dir, student: str | None, data, out, temperature: float = 2.0, alpha: float = 0.5,
             augment: int = 0, unlabelled: list | None = None, student_layers: list[int] | None = None,
-            student_embeddings: str | None = None, cache_dir=None, epochs: float = 3.0, max_length: int | None = None,
+            student_embeddings: str | None = None, representations: str | None = None,
+            representation_weight: float = 1.0, cache_dir=None, epochs: float = 3.0, max_length: int | None = None,
             max_train_examples: int | None = None, max_eval_examples: int | None = None,
             group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
             **options) -> dict:
@@ -187,16 +206,16 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     from .distill_data import default_cache
 
     started = time.perf_counter()
-    check_distill_options(temperature, alpha, student, student_layers)
+    check_distill_options(temperature, alpha, student, student_layers, representations, representation_weight)
     train_options = task_training_options(options, DISTILL_DEFAULTS)
     teacher_dir = Path(teacher_dir)
     head = TASKS[task].model_class.__name__ if task in TASKS else None
     if head not in PER_EXAMPLE and task in TASKS:
         raise BertforgeError(f"distill {task}: task distillation covers tasks with an output per example "
                              "(text and pair classification, regression, multiple choice), not per token or span")
-    if (augment or unlabelled) and head != "BertForSequenceClassification":
-        raise BertforgeError(f"{'--augment' if augment else '--unlabelled'}: only for text and text-pair tasks, "
-                             f"not {task}")
+    for flag, given in (("--augment", augment), ("--unlabelled", unlabelled), ("--representations", representations)):
+        if given and head != "BertForSequenceClassification":
+            raise BertforgeError(f"{flag}: only for text and text-pair tasks, not {task}")
     if not (teacher_dir / "config.json").is_file():
         raise BertforgeError(f"--teacher {teacher_dir}: not a model folder (no config.json)")
     family = make_family(task, data, max_length, options, reading=True)
@@ -214,15 +233,23 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
            f"{teacher_dir} layers {','.join(map(str, student_layers))}", "teacher": str(teacher_dir),
            "data": None if data is None else str(data), "family_options": family_record(options),
            "student_embeddings": student_embeddings, "temperature": temperature, "alpha": alpha,
+           "representations": representations, "representation_weight": representation_weight,
            "augment": augment, "unlabelled": [str(p) for p in unlabelled or []],
            "distill_rows": len(encoded["labelled"]),
            "teacher_outputs_cached": cached, "epochs": epochs, "max_length": family.max_length,
            "max_train_examples": max_train_examples, "max_eval_examples": max_eval_examples,
            "group_by_length": group_by_length, "command": command, "arguments": arguments}
+    loss_units = {"distill_loss": rows, "label_loss": labelled_rows}
+    matcher = None
+    if representations:
+        from ..pretraining.general_distill import GeneralDistiller
+
+        matcher = GeneralDistiller(model, teacher.bert, REPRESENTATIONS[representations])
+        loss_units.update(dict.fromkeys(matcher.terms, real_tokens))
     del teacher
-    return train_on_task(family, make_distiller(model, temperature, alpha, regression), tokenizer, splits, encoded,
-                         out, train_options, run, started, batch_keys={"teacher_logits": None, "labelled": None},
-                         loss_units={"distill_loss": rows, "label_loss": labelled_rows})
+    distiller = make_distiller(model, temperature, alpha, regression, matcher, representation_weight)
+    return train_on_task(family, distiller, tokenizer, splits, encoded, out, train_options, run, started,
+                         batch_keys={"teacher_logits": None, "labelled": None}, loss_units=loss_units)
 
 
 def distill_rows(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Path, augment: int, unlabelled,
@@ -256,12 +283,21 @@ def labelled_rows(batch: dict) -> int:
     return int(batch["labelled"].sum())
 
 
-def check_distill_options(temperature: float, alpha: float, student, layers) -> None:
+def real_tokens(batch: dict) -> int:
+    return int(batch["attention_mask"].sum())
+
+
+def check_distill_options(temperature: float, alpha: float, student, layers, representations=None,
+                          representation_weight: float = 1.0) -> None:
     """The checks the command line's types make, for calls from Python."""
     if not temperature > 0:
         raise BertforgeError(f"--temperature {temperature}: must be above 0")
     if not 0 <= alpha <= 1:
         raise BertforgeError(f"--alpha {alpha}: must be between 0 and 1")
+    if representations is not None and representations not in REPRESENTATIONS:
+        raise BertforgeError(f"--representations {representations}: expected one of {', '.join(REPRESENTATIONS)}")
+    if not representation_weight > 0:
+        raise BertforgeError(f"--representation-weight {representation_weight}: must be above 0")
     if student is None and layers is None:
         raise BertforgeError("distill needs --student (a size or a folder) or --student-layers")
 
@@ -281,6 +317,11 @@ def add_distill_arguments(p):
     p.add_argument("--temperature", type=positive, default=2.0, help="softens both distributions")
     p.add_argument("--alpha", type=share, default=0.5, help="weight of the loss on the labels (1 - alpha: on the "
                    "teacher's outputs)")
+    p.add_argument("--representations", choices=tuple(REPRESENTATIONS),
+                   help="also learn the teacher's last hidden states, its self-attention relations, or both, as "
+                        "pretrain --objective distill does (the teacher runs on every batch; default: outputs only)")
+    p.add_argument("--representation-weight", type=positive, default=1.0, metavar="W",
+                   help="weight of the --representations terms")
     p.add_argument("--augment", type=count(0), default=0, metavar="N",
                    help="N variants of each training input (words masked, replaced, cut to n-grams), teacher-labelled")
     p.add_argument("--unlabelled", nargs="+", type=Path, metavar="FILE",
@@ -296,6 +337,7 @@ def run_distill(args) -> int:
     results = distill(args.task, args.teacher, args.student, args.data, args.out, temperature=args.temperature,
                       alpha=args.alpha, augment=args.augment, unlabelled=args.unlabelled,
                       student_layers=args.student_layers, student_embeddings=args.student_embeddings,
+                      representations=args.representations, representation_weight=args.representation_weight,
                       cache_dir=args.cache_dir, **task_run_options(args))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0

@@ -62,7 +62,8 @@ def last_layer_qkv(model, hidden_in: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 class GeneralDistiller(nn.Module):
     """What the training loop trains for `--objective distill`: the student (a BertForPreTraining, saved as it
-    is), the frozen teacher encoder, and the map from the student's width to the teacher's."""
+    is; in `distill --representations`, the task model), the frozen teacher encoder, and the map from the
+    student's width to the teacher's."""
 
     def __init__(self, student, teacher, terms=DISTILL_LOSSES):
         super().__init__()
@@ -85,13 +86,16 @@ class GeneralDistiller(nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids=None, terms=None, **unused) -> dict:
         """The losses `terms` (default: those it trains on), each a mean over real tokens."""
-        terms = terms or self.terms
         batch = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        mask = attention_mask.bool()
+        return self.losses(batch, *self.states(self.student.bert, batch), terms or self.terms)
+
+    def losses(self, batch: dict, s_in: torch.Tensor, s_out: torch.Tensor, terms) -> dict:
+        """The losses `terms` between the teacher's last layer on `batch` and the student's, given its input and
+        output hidden states [B, L, H] (task distillation computes them with the student's outputs)."""
+        mask = batch["attention_mask"].bool()
         tokens = mask.sum().clamp(min=1)
         with torch.no_grad():
             t_in, t_out = self.states(self.teacher, batch)
-        s_in, s_out = self.states(self.student.bert, batch)
         losses = {}
         if "hidden_loss" in terms:
             hidden = ((self.projection(s_out).float() - t_out.float()) ** 2).mean(-1)

@@ -86,6 +86,61 @@ def test_distiller_weighs_soft_targets_by_one_minus_alpha_and_labels_by_alpha():
     assert torch.equal(distiller(**batch)["logits"], logits)
 
 
+def test_representation_terms_are_general_distillations_on_the_students_own_pass(teacher):
+    """--representations: the hidden and relation terms, taken from the student's task forward pass, equal
+    general distillation's own (which runs the student's encoder on its own), times the weight."""
+    from bertforge.pretraining.general_distill import GeneralDistiller
+
+    torch.manual_seed(0)
+    teacher_model = BertForSequenceClassification.from_pretrained(teacher).eval()
+    student = BertForSequenceClassification(BertConfig.from_name(
+        "mini", vocab_size=teacher_model.config.vocab_size, id2label={0: "0", 1: "1"})).eval()
+    matcher = GeneralDistiller(student, teacher_model.bert, ("hidden_loss", "relation_loss")).eval()
+    assert isinstance(matcher.projection, torch.nn.Linear)  # 256 wide against the teacher's 128
+    batch = dict(input_ids=torch.tensor([[2, 5, 6, 3], [2, 7, 3, 0]]),
+                 attention_mask=torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]),
+                 token_type_ids=torch.zeros(2, 4, dtype=torch.long))
+    distiller = make_distiller(student, 2.0, 0.5, regression=False, representations=matcher,
+                               representation_weight=0.5).eval()
+    out = distiller(teacher_logits=torch.zeros(2, 2), labelled=torch.tensor([1, 1]), labels=torch.tensor([0, 1]),
+                    **batch)
+    general = matcher(**batch)
+    assert general["hidden_loss"] > 0 and general["relation_loss"] > 0
+    for term in ("hidden_loss", "relation_loss"):
+        assert out[term].item() == pytest.approx(0.5 * general[term].item(), rel=1e-5)
+    without = make_distiller(student, 2.0, 0.5, regression=False).eval()(
+        teacher_logits=torch.zeros(2, 2), labelled=torch.tensor([1, 1]), labels=torch.tensor([0, 1]), **batch)
+    assert set(without) == {"distill_loss", "label_loss"}
+    assert out["distill_loss"].item() == pytest.approx(without["distill_loss"].item())
+
+
+def test_representations_run_logs_their_terms_and_resumes_exactly(teacher, sst2, tmp_path, capsys):
+    def run(out, *extra):
+        return main(["distill", "sst2", "--teacher", str(teacher), "--student", "mini", "--data", str(sst2),
+                     "--out", str(out), "--max-train-examples", "48", "--max-eval-examples", "16", "--epochs", "1",
+                     "--batch-size", "8", "--no-progress", "--cache-dir", str(tmp_path / "cache"),
+                     "--representations", "both", "--representation-weight", "2", "--save-every", "3", "--keep", "2",
+                     "--keep-checkpoints", *extra])
+
+    whole = tmp_path / "whole"
+    assert run(whole) == 0
+    logged = [json.loads(line) for line in (whole / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in logged if "hidden_loss" in r]
+    assert trained and all(r["hidden_loss"] > 0 and r["relation_loss"] > 0 for r in trained)
+    assert json.loads((whole / "args.json").read_text())["extra"]["representations"] == "both"
+    best = BertForSequenceClassification.from_pretrained(whole / "best")  # an ordinary checkpoint
+    assert best.config.hidden_size == 256
+    resumed = tmp_path / "resumed"
+    shutil.copytree(whole, resumed)
+    for name in ("step-0000006", "final", "best", "eval_results.json"):
+        target = resumed / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    capsys.readouterr()
+    assert run(resumed, "--resume") == 0
+    for name in ("model.safetensors", "distill_projection.safetensors"):  # the width map resumes too
+        assert (resumed / "final" / name).read_bytes() == (whole / "final" / name).read_bytes()
+
+
 def test_augmented_variants_mask_replace_and_cut_words():
     rng = np.random.default_rng(0)
     words = "a b c d e f g h i j".split()
@@ -244,6 +299,8 @@ def test_bad_teachers_and_students_are_one_line_errors(teacher, sst2, tmp_path, 
     BertForPreTraining(BertConfig.from_name("tiny", vocab_size=len(tokens))).save_pretrained(other)
     assert "vocabulary" in fails("--student", str(other), student=str(other))
     assert "per example" in fails("conll2003", task="conll2003")
+    assert "one of" in fails("--representations", representations="attention")
+    assert "above 0" in fails("--representation-weight", representations="both", representation_weight=0.0)
 
 
 def three_labels(teacher, tmp_path):
