@@ -6,7 +6,7 @@ the squared error to the teacher's score), weighted 1 - alpha, plus alpha times 
 labelled examples. The student learns on the training set, on `--augment N` variants of each training input
 and on `--unlabelled` text (distill_data.py), all labelled by the teacher, whose outputs are cached.
 `--representations` adds general distillation's terms on the last layer (TinyBERT's task-specific stage: the
-hidden states, MiniLMv2's self-attention relations, or both; pretraining/general_distill.py), weighted
+hidden states, MiniLMv2's self-attention relations, or both; model/representation_loss.py), weighted
 `--representation-weight`: the teacher then runs beside the student on every training batch.
 
 The student starts from a size name (random weights, except its embeddings: the teacher's projected onto its
@@ -36,7 +36,7 @@ from ..text.tokenizer import BertTokenizer
 # 2e-5; a student that starts from the teacher's layers or a pre-trained folder may want a lower --lr.
 DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": 3e-4}
 PER_EXAMPLE = ("BertForSequenceClassification", "BertForMultipleChoice")  # the heads task distillation serves
-# --representations: the terms of general distillation (pretraining/general_distill.py) each choice trains on
+# --representations: the terms of general distillation (model/representation_loss.py) each choice trains on
 REPRESENTATIONS = {"hidden": ("hidden_loss",), "relations": ("relation_loss",),
                    "both": ("hidden_loss", "relation_loss")}
 
@@ -133,7 +133,7 @@ def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | No
 def make_distiller(student, temperature: float, alpha: float, regression: bool, representations=None,
                    representation_weight: float = 1.0):
     """The module the training loop trains: the student, whose losses in training are the distillation's.
-    `representations`: a general_distill.GeneralDistiller of this student and the teacher's encoder, or None."""
+    `representations`: a representation_loss.RepresentationMatch of the teacher's encoder to this student, or None."""
     import torch.nn.functional as F
     from torch import nn
 
@@ -155,8 +155,8 @@ def make_distiller(student, temperature: float, alpha: float, regression: bool, 
                                                                      regression).mean(),
                       "label_loss": alpha * label_loss(logits, labels, labelled.bool(), regression)}
             if self.representations is not None:
-                states, terms = out["hidden_states"], self.representations.terms
-                matched = self.representations.losses(batch, states[-2], states[-1], terms)
+                states = out["hidden_states"]
+                matched = self.representations(batch, self.student.bert, states[-2], states[-1])
                 losses.update({k: representation_weight * v for k, v in matched.items()})
             return losses
 
@@ -166,8 +166,10 @@ def make_distiller(student, temperature: float, alpha: float, regression: bool, 
                 self.representations.save_projection(folder)
 
         def load_weights(self, folder, **options):
-            owner = self.student if self.representations is None else self.representations  # + the width map
-            return owner.load_weights(folder, **options)
+            report = self.student.load_weights(folder, **options)
+            if self.representations is not None:
+                self.representations.load_projection(folder)
+            return report
 
     def label_loss(logits, labels, labelled, regression):
         if not labelled.any():
@@ -242,9 +244,9 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     loss_units = {"distill_loss": rows, "label_loss": labelled_rows}
     matcher = None
     if representations:
-        from ..pretraining.general_distill import GeneralDistiller
+        from ..model.representation_loss import RepresentationMatch
 
-        matcher = GeneralDistiller(model, teacher.bert, REPRESENTATIONS[representations])
+        matcher = RepresentationMatch(teacher.bert, model.config.hidden_size, REPRESENTATIONS[representations])
         loss_units.update(dict.fromkeys(matcher.terms, real_tokens))
     del teacher
     distiller = make_distiller(model, temperature, alpha, regression, matcher, representation_weight)

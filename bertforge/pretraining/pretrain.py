@@ -195,7 +195,7 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     if job.objective.teacher and not init_from:
         from ..model.student import start_embeddings
 
-        student_embeddings = start_embeddings(model.student, model.teacher, student_embeddings)
+        student_embeddings = start_embeddings(model.student, model.match.teacher, student_embeddings)
     if job.train.max_seq_length > model.config.max_position_embeddings:
         raise BertforgeError(f"{data}: rows of {job.train.max_seq_length} tokens, but the model has "
                              f"{model.config.max_position_embeddings} positions (--config, --init-from)")

@@ -95,21 +95,20 @@ def test_representation_terms_are_general_distillations_on_the_students_own_pass
     teacher_model = BertForSequenceClassification.from_pretrained(teacher).eval()
     student = BertForSequenceClassification(BertConfig.from_name(
         "mini", vocab_size=teacher_model.config.vocab_size, id2label={0: "0", 1: "1"})).eval()
-    matcher = GeneralDistiller(student, teacher_model.bert, ("hidden_loss", "relation_loss")).eval()
-    assert isinstance(matcher.projection, torch.nn.Linear)  # 256 wide against the teacher's 128
+    general = GeneralDistiller(student, teacher_model.bert).eval()
+    match = general.match
+    assert isinstance(match.projection, torch.nn.Linear)  # 256 wide against the teacher's 128
     batch = dict(input_ids=torch.tensor([[2, 5, 6, 3], [2, 7, 3, 0]]),
                  attention_mask=torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]),
                  token_type_ids=torch.zeros(2, 4, dtype=torch.long))
-    distiller = make_distiller(student, 2.0, 0.5, regression=False, representations=matcher,
-                               representation_weight=0.5).eval()
-    out = distiller(teacher_logits=torch.zeros(2, 2), labelled=torch.tensor([1, 1]), labels=torch.tensor([0, 1]),
-                    **batch)
-    general = matcher(**batch)
-    assert general["hidden_loss"] > 0 and general["relation_loss"] > 0
+    targets = dict(teacher_logits=torch.zeros(2, 2), labelled=torch.tensor([1, 1]), labels=torch.tensor([0, 1]))
+    out = make_distiller(student, 2.0, 0.5, regression=False, representations=match,
+                         representation_weight=0.5).eval()(**targets, **batch)
+    expected = general(**batch)
+    assert expected["hidden_loss"] > 0 and expected["relation_loss"] > 0
     for term in ("hidden_loss", "relation_loss"):
-        assert out[term].item() == pytest.approx(0.5 * general[term].item(), rel=1e-5)
-    without = make_distiller(student, 2.0, 0.5, regression=False).eval()(
-        teacher_logits=torch.zeros(2, 2), labelled=torch.tensor([1, 1]), labels=torch.tensor([0, 1]), **batch)
+        assert out[term].item() == pytest.approx(0.5 * expected[term].item(), rel=1e-5)
+    without = make_distiller(student, 2.0, 0.5, regression=False).eval()(**targets, **batch)
     assert set(without) == {"distill_loss", "label_loss"}
     assert out["distill_loss"].item() == pytest.approx(without["distill_loss"].item())
 
