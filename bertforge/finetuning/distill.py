@@ -323,7 +323,7 @@ def add_distill_arguments(p):
                    help="also learn the teacher's last hidden states, its self-attention relations, or both, as "
                         "pretrain --objective distill does (the teacher runs on every batch; default: outputs only)")
     p.add_argument("--representation-weight", type=positive, default=1.0, metavar="W",
-                   help="weight of the --representations terms")
+                   help="weight of the --representations terms (default: 1)")
     p.add_argument("--augment", type=count(0), default=0, metavar="N",
                    help="N variants of each training input (words masked, replaced, cut to n-grams), teacher-labelled")
     p.add_argument("--unlabelled", nargs="+", type=Path, metavar="FILE",
