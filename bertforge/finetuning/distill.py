@@ -10,9 +10,11 @@ hidden states, MiniLMv2's self-attention relations, or both; model/representatio
 `--representation-weight`: the teacher then runs beside the student on every training batch.
 
 The student starts from a size name (random weights, except its embeddings: the teacher's projected onto its
-width, unless it is wider or `--student-embeddings random`), a checkpoint folder, or `--student-layers`
-(DistilBERT's start: the teacher's embeddings, the named layers, its pooler and head). The run folder is the one
-`finetune` writes (best/, eval_results.json, metrics.jsonl): an ordinary fine-tuned model for every other command.
+width, unless it is wider or `--student-embeddings random`), a checkpoint folder, `--student-layers`
+(DistilBERT's start: the teacher's embeddings, the named layers, its pooler and head), or with `--prune` the
+teacher cut to a size name (model/student.py: the layers, channels, heads and neurons it uses most on the data).
+The run folder is the one `finetune` writes (best/, eval_results.json, metrics.jsonl): an ordinary fine-tuned
+model for every other command.
 """
 
 import json
@@ -37,6 +39,7 @@ from ..text.tokenizer import BertTokenizer
 DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": 3e-4}
 PER_EXAMPLE = ("BertForSequenceClassification", "BertForMultipleChoice")  # the heads task distillation serves
 # --representations: the terms of general distillation (model/representation_loss.py) each choice trains on
+PRUNE_ROWS = 2048  # training rows --prune ranks the teacher's parts on: the means settle well before
 REPRESENTATIONS = {"hidden": ("hidden_loss",), "relations": ("relation_loss",),
                    "both": ("hidden_loss", "relation_loss")}
 
@@ -84,9 +87,16 @@ def student_folder(spec: str, teacher_tokenizer) -> Path:
 
 
 def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_dir: Path, tokenizer,
-                  family: TaskFamily, embeddings: str | None = None):
-    """The student model (see the module docstring); random weights are drawn from the current torch seed."""
+                  family: TaskFamily, embeddings: str | None = None, prune_on: dict | None = None):
+    """The student model (see the module docstring); random weights are drawn from the current torch seed.
+    `prune_on`: encoded training rows to rank the teacher's parts on, for a student cut from the teacher."""
     head = family.head_config()
+    depth = teacher.config.num_hidden_layers
+    if layers is not None and max(layers) >= depth:
+        raise BertforgeError(f"--student-layers {','.join(map(str, layers))}: the teacher {teacher_dir} has "
+                             f"{depth} layers (0 to {depth - 1})")
+    if prune_on is not None:
+        return cut_from_teacher(teacher, spec, layers, family, prune_on, tokenizer.pad_token_id)
     if layers is not None:
         return teacher_layers(teacher, teacher_dir, layers, spec, tokenizer, family)
     if spec in SIZES:
@@ -103,10 +113,7 @@ def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | No
     """A student of the teacher's `layers` (renumbered from 0) with its embeddings, pooler and head."""
     import torch
 
-    depth, width = teacher.config.num_hidden_layers, teacher.config.hidden_size
-    if max(layers) >= depth:
-        raise BertforgeError(f"--student-layers {','.join(map(str, layers))}: the teacher {teacher_dir} has "
-                             f"{depth} layers (0 to {depth - 1})")
+    width = teacher.config.hidden_size
     if spec is not None:
         config = BertConfig.from_name(spec) if spec in SIZES else BertConfig.load(student_folder(spec, tokenizer))
         if config.hidden_size != width or config.num_hidden_layers != len(layers):
@@ -128,6 +135,42 @@ def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | No
     with torch.no_grad():
         student.load_state_dict(weights, strict=True)
     return student
+
+
+def evenly_spaced(depth: int, n: int) -> list[int]:
+    """n of `depth` layers, the first and the last among them."""
+    return [round(i * (depth - 1) / (n - 1)) for i in range(n)] if n > 1 else [depth - 1]
+
+
+def cut_from_teacher(teacher, spec: str, layers: list[int] | None, family: TaskFamily, rows: dict, pad_id: int):
+    """--prune: a student of the size `spec` cut from the teacher's `layers` (default: evenly spaced), keeping the
+    hidden channels, heads and feed-forward neurons the teacher uses most on `rows`; the teacher's head size, so
+    its head count is its width over that."""
+    from ..inference.batches import padding, run_model
+    from ..model.student import activation_ranks, pruned_student
+
+    config = teacher.config
+    size = BertConfig.from_name(spec)
+    head_size = config.hidden_size // config.num_attention_heads
+    if size.hidden_size > config.hidden_size or size.hidden_size % head_size:
+        raise BertforgeError(f"--prune: the student {spec} is {size.hidden_size} wide; the teacher's width "
+                             f"({config.hidden_size}) cuts to a multiple of its head size ({head_size}) no wider")
+    if size.intermediate_size > config.intermediate_size or size.num_hidden_layers > config.num_hidden_layers:
+        raise BertforgeError(f"--prune: the student {spec} ({size.num_hidden_layers} layers, feed-forward "
+                             f"{size.intermediate_size}) is larger than the teacher ({config.num_hidden_layers} "
+                             f"layers, {config.intermediate_size})")
+    if layers is None:
+        layers = evenly_spaced(config.num_hidden_layers, size.num_hidden_layers)
+    elif len(layers) != size.num_hidden_layers:
+        raise BertforgeError(f"--student-layers {','.join(map(str, layers))}: the student {spec} has "
+                             f"{size.num_hidden_layers} layers")
+    cut = BertConfig.from_dict({**config.to_dict(), "num_hidden_layers": size.num_hidden_layers,
+                                "hidden_size": size.hidden_size, "intermediate_size": size.intermediate_size,
+                                "num_attention_heads": size.hidden_size // head_size})
+    ranks = activation_ranks(teacher, lambda: run_model(teacher, rows, padding(family.inputs, pad_id), ("logits",)))
+    print(f"student cut from the teacher's layers {','.join(map(str, layers))}: {cut.hidden_size} wide, "
+          f"{cut.num_attention_heads} heads of {head_size}, feed-forward {cut.intermediate_size}", file=sys.stderr)
+    return pruned_student(teacher, cut, layers, ranks)
 
 
 def make_distiller(student, temperature: float, alpha: float, regression: bool, representations=None,
@@ -196,7 +239,7 @@ def soft_target_loss(student_logits, teacher_logits, temperature: float, regress
 
 def distill(task: str, teacher_dir, student: str | None, data, out, temperature: float = 2.0, alpha: float = 0.5,
             augment: int = 0, unlabelled: list | None = None, student_layers: list[int] | None = None,
-            student_embeddings: str | None = None, representations: str | None = None,
+            student_embeddings: str | None = None, prune: bool = False, representations: str | None = None,
             representation_weight: float = 1.0, cache_dir=None, epochs: float = 3.0, max_length: int | None = None,
             max_train_examples: int | None = None, max_eval_examples: int | None = None,
             group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
@@ -208,7 +251,7 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     from .distill_data import default_cache
 
     started = time.perf_counter()
-    check_distill_options(temperature, alpha, student, student_layers, representations, representation_weight)
+    check_distill_options(temperature, alpha, student, student_layers, representations, representation_weight, prune)
     train_options = task_training_options(options, DISTILL_DEFAULTS)
     teacher_dir = Path(teacher_dir)
     head = TASKS[task].model_class.__name__ if task in TASKS else None
@@ -225,14 +268,15 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
     teacher = load_teacher(family, teacher_dir)
     torch.manual_seed(train_options["seed"])
-    model = build_student(student, student_layers, teacher, teacher_dir, tokenizer, family, student_embeddings)
+    model = build_student(student, student_layers, teacher, teacher_dir, tokenizer, family, student_embeddings,
+                          prune_sample(splits.train.encoded, train_options["seed"]) if prune else None)
     model.config.extra.update(family.config_entries())
     regression = head == "BertForSequenceClassification" and teacher.config.num_labels == 1
     cache = Path(cache_dir) if cache_dir else default_cache()
     encoded, cached = distill_rows(family, splits.train, tokenizer, teacher, teacher_dir, augment, unlabelled,
                                    regression, cache, train_options)
     run = {"task": task, "model": student if student_layers is None else
-           f"{teacher_dir} layers {','.join(map(str, student_layers))}", "teacher": str(teacher_dir),
+           f"{teacher_dir} layers {','.join(map(str, student_layers))}", "prune": prune, "teacher": str(teacher_dir),
            "data": None if data is None else str(data), "family_options": family_record(options),
            "student_embeddings": student_embeddings, "temperature": temperature, "alpha": alpha,
            "representations": representations, "representation_weight": representation_weight,
@@ -252,6 +296,15 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     distiller = make_distiller(model, temperature, alpha, regression, matcher, representation_weight)
     return train_on_task(family, distiller, tokenizer, splits, encoded, out, train_options, run, started,
                          batch_keys={"teacher_logits": None, "labelled": None}, loss_units=loss_units)
+
+
+def prune_sample(encoded: dict, seed: int) -> dict:
+    """The training rows --prune ranks the teacher's parts on: PRUNE_ROWS of them at random."""
+    import numpy as np
+
+    count = len(encoded["input_ids"])
+    picked = np.sort(np.random.default_rng(seed).permutation(count)[:PRUNE_ROWS])
+    return {key: [values[i] for i in picked] for key, values in encoded.items()}
 
 
 def distill_rows(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Path, augment: int, unlabelled,
@@ -290,7 +343,7 @@ def real_tokens(batch: dict) -> int:
 
 
 def check_distill_options(temperature: float, alpha: float, student, layers, representations=None,
-                          representation_weight: float = 1.0) -> None:
+                          representation_weight: float = 1.0, prune: bool = False) -> None:
     """The checks the command line's types make, for calls from Python."""
     if not temperature > 0:
         raise BertforgeError(f"--temperature {temperature}: must be above 0")
@@ -302,6 +355,8 @@ def check_distill_options(temperature: float, alpha: float, student, layers, rep
         raise BertforgeError(f"--representation-weight {representation_weight}: must be above 0")
     if student is None and layers is None:
         raise BertforgeError("distill needs --student (a size or a folder) or --student-layers")
+    if prune and student not in SIZES:
+        raise BertforgeError(f"--prune: --student {student} is not a size ({', '.join(SIZES)}) to cut the teacher to")
 
 
 def add_distill_arguments(p):
@@ -316,6 +371,10 @@ def add_distill_arguments(p):
                    help="a student of a size name starts with the teacher's embeddings projected onto its width "
                         "(leading principal directions: +2 points on SST-2 for BERT-Mini), or random ones (default: "
                         "the teacher's, unless the student is wider)")
+    p.add_argument("--prune", action="store_true",
+                   help="the student of the size --student names starts as the teacher cut to that size: its layers "
+                        "evenly spaced (or --student-layers), in each the hidden channels, attention heads (the "
+                        "teacher's head size) and feed-forward neurons most active on the training data")
     p.add_argument("--temperature", type=positive, default=2.0, help="softens both distributions")
     p.add_argument("--alpha", type=share, default=0.5, help="weight of the loss on the labels (1 - alpha: on the "
                    "teacher's outputs)")
@@ -338,7 +397,7 @@ def run_distill(args) -> int:
     check_output(args.out, "--out", inputs=[p for p in (args.teacher, args.student, args.data) if p])
     results = distill(args.task, args.teacher, args.student, args.data, args.out, temperature=args.temperature,
                       alpha=args.alpha, augment=args.augment, unlabelled=args.unlabelled,
-                      student_layers=args.student_layers, student_embeddings=args.student_embeddings,
+                      student_layers=args.student_layers, student_embeddings=args.student_embeddings, prune=args.prune,
                       representations=args.representations, representation_weight=args.representation_weight,
                       cache_dir=args.cache_dir, **task_run_options(args))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))

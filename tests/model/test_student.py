@@ -1,4 +1,5 @@
-"""A student's start from its teacher (model/student.py): the teacher's embeddings projected onto its width."""
+"""A student's start from its teacher (model/student.py): the teacher's embeddings projected onto its width, or the
+teacher cut to the student's size by the activations of its parts."""
 
 import pytest
 import torch
@@ -6,7 +7,8 @@ import torch
 from bertforge.core.errors import BertforgeError
 from bertforge.model.bert import BertModel
 from bertforge.model.config import BertConfig
-from bertforge.model.student import project_embeddings, start_embeddings
+from bertforge.model.student import activation_ranks, project_embeddings, pruned_student, start_embeddings
+from bertforge.model.task_heads import BertForSequenceClassification
 
 
 def test_teacher_embeddings_keep_the_teachers_geometry_at_any_width():
@@ -48,3 +50,59 @@ def test_a_fresh_student_starts_with_the_teachers_embeddings_unless_wider_or_ask
         assert torch.equal(before, model.embeddings.word_embeddings.weight) == (expected == "random")
     with pytest.raises(BertforgeError, match="wider"):
         start_embeddings(student(128), teacher, "teacher")
+
+
+def toy_teacher():
+    """3 layers of 64 (4 heads of 16, feed-forward 128), a 2-label classifier; random, in eval mode."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=40, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                        intermediate_size=128, id2label={0: "a", 1: "b"})
+    return BertForSequenceClassification(config).eval()
+
+
+def feed(model):
+    ids = torch.randint(4, 40, (6, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[3:, 6:] = 0  # padded rows too
+    return lambda: model(input_ids=ids, attention_mask=mask)["logits"]
+
+
+def test_cutting_the_teacher_to_its_own_size_keeps_every_weight():
+    teacher = toy_teacher()
+    student = pruned_student(teacher, teacher.config, [0, 1, 2], activation_ranks(teacher, feed(teacher)))
+    assert student.state_dict().keys() == teacher.state_dict().keys()
+    for key, value in teacher.state_dict().items():
+        assert torch.equal(student.state_dict()[key], value), key
+    assert torch.equal(feed(student.eval())(), feed(teacher)())
+
+
+def test_the_parts_the_teacher_does_not_use_are_the_ones_cut():
+    teacher = toy_teacher()
+    dead_channels, dead_head, dead_neurons = torch.arange(8, 24), 2, torch.arange(100, 128)
+    with torch.no_grad():  # channels 8-23 zero after every LayerNorm, head 2 and neurons 100-127 silent
+        for module in teacher.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight[dead_channels] = 0
+                module.bias[dead_channels] = 0
+        for layer in teacher.bert.encoder.layer:
+            value = layer.attention.self.value
+            value.weight[32:48] = 0
+            value.bias[32:48] = 0
+            layer.intermediate.dense.weight[dead_neurons] = 0
+            layer.intermediate.dense.bias[dead_neurons] = -10.0  # GELU(-10) is ~0
+    ranks = activation_ranks(teacher, feed(teacher))
+    config = BertConfig.from_dict({**teacher.config.to_dict(), "hidden_size": 48, "num_attention_heads": 3,
+                                   "intermediate_size": 100, "num_hidden_layers": 2})
+    student = pruned_student(teacher, config, [0, 2], ranks)
+    kept = torch.tensor([i for i in range(64) if i not in dead_channels])
+    live_heads = torch.tensor([*range(0, 32), *range(48, 64)])  # heads 0, 1, 3
+    for k, i in enumerate([0, 2]):
+        ours, theirs = student.bert.encoder.layer[k], teacher.bert.encoder.layer[i]
+        assert torch.equal(ours.attention.self.query.weight, theirs.attention.self.query.weight[live_heads][:, kept])
+        assert torch.equal(ours.attention.output.dense.weight,
+                           theirs.attention.output.dense.weight[kept][:, live_heads])
+        assert torch.equal(ours.output.dense.weight, theirs.output.dense.weight[kept][:, :100])
+        assert torch.equal(ours.output.LayerNorm.bias, theirs.output.LayerNorm.bias[kept])
+    assert torch.equal(student.bert.embeddings.word_embeddings.weight,
+                       teacher.bert.embeddings.word_embeddings.weight[:, kept])
+    assert student.classifier.weight.shape == (2, 48)
