@@ -242,6 +242,22 @@ def test_student_layers_copy_exactly_the_named_layers(teacher, sst2):
                            theirs["bert.encoder.layer.1.output.dense.weight"])
 
 
+def test_a_pruned_student_at_the_teachers_width_is_its_evenly_spaced_layers(teacher, sst2, tmp_path):
+    """--prune: a student as wide as the teacher keeps every channel, head and neuron of the layers it takes (the
+    cutting itself is tested in tests/model/test_student.py); a run leaves a checkpoint that evaluates."""
+    model = BertForSequenceClassification.from_pretrained(teacher)
+    tokenizer = BertTokenizer.from_pretrained(teacher)
+    family = make_family("sst2", sst2)
+    rows = family.read("train", tokenizer, 32).encoded
+    layers = build_student(None, [0, 2], model, teacher, tokenizer, family).state_dict()
+    cut = build_student("tiny", None, model, teacher, tokenizer, family, prune_on=rows).state_dict()
+    assert cut.keys() == layers.keys() and all(torch.equal(cut[k], layers[k]) for k in cut)
+    result = distill("sst2", teacher, "tiny", sst2, tmp_path / "run", cache_dir=tmp_path / "cache", prune=True,
+                     **OPTIONS)
+    assert 0 <= result["accuracy"] <= 1
+    assert json.loads((tmp_path / "run" / "args.json").read_text())["extra"]["prune"] is True
+
+
 def embeddings(model):
     return model.bert.embeddings
 
@@ -300,6 +316,9 @@ def test_bad_teachers_and_students_are_one_line_errors(teacher, sst2, tmp_path, 
     assert "per example" in fails("conll2003", task="conll2003")
     assert "one of" in fails("--representations", representations="attention")
     assert "above 0" in fails("--representation-weight", representations="both", representation_weight=0.0)
+    assert "not a size" in fails("--prune", student=str(teacher), prune=True)
+    assert "wide" in fails("--prune", student="mini", prune=True)  # 256 wide, the teacher 128
+    assert "layers" in fails("--student-layers", student="tiny", student_layers=[0, 1, 2], prune=True)
 
 
 def three_labels(teacher, tmp_path):
