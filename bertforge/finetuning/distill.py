@@ -137,40 +137,23 @@ def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | No
     return student
 
 
-def evenly_spaced(depth: int, n: int) -> list[int]:
-    """n of `depth` layers, the first and the last among them."""
-    return [round(i * (depth - 1) / (n - 1)) for i in range(n)] if n > 1 else [depth - 1]
-
-
 def cut_from_teacher(teacher, spec: str, layers: list[int] | None, family: TaskFamily, rows: dict, pad_id: int):
     """--prune: a student of the size `spec` cut from the teacher's `layers` (default: evenly spaced), keeping the
-    hidden channels, heads and feed-forward neurons the teacher uses most on `rows`; the teacher's head size, so
-    its head count is its width over that."""
+    hidden channels, heads and feed-forward neurons the teacher uses most on `rows` (model/student.py)."""
     from ..inference.batches import padding, run_model
-    from ..model.student import activation_ranks, pruned_student
+    from ..model.student import activation_ranks, cut_config, evenly_spaced, pruned_student
 
-    config = teacher.config
-    size = BertConfig.from_name(spec)
-    head_size = config.hidden_size // config.num_attention_heads
-    if size.hidden_size > config.hidden_size or size.hidden_size % head_size:
-        raise BertforgeError(f"--prune: the student {spec} is {size.hidden_size} wide; the teacher's width "
-                             f"({config.hidden_size}) cuts to a multiple of its head size ({head_size}) no wider")
-    if size.intermediate_size > config.intermediate_size or size.num_hidden_layers > config.num_hidden_layers:
-        raise BertforgeError(f"--prune: the student {spec} ({size.num_hidden_layers} layers, feed-forward "
-                             f"{size.intermediate_size}) is larger than the teacher ({config.num_hidden_layers} "
-                             f"layers, {config.intermediate_size})")
+    config = cut_config(teacher.config, BertConfig.from_name(spec), spec)
     if layers is None:
-        layers = evenly_spaced(config.num_hidden_layers, size.num_hidden_layers)
-    elif len(layers) != size.num_hidden_layers:
+        layers = evenly_spaced(teacher.config.num_hidden_layers, config.num_hidden_layers)
+    elif len(layers) != config.num_hidden_layers:
         raise BertforgeError(f"--student-layers {','.join(map(str, layers))}: the student {spec} has "
-                             f"{size.num_hidden_layers} layers")
-    cut = BertConfig.from_dict({**config.to_dict(), "num_hidden_layers": size.num_hidden_layers,
-                                "hidden_size": size.hidden_size, "intermediate_size": size.intermediate_size,
-                                "num_attention_heads": size.hidden_size // head_size})
-    ranks = activation_ranks(teacher, lambda: run_model(teacher, rows, padding(family.inputs, pad_id), ("logits",)))
-    print(f"student cut from the teacher's layers {','.join(map(str, layers))}: {cut.hidden_size} wide, "
-          f"{cut.num_attention_heads} heads of {head_size}, feed-forward {cut.intermediate_size}", file=sys.stderr)
-    return pruned_student(teacher, cut, layers, ranks)
+                             f"{config.num_hidden_layers} layers")
+    ranks = activation_ranks(teacher.bert, lambda: run_model(teacher, rows, padding(family.inputs, pad_id),
+                                                             ("logits",)), teacher.classifier)
+    print(f"student cut from the teacher's layers {','.join(map(str, layers))}: {config.hidden_size} wide, "
+          f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}", file=sys.stderr)
+    return pruned_student(teacher, config, layers, ranks)
 
 
 def make_distiller(student, temperature: float, alpha: float, regression: bool, representations=None,

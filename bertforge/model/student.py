@@ -1,11 +1,13 @@
-"""A student's start from its teacher: the teacher's embeddings projected onto the student's width, so that a
-random student starts knowing which words are alike (task distillation's `distill --student-embeddings` and
-general distillation's `pretrain --objective distill*` both use it)."""
+"""A student's start from its teacher, for task distillation (`distill`) and general distillation (`pretrain
+--objective distill*`) alike: the teacher's embeddings projected onto the student's width, so that a random
+student starts knowing which words are alike (`--student-embeddings`); or the teacher itself cut to the student's
+size (`--prune`)."""
 
 import torch
 
 from ..core.errors import BertforgeError
 from .bert import BertEmbeddings
+from .config import BertConfig
 
 
 def project_embeddings(teacher, student) -> None:
@@ -39,17 +41,38 @@ def start_embeddings(student, teacher, choice: str | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# A student cut from the teacher (distill --prune): the parts the teacher uses most on the task's data, ranked by
-# the mean magnitude of their activations (Minitron's ranking, Muralidharan et al. 2024), kept in its order.
+# A student cut from the teacher (--prune): the parts the teacher uses most on the training data, ranked by the
+# mean magnitude of their activations (Minitron's ranking, Muralidharan et al. 2024), kept in the teacher's order.
 
 
-def activation_ranks(teacher, run) -> dict[str, torch.Tensor]:
-    """How much the teacher (a task model: encoder `bert`, pooler, `classifier`) uses each of its parts while
-    `run()` feeds it data: "hidden" [H], each channel's mean |value| summed over every LayerNorm's output;
-    "heads" [layers, heads], the mean norm of each head's context vector; "neurons" [layers, I], each feed-forward
-    activation's mean |value|; "pooled" [H], each pooler output's mean |value| times the norm of the weights the
-    classifier gives it."""
-    config = teacher.config
+def evenly_spaced(depth: int, n: int) -> list[int]:
+    """n of `depth` layers, the first and the last among them."""
+    return [round(i * (depth - 1) / (n - 1)) for i in range(n)] if n > 1 else [depth - 1]
+
+
+def cut_config(teacher: BertConfig, size: BertConfig, name: str) -> BertConfig:
+    """The teacher's config at the size `size` (named `name` in errors): its layers, width and feed-forward size,
+    with the teacher's head size, so as many heads as that divides the width into."""
+    head_size = teacher.hidden_size // teacher.num_attention_heads
+    if size.hidden_size > teacher.hidden_size or size.hidden_size % head_size:
+        raise BertforgeError(f"--prune: the student {name} is {size.hidden_size} wide; the teacher's width "
+                             f"({teacher.hidden_size}) cuts to a multiple of its head size ({head_size}) no wider")
+    if size.intermediate_size > teacher.intermediate_size or size.num_hidden_layers > teacher.num_hidden_layers:
+        raise BertforgeError(f"--prune: the student {name} ({size.num_hidden_layers} layers, feed-forward "
+                             f"{size.intermediate_size}) is larger than the teacher ({teacher.num_hidden_layers} "
+                             f"layers, {teacher.intermediate_size})")
+    return BertConfig.from_dict({**teacher.to_dict(), "num_hidden_layers": size.num_hidden_layers,
+                                 "hidden_size": size.hidden_size, "intermediate_size": size.intermediate_size,
+                                 "num_attention_heads": size.hidden_size // head_size})
+
+
+def activation_ranks(encoder, run, head=None) -> dict[str, torch.Tensor]:
+    """How much the teacher's `encoder` (a BertModel) uses each of its parts while `run()` feeds it data: "hidden"
+    [H], each channel's mean |value| summed over every LayerNorm's output; "heads" [layers, heads], the mean norm
+    of each head's context vector; "neurons" [layers, I], each feed-forward activation's mean |value|; "pooled" [H]
+    (with a pooler), each pooler output's mean |value|, times the norm of the weights the task's `head` (a Linear
+    on the pooled output) gives it."""
+    config = encoder.config
     head_size = config.hidden_size // config.num_attention_heads
     totals: dict = {}
 
@@ -62,9 +85,10 @@ def activation_ranks(teacher, run) -> dict[str, torch.Tensor]:
             totals[key] = (total + x.sum(0), rows + len(x))
         return module.register_forward_hook(hook)
 
-    bert = teacher.bert
-    hooks = [watch(bert.embeddings.LayerNorm, "hidden.embeddings"), watch(bert.pooler, "pooled")]
-    for i, layer in enumerate(bert.encoder.layer):
+    hooks = [watch(encoder.embeddings.LayerNorm, "hidden.embeddings")]
+    if encoder.pooler is not None:
+        hooks.append(watch(encoder.pooler, "pooled"))
+    for i, layer in enumerate(encoder.encoder.layer):
         hooks += [watch(layer.attention.output.LayerNorm, f"hidden.{i}.attention"),
                   watch(layer.output.LayerNorm, f"hidden.{i}.output"),
                   watch(layer.attention.output.dense, f"heads.{i}", per_head=True, on_input=True),
@@ -77,10 +101,12 @@ def activation_ranks(teacher, run) -> dict[str, torch.Tensor]:
             hook.remove()
     mean = {key: total / rows for key, (total, rows) in totals.items()}
     layers = range(config.num_hidden_layers)
-    return {"hidden": sum(v for k, v in mean.items() if k.startswith("hidden.")),
-            "heads": torch.stack([mean[f"heads.{i}"] for i in layers]),
-            "neurons": torch.stack([mean[f"neurons.{i}"] for i in layers]),
-            "pooled": mean["pooled"] * teacher.classifier.weight.detach().float().norm(dim=0)}
+    ranks = {"hidden": sum(v for k, v in mean.items() if k.startswith("hidden.")),
+             "heads": torch.stack([mean[f"heads.{i}"] for i in layers]),
+             "neurons": torch.stack([mean[f"neurons.{i}"] for i in layers])}
+    if "pooled" in mean:
+        ranks["pooled"] = mean["pooled"] * (head.weight.detach().float().norm(dim=0) if head is not None else 1)
+    return ranks
 
 
 def top(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -88,49 +114,51 @@ def top(scores: torch.Tensor, k: int) -> torch.Tensor:
     return scores.topk(k).indices.sort().values
 
 
-def pruned_student(teacher, config, layers: list[int], ranks: dict[str, torch.Tensor]):
-    """A model of the teacher's class and `config` (narrower or as wide, the teacher's head size) made of the
-    teacher's `layers`, each cut to the hidden channels, heads and feed-forward neurons that `ranks`
-    (activation_ranks) rank highest; the pooler keeps the outputs the classifier leans on most."""
-    width, head_size = config.hidden_size, teacher.config.hidden_size // teacher.config.num_attention_heads
+def cut_weights(weights: dict, config: BertConfig, head_size: int, layers: list[int], ranks: dict) -> dict:
+    """The teacher's `weights` (a state dict with or without the task model's "bert." prefix) cut to `config`:
+    its `layers` renumbered from 0, in each the hidden channels, heads and feed-forward neurons that `ranks`
+    (activation_ranks) rank highest; the pooler keeps the outputs ranked highest, a classifier reads them."""
+    width = config.hidden_size
     hidden = top(ranks["hidden"], width)
-    pooled = top(ranks["pooled"], width)
+    pooled = top(ranks["pooled"], width) if "pooled" in ranks else None
     heads = [top(ranks["heads"][i], width // head_size) for i in layers]
     channels = [(h[:, None] * head_size + torch.arange(head_size)).flatten() for h in heads]
     neurons = [top(ranks["neurons"][i], config.intermediate_size) for i in layers]
     renumbered = {i: k for k, i in enumerate(layers)}
-    weights = {}
-    for key, value in teacher.state_dict().items():
+    cut = {}
+    for key, value in weights.items():
         parts = key.split(".")
-        if "layer" in parts:  # bert.encoder.layer.I.<module>...
+        if "layer" in parts:  # [bert.]encoder.layer.I.<module>.<parameter>
             at = parts.index("layer")
-            i = int(parts[at + 1])
-            if i not in renumbered:
+            if int(parts[at + 1]) not in renumbered:
                 continue
-            k = renumbered[i]
-            module = ".".join(parts[at + 2:-1])
+            k = renumbered[int(parts[at + 1])]
             rows, cols = {"attention.self.query": (channels[k], hidden), "attention.self.key": (channels[k], hidden),
                           "attention.self.value": (channels[k], hidden),
                           "attention.output.dense": (hidden, channels[k]),
                           "intermediate.dense": (neurons[k], hidden), "output.dense": (hidden, neurons[k])
-                          }.get(module, (hidden, None))  # the LayerNorms
+                          }.get(".".join(parts[at + 2:-1]), (hidden, None))  # the LayerNorms
             key = ".".join(parts[:at + 1] + [str(k)] + parts[at + 2:])
         elif "pooler" in parts:
             rows, cols = pooled, hidden
         elif "classifier" in parts:
             rows, cols = None, pooled
-        elif "embeddings" in parts and value.dim() == 2:
-            rows, cols = None, hidden
-        elif "embeddings" in parts:  # the LayerNorm
-            rows, cols = hidden, None
+        elif "embeddings" in parts:  # the tables [rows, H], their LayerNorm [H]
+            rows, cols = (None, hidden) if value.dim() == 2 else (hidden, None)
         else:
             rows, cols = None, None
         if rows is not None:
             value = value[rows]
         if cols is not None and value.dim() == 2:
             value = value[:, cols]
-        weights[key] = value
+        cut[key] = value
+    return cut
+
+
+def pruned_student(teacher, config: BertConfig, layers: list[int], ranks: dict):
+    """A task model of the teacher's class and `config` (cut_config), cut from the teacher (cut_weights)."""
+    head_size = teacher.config.hidden_size // teacher.config.num_attention_heads
     student = type(teacher)(config)
     with torch.no_grad():
-        student.load_state_dict(weights, strict=True)
+        student.load_state_dict(cut_weights(teacher.state_dict(), config, head_size, layers, ranks), strict=True)
     return student

@@ -67,9 +67,13 @@ def feed(model):
     return lambda: model(input_ids=ids, attention_mask=mask)["logits"]
 
 
+def ranks_of(teacher):
+    return activation_ranks(teacher.bert, feed(teacher), teacher.classifier)
+
+
 def test_cutting_the_teacher_to_its_own_size_keeps_every_weight():
     teacher = toy_teacher()
-    student = pruned_student(teacher, teacher.config, [0, 1, 2], activation_ranks(teacher, feed(teacher)))
+    student = pruned_student(teacher, teacher.config, [0, 1, 2], ranks_of(teacher))
     assert student.state_dict().keys() == teacher.state_dict().keys()
     for key, value in teacher.state_dict().items():
         assert torch.equal(student.state_dict()[key], value), key
@@ -86,11 +90,11 @@ def test_the_parts_the_teacher_does_not_use_are_the_ones_cut():
                 module.bias[dead_channels] = 0
         for layer in teacher.bert.encoder.layer:
             value = layer.attention.self.value
-            value.weight[32:48] = 0
-            value.bias[32:48] = 0
+            value.weight[16 * dead_head:16 * (dead_head + 1)] = 0
+            value.bias[16 * dead_head:16 * (dead_head + 1)] = 0
             layer.intermediate.dense.weight[dead_neurons] = 0
             layer.intermediate.dense.bias[dead_neurons] = -10.0  # GELU(-10) is ~0
-    ranks = activation_ranks(teacher, feed(teacher))
+    ranks = ranks_of(teacher)
     config = BertConfig.from_dict({**teacher.config.to_dict(), "hidden_size": 48, "num_attention_heads": 3,
                                    "intermediate_size": 100, "num_hidden_layers": 2})
     student = pruned_student(teacher, config, [0, 2], ranks)
