@@ -46,8 +46,8 @@ def start_embeddings(student, teacher, choice: str | None) -> str:
 
 
 def evenly_spaced(depth: int, n: int) -> list[int]:
-    """n of `depth` layers, the first and the last among them."""
-    return [round(i * (depth - 1) / (n - 1)) for i in range(n)] if n > 1 else [depth - 1]
+    """n of `depth` layers, the first and the last among them (one: the first, which reads the embeddings)."""
+    return [round(i * (depth - 1) / (n - 1)) for i in range(n)] if n > 1 else [0]
 
 
 def cut_config(teacher: BertConfig, size: BertConfig, name: str) -> BertConfig:

@@ -3,7 +3,8 @@ representations on the pre-training rows, with no masked-LM head on either side:
 states and self-attention relations (model/representation_loss.py says how each is measured).
 
 `--objective distill` trains on both (`DISTILL_LOSSES`), `distill-hidden` and `distill-relations` on one; the
-held-out figures give both either way, so that the three can be compared (objectives.py).
+held-out figures give both either way, so that the three can be compared (objectives.py). With `--prune` the
+student starts as the teacher cut to its size (model/student.py), ranked on the training rows.
 """
 
 from pathlib import Path
@@ -51,8 +52,45 @@ def load_teacher_encoder(folder) -> nn.Module:
     return BertModel.from_pretrained(folder).eval()
 
 
-def distiller(student, teacher: str, job, terms=DISTILL_LOSSES):
-    """The student wrapped with the teacher for `--objective distill`, once the teacher reads the data."""
+PRUNE_ROWS, RANK_BATCH = 2048, 64  # --prune ranks the teacher's parts on this many training rows
+
+
+def cut_student(student, encoder, job, name: str):
+    """--prune: a BertForPreTraining of the student's size (`name` in errors) and dropout cut from the teacher
+    `encoder`: its layers evenly spaced, the parts it uses most on PRUNE_ROWS training rows; heads fresh."""
+    import numpy as np
+    import torch
+
+    from ..model.bert import BertForPreTraining
+    from ..model.config import BertConfig
+    from ..model.student import activation_ranks, cut_config, cut_weights, evenly_spaced
+
+    teacher = encoder.config
+    config = cut_config(teacher, student.config, name)
+    dropout = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+    config = BertConfig.from_dict({**config.to_dict(), **{k: getattr(student.config, k) for k in dropout}})
+    count = len(job.train)
+    picked = np.sort(np.random.default_rng(job.seed).permutation(count)[:PRUNE_ROWS])
+    rows = job.rows_of(job.train, picked, 0)
+
+    def run():
+        for start in range(0, len(picked), RANK_BATCH):
+            encoder(**{k: v[start:start + RANK_BATCH] for k, v in rows.items()})
+
+    layers = evenly_spaced(teacher.num_hidden_layers, config.num_hidden_layers)
+    head_size = teacher.hidden_size // teacher.num_attention_heads
+    cut = BertForPreTraining(config)
+    weights = cut_weights(encoder.state_dict(), config, head_size, layers, activation_ranks(encoder, run))
+    with torch.no_grad():
+        missing, unexpected = cut.bert.load_state_dict(weights, strict=False)
+    if unexpected or any(not key.startswith("pooler.") for key in missing):  # a teacher without a pooler
+        raise BertforgeError(f"--prune: the teacher's weights do not fit the student ({(missing + unexpected)[:3]})")
+    return cut
+
+
+def distiller(student, teacher: str, job, terms=DISTILL_LOSSES, prune: str | None = None):
+    """The student wrapped with the teacher for `--objective distill`, once the teacher reads the data; `prune`:
+    the student's size name, to start it as the teacher cut to that size (cut_student) instead."""
     encoder = load_teacher_encoder(teacher)
     if encoder.config.vocab_size != student.config.vocab_size:
         raise BertforgeError(f"--teacher {teacher}: its vocabulary has {encoder.config.vocab_size} entries, the "
@@ -62,4 +100,6 @@ def distiller(student, teacher: str, job, terms=DISTILL_LOSSES):
     if job.train.max_seq_length > encoder.config.max_position_embeddings:
         raise BertforgeError(f"--teacher {teacher}: {encoder.config.max_position_embeddings} positions, rows of "
                              f"{job.train.max_seq_length} tokens")
+    if prune:
+        student = cut_student(student, encoder, job, prune)
     return GeneralDistiller(student, encoder, terms)

@@ -112,8 +112,8 @@ class MaskedLM:
         return result | ({"nsp_majority_accuracy": float(nsp.bincount().max() / len(nsp))} if self.next_sentence
                          else {})
 
-    def prepare(self, model, teacher: str | None, job):
-        """What trains: the model itself (a teacher is the distillation objective's)."""
+    def prepare(self, model, teacher: str | None, job, prune: str | None = None):
+        """What trains: the model itself (a teacher, and `prune`, a size to cut it to, are distillation's)."""
         return model
 
     def save(self, model, folder: Path, save_checkpoint) -> None:
@@ -182,10 +182,10 @@ class Distill(MaskedLM):
     def baselines(self, batches):
         return {}
 
-    def prepare(self, model, teacher, job):
+    def prepare(self, model, teacher, job, prune=None):
         from .general_distill import distiller
 
-        return distiller(model, teacher, job, self.terms)
+        return distiller(model, teacher, job, self.terms, prune)
 
     def save(self, model, folder, save_checkpoint):
         save_checkpoint(model.student, folder)

@@ -165,7 +165,7 @@ def init_output_bias(model, counts) -> None:
 def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = None, dropout: float | None = None,
              eval_rows: int = 1024, objective: str | None = None, mask_prob: float | None = None,
              recipe: str | None = None, output_bias: str | None = None, teacher: str | None = None,
-             student_embeddings: str | None = None, **options) -> dict:
+             student_embeddings: str | None = None, prune: bool = False, **options) -> dict:
     """Pre-train and return the last held-out evaluation (with the trivial baselines beside it).
 
     `options`: TrainArgs fields (defaults PRETRAIN_DEFAULTS). `recipe` is only recorded (the caller resolves it
@@ -174,7 +174,8 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     `config` is: args.json records the config used, `init_from`'s.
     `teacher`: the model whose representations `objective="distill"` learns (general_distill.py); a fresh student
     starts with its embeddings projected onto the student's width (`student_embeddings` None or "teacher"; None
-    only where the student is no wider), or random ones ("random")."""
+    only where the student is no wider), or random ones ("random"); with `prune` the student is the teacher cut
+    to `config`'s size instead (general_distill.cut_student)."""
     import torch
 
     from ..training.train import fit, setup_distributed
@@ -191,8 +192,8 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     model = build_model(config, tokenizer, init_from, dropout, job.train.index, causal=job.objective.causal)
     if output_bias == "unigram" and not init_from and job.objective.predicts_tokens:
         init_output_bias(model, job.train.token_counts(model.config.vocab_size))
-    model = job.objective.prepare(model, teacher, job)
-    if job.objective.teacher and not init_from:
+    model = job.objective.prepare(model, teacher, job, prune=config if prune else None)
+    if job.objective.teacher and not init_from and not prune:
         from ..model.student import start_embeddings
 
         student_embeddings = start_embeddings(model.student, model.match.teacher, student_embeddings)
@@ -207,12 +208,12 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
                 "dropout": model.config.hidden_dropout_prob, "config": str(init_from or config), "init_from": init_from,
                 "data": str(data), "max_length": job.train.max_seq_length, "eval_rows": eval_rows,
                 "output_bias": output_bias or "zero" if tokens and not init_from else None,
-                "student_embeddings": student_embeddings}
+                "student_embeddings": student_embeddings, "prune": prune or None}
     args = TrainArgs(out=Path(out), **{**options, "extra": {**options.get("extra", {}), **recorded}})
     if not ctx.main:
         return fit(model, job, args, ctx)
     shown = {k: v for k, v in recorded.items()
-             if v is not None or k not in ("teacher", "mask_prob", "student_embeddings")}
+             if v is not None or k not in ("teacher", "mask_prob", "student_embeddings", "prune")}
     log.info("pre-training: " + ", ".join(f"{k} {v}" for k, v in {
         **shown, "lr": args.lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": args.batch_size,
         "bf16": args.bf16,
@@ -238,6 +239,10 @@ def add_pretrain_arguments(p):
                    help="--objective distill*: a fresh student starts with the teacher's embeddings projected onto "
                         "its width (leading principal directions), or random ones (default: the teacher's, unless "
                         "the student is wider)")
+    p.add_argument("--prune", action="store_true",
+                   help="--objective distill*: the student starts as the teacher cut to --config's size (its layers "
+                        "evenly spaced, in each the hidden channels, heads and feed-forward neurons most active on "
+                        "the training rows; the teacher's head size), not from random weights")
     p.add_argument("--eval-rows", type=count(1), default=1024, help="held-out instances per evaluation")
     add_recipe_arguments(p)
     # None: the recipe decides (and --steps: 1000, or as many as --time-budget allows)
@@ -257,6 +262,10 @@ def run_pretrain(args) -> int:
         raise BertforgeError(f"--student-embeddings {args.student_embeddings}: it starts a fresh student of "
                              f"--objective distill (with --teacher), not " +
                              ("one from --init-from" if args.init_from else "a model without a teacher"))
+    if args.prune and (args.init_from or not args.teacher or args.student_embeddings):
+        raise BertforgeError("--prune: it cuts a fresh student from --teacher (--objective distill), not " +
+                             ("one from --init-from" if args.init_from else "beside --student-embeddings"
+                              if args.teacher else "without a teacher"))
     check_output(args.out, "--out", inputs=[args.data])
     width = BertConfig.load(args.init_from or args.config).hidden_size
     r = resolve(args.recipe, {k: getattr(args, k) for k in RECIPES[args.recipe]}, width, pick_device(args.device))
@@ -272,7 +281,7 @@ def run_pretrain(args) -> int:
                       eval_rows=args.eval_rows, objective=r["objective"],
                       mask_prob=r["mask_prob"] if masking else args.mask_prob, recipe=args.recipe,
                       output_bias=r["output_bias"] if tokens else None, teacher=args.teacher,
-                      student_embeddings=args.student_embeddings, **options)
+                      student_embeddings=args.student_embeddings, prune=args.prune, **options)
     for key, value in result.items():
         print(f"{key}: {value:.4f}")
     print(f"saved: {Path(args.out) / 'final'} (a checkpoint folder: bertforge finetune TASK --model "

@@ -13,6 +13,7 @@ from bertforge import BertConfig, BertForPreTraining, BertTokenizer
 from bertforge.cli import main
 from bertforge.data.create import create_pretraining_data
 from bertforge.pretraining.demo import module_documents
+from bertforge.pretraining.pretrain import pretrain
 from bertforge.model.representation_loss import PROJECTION_FILE
 from bertforge.text.wordpiece import train_vocab
 
@@ -74,6 +75,26 @@ def test_distilled_student_is_a_plain_checkpoint(data_dir, teacher, tmp_path):
                  "--no-progress"]) == 0
 
 
+def test_a_pruned_student_starts_as_the_teacher_cut_to_its_size(data_dir, teacher, tmp_path):
+    """--prune at learning rate 0: the student saved is the cut it started from, 48 wide of the teacher's 96 (3 of its
+    6 heads of 16), its first layer, every weight one of the teacher's."""
+    size = tmp_path / "student.json"
+    vocab = BertTokenizer.from_pretrained(data_dir).vocab_size
+    BertConfig(vocab_size=vocab, hidden_size=48, num_hidden_layers=1, num_attention_heads=4,
+               intermediate_size=96).save(size)
+    run = tmp_path / "run"
+    pretrain(str(data_dir), str(run), config=str(size), objective="distill", teacher=str(teacher), prune=True,
+             steps=1, lr=0.0, batch_size=8, seed=0, progress=False)
+    student, source = (BertForPreTraining.from_pretrained(f).bert for f in (run / "final", teacher))
+    assert student.config.num_attention_heads == 3 and student.config.hidden_size == 48
+    assert json.loads((run / "args.json").read_text())["extra"]["prune"] is True
+    words, teacher_words = student.embeddings.word_embeddings.weight, source.embeddings.word_embeddings.weight
+    kept = [next(j for j in range(96) if torch.equal(words[:, i], teacher_words[:, j])) for i in range(48)]
+    assert kept == sorted(kept)  # the teacher's channels, in its order
+    ours, theirs = student.encoder.layer[0].intermediate.dense.weight, source.encoder.layer[0].intermediate.dense.weight
+    assert all(any(torch.equal(row, t[kept]) for t in theirs) for row in ours)  # 96 of its 192 neurons, layer 0
+
+
 @pytest.mark.parametrize("objective, trained, left", [("distill-hidden", "hidden_loss", "relation_loss"),
                                                        ("distill-relations", "relation_loss", "hidden_loss")])
 def test_a_one_term_objective_trains_on_its_term_and_reports_both(objective, trained, left, data_dir, teacher,
@@ -109,7 +130,8 @@ def test_resume_continues_exactly(data_dir, teacher, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["no teacher", "teacher without distill", "not a model", "other vocabulary",
-                                  "mask prob", "student embeddings of a checkpoint"])
+                                  "mask prob", "student embeddings of a checkpoint", "prune without a teacher",
+                                  "prune to a wider student"])
 def test_bad_input_is_one_line(case, data_dir, teacher, tmp_path, capsys):
     argv = cli(data_dir, teacher, tmp_path / "run")
     if case == "no teacher":
@@ -130,6 +152,15 @@ def test_bad_input_is_one_line(case, data_dir, teacher, tmp_path, capsys):
     elif case == "mask prob":
         argv += ["--mask-prob", "0.2"]
         wanted = "--mask-prob"
+    elif case == "prune without a teacher":
+        argv[argv.index("distill")] = "mlm"
+        i = argv.index("--teacher")
+        del argv[i:i + 2]
+        argv.append("--prune")
+        wanted = "--prune: it cuts a fresh student from --teacher"
+    elif case == "prune to a wider student":
+        argv.append("--prune")  # tiny: 128 wide, the teacher 96
+        wanted = "--prune: the student tiny is 128 wide"
     else:
         argv += ["--init-from", str(teacher), "--student-embeddings", "teacher"]
         wanted = "--student-embeddings teacher: it starts a fresh student"
