@@ -39,7 +39,6 @@ from ..text.tokenizer import BertTokenizer
 DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": 3e-4}
 PER_EXAMPLE = ("BertForSequenceClassification", "BertForMultipleChoice")  # the heads task distillation serves
 # --representations: the terms of general distillation (model/representation_loss.py) each choice trains on
-PRUNE_ROWS = 2048  # training rows --prune ranks the teacher's parts on: the means settle well before
 REPRESENTATIONS = {"hidden": ("hidden_loss",), "relations": ("relation_loss",),
                    "both": ("hidden_loss", "relation_loss")}
 
@@ -282,11 +281,10 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
 
 
 def prune_sample(encoded: dict, seed: int) -> dict:
-    """The training rows --prune ranks the teacher's parts on: PRUNE_ROWS of them at random."""
-    import numpy as np
+    """The training rows --prune ranks the teacher's parts on (model/student.py's ranking_rows)."""
+    from ..model.student import ranking_rows
 
-    count = len(encoded["input_ids"])
-    picked = np.sort(np.random.default_rng(seed).permutation(count)[:PRUNE_ROWS])
+    picked = ranking_rows(len(encoded["input_ids"]), seed)
     return {key: [values[i] for i in picked] for key, values in encoded.items()}
 
 

@@ -45,6 +45,16 @@ def start_embeddings(student, teacher, choice: str | None) -> str:
 # mean magnitude of their activations (Minitron's ranking, Muralidharan et al. 2024), kept in the teacher's order.
 
 
+PRUNE_ROWS = 2048  # training rows the teacher's parts are ranked on: the means settle well before
+
+
+def ranking_rows(count: int, seed: int) -> list[int]:
+    """The rows (of `count` training rows) the teacher's parts are ranked on: PRUNE_ROWS at random, in order."""
+    import numpy as np
+
+    return np.sort(np.random.default_rng(seed).permutation(count)[:PRUNE_ROWS]).tolist()
+
+
 def evenly_spaced(depth: int, n: int) -> list[int]:
     """n of `depth` layers, the first and the last among them (one: the first, which reads the embeddings)."""
     return [round(i * (depth - 1) / (n - 1)) for i in range(n)] if n > 1 else [0]

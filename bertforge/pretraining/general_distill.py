@@ -52,25 +52,24 @@ def load_teacher_encoder(folder) -> nn.Module:
     return BertModel.from_pretrained(folder).eval()
 
 
-PRUNE_ROWS, RANK_BATCH = 2048, 64  # --prune ranks the teacher's parts on this many training rows
+RANK_BATCH = 64  # rows per teacher pass while --prune ranks its parts
 
 
 def cut_student(student, encoder, job, name: str):
     """--prune: a BertForPreTraining of the student's size (`name` in errors) and dropout cut from the teacher
-    `encoder`: its layers evenly spaced, the parts it uses most on PRUNE_ROWS training rows; heads fresh."""
+    `encoder`: its layers evenly spaced, the parts it uses most on the training rows; heads fresh."""
     import numpy as np
     import torch
 
     from ..model.bert import BertForPreTraining
     from ..model.config import BertConfig
-    from ..model.student import activation_ranks, cut_config, cut_weights, evenly_spaced
+    from ..model.student import activation_ranks, cut_config, cut_weights, evenly_spaced, ranking_rows
 
     teacher = encoder.config
     config = cut_config(teacher, student.config, name)
     dropout = ("hidden_dropout_prob", "attention_probs_dropout_prob")
     config = BertConfig.from_dict({**config.to_dict(), **{k: getattr(student.config, k) for k in dropout}})
-    count = len(job.train)
-    picked = np.sort(np.random.default_rng(job.seed).permutation(count)[:PRUNE_ROWS])
+    picked = np.array(ranking_rows(len(job.train), job.seed))
     rows = job.rows_of(job.train, picked, 0)
 
     def run():
