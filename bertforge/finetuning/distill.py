@@ -56,46 +56,51 @@ def layer_list(text: str) -> list[int]:
     return layers
 
 
-def load_teacher(family: TaskFamily, folder: Path):
-    """The teacher: a model fine-tuned for the task (its head trained), with the data's labels."""
+def load_teacher(family: TaskFamily, folder: Path, flag: str = "--teacher"):
+    """The teacher (or the model --prune-from names): a model fine-tuned for the task (its head trained), with the
+    data's labels."""
     from .evaluate import check_model
 
     if not (folder / "config.json").is_file():
-        raise BertforgeError(f"--teacher {folder}: not a model folder (no config.json)")
+        raise BertforgeError(f"{flag} {folder}: not a model folder (no config.json)")
     teacher = family.model_class.from_pretrained(folder)
     check_model(family, teacher, folder, fine_tuned=True)
     config = teacher.config
     if family.model_class.__name__ == "BertForSequenceClassification":
         names = [str(config.id2label[i]) for i in range(config.num_labels)]
         if family.model_order(config) != list(range(len(family.labels))):  # its outputs are the data's labels
-            raise BertforgeError(f"--teacher {folder}: its labels ({', '.join(names)}) are not the data's "
+            raise BertforgeError(f"{flag} {folder}: its labels ({', '.join(names)}) are not the data's "
                                  f"({', '.join(map(str, family.labels))})")
     return teacher
 
 
-def student_folder(spec: str, teacher_tokenizer) -> Path:
-    """A student checkpoint folder, which must read the teacher's tokens."""
+def student_folder(spec: str, teacher_tokenizer, flag: str = "--student") -> Path:
+    """A student checkpoint folder (or the model --prune-from names), which must read the teacher's tokens."""
     folder = Path(spec)
     if not (folder / "config.json").is_file():
-        raise BertforgeError(f"--student {spec}: neither a size ({', '.join(SIZES)}) nor a model folder")
+        raise BertforgeError(f"{flag} {spec}: " + (f"neither a size ({', '.join(SIZES)}) nor a model folder"
+                                                   if flag == "--student" else "not a model folder"))
     student = BertTokenizer.from_pretrained(folder)
     if student.get_vocab() != teacher_tokenizer.get_vocab():
-        raise BertforgeError(f"--student {spec}: its vocabulary ({student.vocab_size} tokens) is not the "
+        raise BertforgeError(f"{flag} {spec}: its vocabulary ({student.vocab_size} tokens) is not the "
                              f"teacher's ({teacher_tokenizer.vocab_size}): the student must read the same tokens")
     return folder
 
 
 def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_dir: Path, tokenizer,
-                  family: TaskFamily, embeddings: str | None = None, prune_on: dict | None = None):
+                  family: TaskFamily, embeddings: str | None = None, prune_on: dict | None = None, cut_from=None):
     """The student model (see the module docstring); random weights are drawn from the current torch seed.
-    `prune_on`: encoded training rows to rank the teacher's parts on, for a student cut from the teacher."""
+    `prune_on`: encoded training rows to rank the parts of the model cut on: `cut_from` (--prune-from's), or the
+    teacher."""
     head = family.head_config()
-    depth = teacher.config.num_hidden_layers
+    source = cut_from if cut_from is not None and prune_on is not None else teacher
+    depth = source.config.num_hidden_layers
     if layers is not None and max(layers) >= depth:
-        raise BertforgeError(f"--student-layers {','.join(map(str, layers))}: the teacher {teacher_dir} has "
+        raise BertforgeError(f"--student-layers {','.join(map(str, layers))}: the "
+                             f"{'teacher ' + str(teacher_dir) if source is teacher else '--prune-from model'} has "
                              f"{depth} layers (0 to {depth - 1})")
     if prune_on is not None:
-        return cut_from_teacher(teacher, spec, layers, family, prune_on, tokenizer.pad_token_id)
+        return cut_from_teacher(source, spec, layers, family, prune_on, tokenizer.pad_token_id)
     if layers is not None:
         return teacher_layers(teacher, teacher_dir, layers, spec, tokenizer, family)
     if spec in SIZES:
@@ -221,7 +226,8 @@ def soft_target_loss(student_logits, teacher_logits, temperature: float, regress
 
 def distill(task: str, teacher_dir, student: str | None, data, out, temperature: float = 2.0, alpha: float = 0.5,
             augment: int = 0, unlabelled: list | None = None, student_layers: list[int] | None = None,
-            student_embeddings: str | None = None, prune: bool = False, representations: str | None = None,
+            student_embeddings: str | None = None, prune: bool = False, prune_from=None,
+            representations: str | None = None,
             representation_weight: float = 1.0, cache_dir=None, epochs: float = 3.0, max_length: int | None = None,
             max_train_examples: int | None = None, max_eval_examples: int | None = None,
             group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
@@ -233,6 +239,7 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     from .distill_data import default_cache
 
     started = time.perf_counter()
+    prune = prune or prune_from is not None
     check_distill_options(temperature, alpha, student, student_layers, representations, representation_weight, prune)
     train_options = task_training_options(options, DISTILL_DEFAULTS)
     teacher_dir = Path(teacher_dir)
@@ -250,15 +257,19 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
     teacher = load_teacher(family, teacher_dir)
     torch.manual_seed(train_options["seed"])
+    cut_from = None
+    if prune_from is not None:  # a model of the task with the teacher's vocabulary and labels
+        cut_from = load_teacher(family, student_folder(str(prune_from), tokenizer, "--prune-from"), "--prune-from")
     model = build_student(student, student_layers, teacher, teacher_dir, tokenizer, family, student_embeddings,
-                          prune_sample(splits.train.encoded, train_options["seed"]) if prune else None)
+                          prune_sample(splits.train.encoded, train_options["seed"]) if prune else None, cut_from)
     model.config.extra.update(family.config_entries())
     regression = head == "BertForSequenceClassification" and teacher.config.num_labels == 1
     cache = Path(cache_dir) if cache_dir else default_cache()
     encoded, cached = distill_rows(family, splits.train, tokenizer, teacher, teacher_dir, augment, unlabelled,
                                    regression, cache, train_options)
     run = {"task": task, "model": student if student_layers is None else
-           f"{teacher_dir} layers {','.join(map(str, student_layers))}", "prune": prune, "teacher": str(teacher_dir),
+           f"{teacher_dir} layers {','.join(map(str, student_layers))}", "prune": prune,
+           "prune_from": None if prune_from is None else str(prune_from), "teacher": str(teacher_dir),
            "data": None if data is None else str(data), "family_options": family_record(options),
            "student_embeddings": student_embeddings, "temperature": temperature, "alpha": alpha,
            "representations": representations, "representation_weight": representation_weight,
@@ -356,6 +367,9 @@ def add_distill_arguments(p):
                    help="the student of the size --student names starts as the teacher cut to that size: its layers "
                         "evenly spaced (or --student-layers), in each the hidden channels, attention heads (the "
                         "teacher's head size) and feed-forward neurons most active on the training data")
+    p.add_argument("--prune-from", type=Path, metavar="DIR",
+                   help="--prune, cutting this model of the task instead of the teacher: a larger student distilled "
+                        "before, to cut in steps (BERT-Tiny cut from a cut BERT-Mini: +1.7 on SST-2, one seed)")
     p.add_argument("--temperature", type=positive, default=2.0, help="softens both distributions")
     p.add_argument("--alpha", type=share, default=0.5, help="weight of the loss on the labels (1 - alpha: on the "
                    "teacher's outputs)")
@@ -379,6 +393,7 @@ def run_distill(args) -> int:
     results = distill(args.task, args.teacher, args.student, args.data, args.out, temperature=args.temperature,
                       alpha=args.alpha, augment=args.augment, unlabelled=args.unlabelled,
                       student_layers=args.student_layers, student_embeddings=args.student_embeddings, prune=args.prune,
+                      prune_from=args.prune_from,
                       representations=args.representations, representation_weight=args.representation_weight,
                       cache_dir=args.cache_dir, **task_run_options(args))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))

@@ -258,6 +258,25 @@ def test_a_pruned_student_at_the_teachers_width_is_its_evenly_spaced_layers(teac
     assert json.loads((tmp_path / "run" / "args.json").read_text())["extra"]["prune"] is True
 
 
+def test_prune_from_cuts_the_named_model_not_the_teacher(teacher, sst2, tmp_path):
+    """--prune-from: the student is cut from that model (a student distilled before), ranked on the same rows."""
+    model = BertForSequenceClassification.from_pretrained(teacher)
+    tokenizer = BertTokenizer.from_pretrained(teacher)
+    family = make_family("sst2", sst2)
+    rows = family.read("train", tokenizer, 32).encoded
+    other = BertForSequenceClassification.from_pretrained(teacher)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for parameter in other.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    cut = build_student("tiny", [0, 2], model, teacher, tokenizer, family, prune_on=rows, cut_from=other).state_dict()
+    wanted = build_student("tiny", [0, 2], other, teacher, tokenizer, family, prune_on=rows).state_dict()
+    of_teacher = build_student("tiny", [0, 2], model, teacher, tokenizer, family, prune_on=rows).state_dict()
+    assert all(torch.equal(cut[k], wanted[k]) for k in cut)
+    assert not torch.equal(cut["bert.encoder.layer.1.output.dense.weight"],
+                           of_teacher["bert.encoder.layer.1.output.dense.weight"])
+
+
 def embeddings(model):
     return model.bert.embeddings
 
@@ -313,12 +332,14 @@ def test_bad_teachers_and_students_are_one_line_errors(teacher, sst2, tmp_path, 
     (other / "vocab.txt").write_text("\n".join(tokens) + "\n")
     BertForPreTraining(BertConfig.from_name("tiny", vocab_size=len(tokens))).save_pretrained(other)
     assert "vocabulary" in fails("--student", str(other), student=str(other))
+    assert "vocabulary" in fails("--prune-from", str(other), prune_from=other)
     assert "per example" in fails("conll2003", task="conll2003")
     assert "one of" in fails("--representations", representations="attention")
     assert "above 0" in fails("--representation-weight", representations="both", representation_weight=0.0)
     assert "not a size" in fails("--prune", student=str(teacher), prune=True)
     assert "wide" in fails("--prune", student="mini", prune=True)  # 256 wide, the teacher 128
     assert "layers" in fails("--student-layers", student="tiny", student_layers=[0, 1, 2], prune=True)
+    assert "not a model folder" in fails("--prune-from", prune_from=tmp_path / "nothing")
 
 
 def three_labels(teacher, tmp_path):
