@@ -9,14 +9,17 @@ and on `--unlabelled` text (distill_data.py), all labelled by the teacher, whose
 hidden states, MiniLMv2's self-attention relations, or both; model/representation_loss.py), weighted
 `--representation-weight`: the teacher then runs beside the student on every training batch.
 
-The student starts from a size name (random weights, except its embeddings: the teacher's projected onto its
-width, unless it is wider or `--student-embeddings random`), a checkpoint folder, `--student-layers`
+The student starts from a size name (the size's layers and width with the teacher's vocabulary, position count
+and token types; random weights, except its embeddings: the teacher's projected onto its width, unless it is wider
+or `--student-embeddings random`), a checkpoint folder, `--student-layers`
 (DistilBERT's start: the teacher's embeddings, the named layers, its pooler and head), or with `--prune` the
 teacher cut to a size name (model/student.py: the layers, channels, heads and neurons it uses most on the data).
 The run folder is the one `finetune` writes (best/, eval_results.json, metrics.jsonl): an ordinary fine-tuned
-model for every other command.
+model for every other command. `--resume` is checked against it (training/resume.py's DISTILL_FIXED) before the
+teacher or the student is loaded or built.
 """
 
+import argparse
 import json
 import sys
 import time
@@ -33,6 +36,8 @@ from ..core.flags import count, positive, share
 from ..tasks import TASKS, make_family
 from ..tasks.base import TaskFamily
 from ..text.tokenizer import BertTokenizer
+from ..training.options import TrainArgs
+from ..training.resume import DISTILL_FIXED, check_resume
 
 # The rate of the measured students from random weights (BENCHMARKS.md, "Distillation"): far above fine-tuning's
 # 2e-5; a student that starts from the teacher's layers or a pre-trained folder may want a lower --lr.
@@ -41,12 +46,14 @@ PER_EXAMPLE = ("BertForSequenceClassification", "BertForMultipleChoice")  # the 
 # --representations: the terms of general distillation (model/representation_loss.py) each choice trains on
 REPRESENTATIONS = {"hidden": ("hidden_loss",), "relations": ("relation_loss",),
                    "both": ("hidden_loss", "relation_loss")}
+# --augment's bound: TinyBERT's augmentation makes 20 variants of each input; 64 leaves room to measure beyond it
+# without a slip of the keyboard (10000) making 10,000 times the rows for the teacher to label
+MAX_AUGMENT = 64
+AUGMENT = count(0, MAX_AUGMENT)
 
 
 def layer_list(text: str) -> list[int]:
     """--student-layers: comma-separated teacher layer numbers from 0, e.g. 0,2,4."""
-    import argparse
-
     try:
         layers = [int(part) for part in text.split(",")]
     except ValueError:
@@ -104,9 +111,9 @@ def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_d
     if layers is not None:
         return teacher_layers(teacher, teacher_dir, layers, spec, tokenizer, family)
     if spec in SIZES:
-        config = BertConfig.from_name(spec, vocab_size=teacher.config.vocab_size, pad_token_id=tokenizer.pad_token_id)
-        from ..model.student import start_embeddings
+        from ..model.student import start_embeddings, student_config
 
+        config = student_config(teacher.config, spec, pad_token_id=tokenizer.pad_token_id)
         student = family.model_class(BertConfig.from_dict({**config.to_dict(), **head}))
         start_embeddings(student, teacher, embeddings)
         return student
@@ -240,7 +247,8 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
 
     started = time.perf_counter()
     prune = prune or prune_from is not None
-    check_distill_options(temperature, alpha, student, student_layers, representations, representation_weight, prune)
+    check_distill_options(temperature, alpha, student, student_layers, representations, representation_weight, prune,
+                          augment)
     train_options = task_training_options(options, DISTILL_DEFAULTS)
     teacher_dir = Path(teacher_dir)
     head = TASKS[task].model_class.__name__ if task in TASKS else None
@@ -250,9 +258,20 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     for flag, given in (("--augment", augment), ("--unlabelled", unlabelled), ("--representations", representations)):
         if given and head != "BertForSequenceClassification":
             raise BertforgeError(f"{flag}: only for text and text-pair tasks, not {task}")
+    family = make_family(task, data, max_length, options, reading=True)
+    run = {"task": task, "model": student if student_layers is None else
+           f"{teacher_dir} layers {','.join(map(str, student_layers))}", "prune": prune,
+           "prune_from": None if prune_from is None else str(prune_from), "teacher": str(teacher_dir),
+           "data": None if data is None else str(data), "family_options": family_record(options),
+           "student_embeddings": student_embeddings, "temperature": temperature, "alpha": alpha,
+           "representations": representations, "representation_weight": representation_weight,
+           "augment": augment, "unlabelled": [str(p) for p in unlabelled or []],
+           "distill_rows": None, "teacher_outputs_cached": None, "epochs": epochs, "max_length": family.max_length,
+           "max_train_examples": max_train_examples, "max_eval_examples": max_eval_examples,
+           "group_by_length": group_by_length, "command": command, "arguments": arguments}
+    check_resume(TrainArgs(out=Path(out), **{**train_options, "extra": run}), DISTILL_FIXED)
     if not (teacher_dir / "config.json").is_file():
         raise BertforgeError(f"--teacher {teacher_dir}: not a model folder (no config.json)")
-    family = make_family(task, data, max_length, options, reading=True)
     tokenizer = BertTokenizer.from_pretrained(teacher_dir)
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
     teacher = load_teacher(family, teacher_dir)
@@ -267,17 +286,7 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     cache = Path(cache_dir) if cache_dir else default_cache()
     encoded, cached = distill_rows(family, splits.train, tokenizer, teacher, teacher_dir, augment, unlabelled,
                                    regression, cache, train_options)
-    run = {"task": task, "model": student if student_layers is None else
-           f"{teacher_dir} layers {','.join(map(str, student_layers))}", "prune": prune,
-           "prune_from": None if prune_from is None else str(prune_from), "teacher": str(teacher_dir),
-           "data": None if data is None else str(data), "family_options": family_record(options),
-           "student_embeddings": student_embeddings, "temperature": temperature, "alpha": alpha,
-           "representations": representations, "representation_weight": representation_weight,
-           "augment": augment, "unlabelled": [str(p) for p in unlabelled or []],
-           "distill_rows": len(encoded["labelled"]),
-           "teacher_outputs_cached": cached, "epochs": epochs, "max_length": family.max_length,
-           "max_train_examples": max_train_examples, "max_eval_examples": max_eval_examples,
-           "group_by_length": group_by_length, "command": command, "arguments": arguments}
+    run.update(distill_rows=len(encoded["labelled"]), teacher_outputs_cached=cached)
     loss_units = {"distill_loss": rows, "label_loss": labelled_rows}
     matcher = None
     if representations:
@@ -305,7 +314,11 @@ def distill_rows(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Pat
     the teacher's outputs and whether it is labelled; and whether the teacher's outputs came from the cache."""
     from .distill_data import augmented, read_unlabelled, teacher_outputs
 
-    extra = augmented(train.examples, augment, train_options["seed"]) if augment else []
+    extra = []
+    if augment:
+        print(f"--augment {augment}: {augment * len(train.examples):,} variants of the {len(train.examples):,} "
+              "training examples", file=sys.stderr)
+        extra = augmented(train.examples, augment, train_options["seed"])
     if unlabelled:
         extra += read_unlabelled(unlabelled, family, pairs=train.examples[0].text_b is not None)
     encoded = {k: list(v) for k, v in train.encoded.items()}
@@ -335,8 +348,12 @@ def real_tokens(batch: dict) -> int:
 
 
 def check_distill_options(temperature: float, alpha: float, student, layers, representations=None,
-                          representation_weight: float = 1.0, prune: bool = False) -> None:
+                          representation_weight: float = 1.0, prune: bool = False, augment: int = 0) -> None:
     """The checks the command line's types make, for calls from Python."""
+    try:
+        AUGMENT(str(augment))
+    except argparse.ArgumentTypeError as e:
+        raise BertforgeError(f"--augment {augment}: {e}") from None
     if not temperature > 0:
         raise BertforgeError(f"--temperature {temperature}: must be above 0")
     if not 0 <= alpha <= 1:
@@ -355,8 +372,10 @@ def add_distill_arguments(p):
     p.add_argument("task", help=f"one of {', '.join(TASKS)} with an output per example")
     p.add_argument("--teacher", required=True, type=Path, help="a model fine-tuned on the task (bertforge's or "
                    "transformers' folder)")
-    p.add_argument("--student", help=f"the student: a size ({', '.join(SIZES)}: random weights) or a checkpoint "
-                   "folder with the teacher's vocabulary (default with --student-layers: the teacher's layers)")
+    p.add_argument("--student", help=f"the student: a size ({', '.join(SIZES)}: its layers and width, random "
+                   "weights, and the teacher's vocabulary, position count and token types, so that it reads what "
+                   "the teacher reads) or a checkpoint folder with the teacher's vocabulary (default with "
+                   "--student-layers: the teacher's layers)")
     p.add_argument("--student-layers", type=layer_list, metavar="I,J,...",
                    help="start from these layers of the teacher (from 0), its embeddings, pooler and head")
     p.add_argument("--student-embeddings", choices=("teacher", "random"),
@@ -378,8 +397,9 @@ def add_distill_arguments(p):
                         "pretrain --objective distill does (the teacher runs on every batch; default: outputs only)")
     p.add_argument("--representation-weight", type=positive, default=1.0, metavar="W",
                    help="weight of the --representations terms (default: 1)")
-    p.add_argument("--augment", type=count(0), default=0, metavar="N",
-                   help="N variants of each training input (words masked, replaced, cut to n-grams), teacher-labelled")
+    p.add_argument("--augment", type=AUGMENT, default=0, metavar="N",
+                   help="N variants of each training input (words masked, replaced, cut to n-grams), teacher-labelled: "
+                        f"N + 1 times the training rows (at most {MAX_AUGMENT}; TinyBERT makes 20)")
     p.add_argument("--unlabelled", nargs="+", type=Path, metavar="FILE",
                    help="text the teacher labels: a text (or a tab-separated pair) a line, or a table with the "
                         "task's text columns")

@@ -1,7 +1,7 @@
 """A student's start from its teacher, for task distillation (`distill`) and general distillation (`pretrain
---objective distill*`) alike: the teacher's embeddings projected onto the student's width, so that a random
-student starts knowing which words are alike (`--student-embeddings`); or the teacher itself cut to the student's
-size (`--prune`)."""
+--objective distill*`) alike: a student of a size with its teacher's embedding tables (`student_config`), the
+teacher's embeddings projected onto the student's width, so that a random student starts knowing which words are
+alike (`--student-embeddings`); or the teacher itself cut to the student's size (`--prune`)."""
 
 import torch
 
@@ -10,24 +10,44 @@ from .bert import BertEmbeddings
 from .config import BertConfig
 
 
+# The embedding tables of a BERT encoder, each with the config field that counts its rows
+TABLES = {"word_embeddings": "vocab_size", "position_embeddings": "max_position_embeddings",
+          "token_type_embeddings": "type_vocab_size"}
+
+
+def student_config(teacher: BertConfig, size: str, **overrides) -> BertConfig:
+    """A student of the size `size` (its layers, width, heads and feed-forward size) for `teacher`, with the
+    teacher's vocabulary, position count and token types (`TABLES`), whatever the size's own (512 positions, 2
+    token types): every row of its embedding tables is then one of the teacher's, projected (project_embeddings),
+    and it reads the inputs its teacher reads, never longer ones than the teacher learned on. A student cut from
+    the teacher, or made of its layers, has the teacher's tables too."""
+    return BertConfig.from_name(size, **{field: getattr(teacher, field) for field in TABLES.values()}, **overrides)
+
+
 def project_embeddings(teacher, student) -> None:
     """The student's token, position and segment embeddings from the teacher's, projected onto the student's width
     by the leading principal directions of the teacher's (centred) token embeddings; at the teacher's width the
-    projection is a rotation, which keeps every inner product. The embedding LayerNorm and everything above stay
-    fresh."""
+    projection is a rotation, which keeps every inner product. A student with more positions or token types than
+    its teacher (a `pretrain --config` size; never a student_config) keeps its own start for the rows the teacher
+    lacks. The embedding LayerNorm and everything above stay fresh."""
     source, target = (next(m for m in model.modules() if isinstance(m, BertEmbeddings)) for model in (teacher, student))
     words = source.word_embeddings.weight.detach().float()
-    width = target.word_embeddings.weight.shape[1]
+    rows, width = target.word_embeddings.weight.shape
     if width > words.shape[1]:
         raise BertforgeError(f"--student-embeddings teacher: the student is wider ({width}) than the teacher "
                              f"({words.shape[1]})")
+    if rows != len(words):
+        raise BertforgeError(f"--student-embeddings teacher: the student's vocabulary has {rows} entries, the "
+                             f"teacher's {len(words)}: the student must read the teacher's tokens")
     centre = words.mean(0)
     directions = torch.linalg.svd(words - centre, full_matrices=False).Vh[:width].T  # teacher width x student width
     with torch.no_grad():
         target.word_embeddings.weight.copy_((words - centre) @ directions)
-        for name in ("position_embeddings", "token_type_embeddings"):
-            rows = getattr(target, name).weight.shape[0]
-            getattr(target, name).weight.copy_(getattr(source, name).weight.detach().float()[:rows] @ directions)
+        for name in TABLES:
+            if name != "word_embeddings":
+                table, theirs = getattr(target, name).weight, getattr(source, name).weight.detach().float()
+                shared = min(len(table), len(theirs))
+                table[:shared] = theirs[:shared] @ directions
 
 
 def start_embeddings(student, teacher, choice: str | None) -> str:

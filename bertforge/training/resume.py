@@ -34,6 +34,11 @@ PRETRAIN_FIXED = {"data": "--data", "max_length": "--data (its rows' length)", "
 FINETUNE_FIXED = {"task": "the task", "model": "--model", "teacher": "--teacher", "data": "--data",
                   **{f"family_options.{k}": f"--{k}" for k in ("train", "dev", "test", "dataset")},
                   "max_length": "--max-length"}
+# What a task distillation run is besides: the student (its shape), the rows it learns from, and the
+# representation terms, whose width map its checkpoint holds; the loss weights (--temperature, --alpha,
+# --representation-weight) may change as the rate's schedule may
+DISTILL_FIXED = {**FINETUNE_FIXED, "model": "--student", "prune": "--prune", "prune_from": "--prune-from",
+                 "augment": "--augment", "unlabelled": "--unlabelled", "representations": "--representations"}
 FOLLOWS = {"config": "init_from"}  # with --init-from, the model's config is the checkpoint's whatever --config says
 NOT_SETTINGS = ("resume", "overwrite", "extra.arguments", "extra.command", "resumed")  # how, not what
 

@@ -211,7 +211,9 @@ def test_student_is_an_ordinary_checkpoint_for_evaluate_pipeline_and_transformer
                  "--out", str(tmp_path / "run"), "--max-train-examples", "48", "--max-eval-examples", "16",
                  "--augment", "1", "--epochs", "1", "--batch-size", "8", "--no-progress",
                  "--cache-dir", str(tmp_path / "cache")]) == 0
-    results = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr()
+    results = json.loads(printed.out)
+    assert "--augment 1: 48 variants of the 48 training examples" in printed.err  # said before they are made
     best = tmp_path / "run" / "best"
     assert main(["evaluate", "sst2", "--model", str(best), "--data", str(sst2), "--max-eval-examples", "16",
                  "--no-progress"]) == 0
@@ -281,6 +283,33 @@ def embeddings(model):
     return model.bert.embeddings
 
 
+def random_teacher(teacher, folder, **config):
+    """A random (never trained) teacher of the task with the fixture teacher's labels and vocabulary: one layer,
+    256 wide (wider than a tiny student), with these config fields."""
+    torch.manual_seed(0)
+    fields = {**BertConfig.load(str(teacher)).to_dict(), "num_hidden_layers": 1, "hidden_size": 256,
+              "num_attention_heads": 4, "intermediate_size": 512, **config}
+    BertForSequenceClassification(BertConfig.from_dict(fields)).save_pretrained(
+        folder, tokenizer=BertTokenizer.from_pretrained(teacher))
+    return folder
+
+
+@pytest.mark.parametrize("positions, types, more_words", [(128, 2, 0), (1024, 1, 6)])
+def test_a_student_of_a_size_takes_the_teachers_positions_token_types_and_vocabulary(
+        positions, types, more_words, teacher, sst2, tmp_path):
+    """Teachers of 128 and 1024 positions against the size's 512 (one with a single token type, one with a table
+    of words padded past the vocabulary): the student of a size has the teacher's tables, its embeddings
+    projected from them, and distils end to end."""
+    vocab = BertConfig.load(str(teacher)).vocab_size + more_words
+    other = random_teacher(teacher, tmp_path / "teacher", max_position_embeddings=positions, type_vocab_size=types,
+                           vocab_size=vocab)
+    distill("sst2", other, "tiny", sst2, tmp_path / "run", cache_dir=tmp_path / "cache",
+            **{**OPTIONS, "max_train_examples": 16, "max_eval_examples": 8})
+    student = BertConfig.load(str(tmp_path / "run" / "best"))
+    assert (student.max_position_embeddings, student.type_vocab_size, student.vocab_size) == (positions, types, vocab)
+    assert (student.num_hidden_layers, student.hidden_size) == (2, 128)  # the size's
+
+
 def test_a_student_of_a_size_starts_with_the_teachers_embeddings_unless_asked_or_wider(teacher, sst2):
     model = BertForSequenceClassification.from_pretrained(teacher)
     tokenizer = BertTokenizer.from_pretrained(teacher)
@@ -295,6 +324,9 @@ def test_a_student_of_a_size_starts_with_the_teachers_embeddings_unless_asked_or
 
 
 @pytest.mark.parametrize("flags, culprit", [
+    (["--augment", "10000"], "--augment"),
+    (["--augment", "65"], "--augment"),
+    (["--augment", "-1"], "--augment"),
     (["--temperature", "0"], "--temperature"),
     (["--temperature", "-1"], "--temperature"),
     (["--alpha", "1.5"], "--alpha"),
@@ -340,6 +372,48 @@ def test_bad_teachers_and_students_are_one_line_errors(teacher, sst2, tmp_path, 
     assert "wide" in fails("--prune", student="mini", prune=True)  # 256 wide, the teacher 128
     assert "layers" in fails("--student-layers", student="tiny", student_layers=[0, 1, 2], prune=True)
     assert "not a model folder" in fails("--prune-from", prune_from=tmp_path / "nothing")
+    assert "at most 64" in fails("--augment", augment=10000)
+
+
+def test_augment_takes_up_to_its_bound():
+    import argparse
+
+    from bertforge.finetuning.distill import MAX_AUGMENT, add_distill_arguments
+
+    parser = argparse.ArgumentParser()
+    add_distill_arguments(parser)
+    given = parser.parse_args(["sst2", "--teacher", "t", "--out", "o", "--augment", str(MAX_AUGMENT)])
+    assert given.augment == MAX_AUGMENT == 64
+
+
+def test_resume_checks_the_runs_fixed_flags_before_any_model_is_loaded(teacher, sst2, tmp_path, monkeypatch):
+    """A resumed run with another teacher (here one that could not be loaded), student, rows or representation
+    terms is refused naming the flag, before a teacher or a student is loaded or built."""
+    from bertforge.finetuning import distill as module
+
+    options = {**OPTIONS, "max_train_examples": 16, "max_eval_examples": 8, "cache_dir": tmp_path / "cache"}
+    run = tmp_path / "run"
+    distill("sst2", teacher, "tiny", sst2, run, **options)
+    record = (run / "args.json").read_bytes()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{")
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded or built before --resume was checked")
+
+    for name in ("load_teacher", "build_student", "student_folder"):
+        monkeypatch.setattr(module, name, no_model)
+    monkeypatch.setattr(BertForSequenceClassification, "from_pretrained", no_model)
+    monkeypatch.setattr(BertTokenizer, "from_pretrained", no_model)
+    for flag, change in [("--teacher", {"teacher_dir": broken}), ("--student", {"student": "mini"}),
+                         ("--augment", {"augment": 2}), ("--representations", {"representations": "hidden"}),
+                         ("--batch-size", {"batch_size": 4})]:
+        given = {"teacher_dir": teacher, "student": "tiny", **options, **change}
+        with pytest.raises(BertforgeError) as e:
+            distill("sst2", given.pop("teacher_dir"), given.pop("student"), sst2, run, resume=True, **given)
+        assert one_line_error(e, "--resume", flag).startswith(f"--resume: {flag} ")
+    assert (run / "args.json").read_bytes() == record
 
 
 def three_labels(teacher, tmp_path):

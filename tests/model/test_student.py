@@ -7,7 +7,9 @@ import torch
 from bertforge.core.errors import BertforgeError
 from bertforge.model.bert import BertModel
 from bertforge.model.config import BertConfig
-from bertforge.model.student import activation_ranks, project_embeddings, pruned_student, start_embeddings
+from bertforge.model.student import (
+    activation_ranks, project_embeddings, pruned_student, start_embeddings, student_config
+)
 from bertforge.model.task_heads import BertForSequenceClassification
 
 
@@ -50,6 +52,37 @@ def test_a_fresh_student_starts_with_the_teachers_embeddings_unless_wider_or_ask
         assert torch.equal(before, model.embeddings.word_embeddings.weight) == (expected == "random")
     with pytest.raises(BertforgeError, match="wider"):
         start_embeddings(student(128), teacher, "teacher")
+
+
+@pytest.mark.parametrize("positions, types, vocab", [(128, 2, 300), (1024, 1, 301)])
+def test_a_student_of_a_size_has_its_teachers_tables_every_row_projected(positions, types, vocab):
+    """Against the size's 512 positions and 2 token types: the student's tables are the teacher's (student_config),
+    each row the teacher's on the directions its words are projected on."""
+    torch.manual_seed(0)
+    teacher = BertModel(BertConfig.from_name("mini", num_hidden_layers=1, vocab_size=vocab,
+                                             max_position_embeddings=positions, type_vocab_size=types))
+    config = student_config(teacher.config, "tiny", pad_token_id=3)
+    assert (config.vocab_size, config.max_position_embeddings, config.type_vocab_size) == (vocab, positions, types)
+    assert (config.num_hidden_layers, config.hidden_size, config.pad_token_id) == (2, 128, 3)
+    student = BertModel(config)
+    project_embeddings(teacher, student)
+    ours, theirs = student.embeddings, teacher.embeddings
+    words = theirs.word_embeddings.weight.detach()
+    directions = torch.linalg.lstsq(words - words.mean(0), ours.word_embeddings.weight.detach()).solution
+    for name in ("position_embeddings", "token_type_embeddings"):
+        torch.testing.assert_close(getattr(ours, name).weight, getattr(theirs, name).weight @ directions,
+                                   atol=1e-4, rtol=1e-4)
+    # a student of its own size (pretrain --config): the rows both have projected, the others its own
+    own = BertModel(BertConfig.from_name("tiny", vocab_size=vocab))
+    before = own.embeddings.position_embeddings.weight.detach().clone()
+    project_embeddings(teacher, own)
+    table, shared = own.embeddings.position_embeddings.weight, min(positions, 512)
+    torch.testing.assert_close(table[:shared], theirs.position_embeddings.weight[:shared] @ directions,
+                               atol=1e-4, rtol=1e-4)
+    assert torch.equal(table[shared:], before[shared:])
+    with pytest.raises(BertforgeError) as e:
+        project_embeddings(teacher, BertModel(BertConfig.from_name("tiny", vocab_size=vocab + 1)))
+    assert "\n" not in str(e.value) and "vocabulary" in str(e.value)
 
 
 def toy_teacher():
