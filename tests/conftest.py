@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,16 @@ def require_shared(*parts) -> Path:
     if not path.exists():
         pytest.skip(f"needs {path} (set BERTFORGE_SHARED to the folder holding data/ and models/)")
     return path
+
+
+def place_file(source: Path, target: Path) -> Path:
+    """`source` as a file of another model folder: a hard link where the file system allows, else a copy (a model
+    folder's files are read only from inside it, so a symbolic link out of it would be refused)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+    return target
 
 
 def one_line_error(excinfo, *names) -> str:

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from ..core.errors import BertforgeError
-from ..core.io import atomic_path, new_model_folder
+from ..core.io import atomic_path, has_model_file, model_file, new_model_folder
 from ..core.flags import ONNX_OPSETS, onnx_opset
 from ..model.sentence_folder import keep_sentence_folder
 
@@ -44,8 +44,8 @@ def run_convert(args) -> int:
         check_vocabulary(src, weights, file)
         for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json",
                      "special_tokens_map.json"):
-            if (src / name).is_file():
-                shutil.copyfile(src / name, tmp / name)
+            if has_model_file(src / name, src):
+                shutil.copyfile(model_file(src / name, src), tmp / name)
         keep_sentence_folder(src, tmp)  # the same model in another format: its pooling goes with it
         tensors = {k: v.contiguous() for k, v in weights.items() if k not in TIED_ALIASES}
         with atomic_path(tmp / SAFETENSORS) as path:

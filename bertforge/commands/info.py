@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
-from ..core.io import read_json
+from ..core.io import has_model_file, read_model_json, read_model_text
 from ..model.sentence_folder import read_sentence_folder
 from ..model.sizes import read_header
 from ..text.tokenizer import looks_uncased
@@ -28,9 +28,9 @@ def add_info_arguments(parser):
 def vocabulary(folder: Path, config: BertConfig) -> str:
     """Its size, and whether vocab.txt (when present) agrees with the embedding table."""
     vocab = folder / "vocab.txt"
-    if not vocab.is_file():
+    if not has_model_file(vocab):
         return f"{config.vocab_size} tokens"
-    lines = len(vocab.read_text(encoding="utf-8").splitlines())
+    lines = len(read_model_text(vocab).splitlines())
     agrees = "as vocab.txt" if lines == config.vocab_size else f"but vocab.txt has {lines}"
     return f"{config.vocab_size} tokens ({agrees})"
 
@@ -40,13 +40,13 @@ def vocabulary_case(folder: Path) -> str:
     for name, find in (("tokenizer_config.json", lambda d: d.get("do_lower_case")),
                        ("tokenizer.json", lambda d: (d.get("normalizer") or {}).get("lowercase"))):
         path = folder / name
-        if path.is_file():
-            lower = find(read_json(path))
+        if has_model_file(path):
+            lower = find(read_model_json(path))
             if lower is not None:
                 return f"{'uncased' if lower else 'cased'} ({name})"
     vocab = folder / "vocab.txt"
-    if vocab.is_file():
-        if looks_uncased(vocab.read_text(encoding="utf-8").splitlines()):
+    if has_model_file(vocab):
+        if looks_uncased(read_model_text(vocab).splitlines()):
             return "uncased (guessed: vocab.txt has no capitals)"
         return "cased (guessed: vocab.txt has capitals)"
     return "unknown (no tokenizer files in the folder)"

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,9 +41,14 @@ def read_text(path, encoding="utf-8") -> str:
     """A whole text file, with a decoding error reported by file and byte offset."""
     path = Path(path)
     try:
-        return path.read_bytes().decode(encoding)
+        return decoded(path.read_bytes(), path, encoding)
     except OSError as e:
         raise unreadable(path, e) from None
+
+
+def decoded(data: bytes, path, encoding: str) -> str:
+    try:
+        return data.decode(encoding)
     except UnicodeDecodeError as e:
         raise BertforgeError(
             f"{path}: not valid {encoding} at byte {e.start} ({e.object[e.start:e.start + 1]!r}); "
@@ -66,14 +72,32 @@ def parse_json(text: str, path, first_line: int = 1):
     A string holding an unpaired surrogate escape (e.g. "\\ud800") is refused: it is not Unicode text."""
     try:
         value = json.loads(text)
+        deep = too_deep(value)
     except json.JSONDecodeError as e:
         raise BertforgeError(f"{where(path, first_line + e.lineno - 1)}: not valid JSON ({e.msg})") from None
+    except RecursionError:
+        deep = True
+    if deep:
+        raise BertforgeError(f"{where(path, first_line)}: JSON nested more than {MAX_JSON_DEPTH} levels deep, "
+                             "which no model or data file needs")
     found = SURROGATE_ESCAPE.search(text)
     if found and not _is_unicode(value):
         line = first_line + text.count("\n", 0, found.start())
         raise BertforgeError(f"{where(path, line)}: a string holds an unpaired surrogate ({found.group()}), which is "
                              "not Unicode text")
     return value
+
+
+MAX_JSON_DEPTH = 100  # a tokenizer.json nests 6 deep; code that walks a value recursively stays far from Python's limit
+
+
+def too_deep(value) -> bool:
+    """Whether a parsed JSON value nests lists and objects more than MAX_JSON_DEPTH deep (walked without recursion)."""
+    level = [value] if isinstance(value, (list, dict)) else []  # the containers at depth 1, 2, ...
+    for _ in range(MAX_JSON_DEPTH):
+        level = [child for item in level for child in (item.values() if isinstance(item, dict) else item)
+                 if isinstance(child, (list, dict))]
+    return bool(level)
 
 
 def _is_unicode(value) -> bool:
@@ -93,10 +117,88 @@ def _is_unicode(value) -> bool:
 
 def read_json(path, expect: type | None = dict):
     """A JSON file's value (by default it must be an object)."""
-    value = parse_json(read_text(path), path)
+    return expected_json(parse_json(read_text(path), path), path, expect)
+
+
+def expected_json(value, path, expect: type | None):
     if expect is not None and not isinstance(value, expect):
         raise BertforgeError(f"{path}: expected a JSON {'object' if expect is dict else expect.__name__}")
     return value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Model folders come from anywhere (a download; a git clone keeps symbolic links), so every file one is read from
+# is checked first, by one rule: it is a regular file (not a FIFO, a device or a folder), found inside the model
+# folder after following links (a Hugging Face cache snapshot, .../snapshots/REV/, may link into its repository's
+# folder, where the cache keeps the files), and a file read whole is at most MODEL_TEXT_LIMIT bytes.
+
+MODEL_TEXT_LIMIT = 128 * 2**20  # the largest tokenizer.json of a released encoder is about 35 MB
+
+
+def model_file(path, folder=None, limit: int | None = MODEL_TEXT_LIMIT) -> Path:
+    """The real path of `path`, a file of the model folder `folder` (by default the file's own folder), once it
+    passes the rule above; `limit` None for weights, which are mapped or checked against their header."""
+    path = Path(path)
+    folder = Path(folder if folder is not None else path.parent)
+    try:
+        outside = outside_folder(path, folder)
+        info = path.stat()
+    except FileNotFoundError:
+        raise BertforgeError(f"{path}: file not found" + (f" (a link to {os.readlink(path)}, which does not exist)"
+                                                          if path.is_symlink() else "")) from None
+    except (OSError, RuntimeError, ValueError) as e:  # a loop of links; a NUL in the name
+        raise BertforgeError(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    if outside:
+        raise BertforgeError(f"{path}: {outside}, outside the model folder {folder}; a model's files are read from "
+                             "its own folder only (copy the file in)")
+    target = path.resolve()
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) \
+            else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "a socket"
+        link = f" (a link to {target})" if target != path.absolute() else ""
+        raise BertforgeError(f"{path}: {kind}, not a regular file{link}")
+    if limit is not None and info.st_size > limit:
+        raise BertforgeError(f"{path}: {info.st_size / 2**20:,.0f} MiB, more than the {limit / 2**20:,.0f} MiB a "
+                             "model's text or JSON file may have")
+    return target
+
+
+def outside_folder(path, folder) -> str | None:
+    """Where `path` leads out of the model folder `folder` (by its name, or after following links), in words;
+    None where it stays inside."""
+    path, folder = Path(path), Path(folder)
+    if not Path(os.path.normpath(path.absolute())).is_relative_to(os.path.normpath(folder.absolute())):
+        return "names a file"
+    root, target = folder.resolve(), path.resolve()
+    roots = (root, root.parent.parent) if root.parent.name == "snapshots" else (root,)
+    return None if any(target.is_relative_to(r) for r in roots) else f"resolves to {target}"
+
+
+def has_model_file(path, folder=None) -> bool:
+    """Whether the model folder holds the optional file `path`; one there that breaks the rule above is an error,
+    not a file ignored."""
+    if not os.path.lexists(path):
+        return False
+    model_file(path, folder, limit=None)
+    return True
+
+
+def read_model_text(path, folder=None, encoding="utf-8") -> str:
+    target = model_file(path, folder)
+    try:
+        with open(target, "rb") as f:
+            data = f.read(MODEL_TEXT_LIMIT + 1)
+    except OSError as e:
+        raise unreadable(path, e) from None
+    if len(data) > MODEL_TEXT_LIMIT:  # grew since it was checked
+        raise BertforgeError(f"{path}: more than the {MODEL_TEXT_LIMIT / 2**20:,.0f} MiB a model's text or JSON "
+                             "file may have")
+    return decoded(data, path, encoding)
+
+
+def read_model_json(path, folder=None, expect: type | None = dict):
+    """A JSON file of a model folder (see model_file), by default an object."""
+    return expected_json(parse_json(read_model_text(path, folder), path), path, expect)
 
 
 def read_json_lines(path) -> list[dict]:

@@ -25,7 +25,7 @@ from torch import nn
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
 from .batches import pad
-from ..core.io import atomic_path, new_model_folder, write_text_atomic
+from ..core.io import atomic_path, has_model_file, model_file, new_model_folder, write_text_atomic
 from ..core.flags import ONNX_OPSETS
 from ..model.heads import HEADS, head_class
 from .runtime import ONNX_FILES, OnnxRuntime, TorchRuntime
@@ -98,8 +98,8 @@ def export_onnx(model_dir, out, int8: bool = False, opset: int = 17, overwrite: 
         with atomic_path(target / ONNX_FILES[False]) as path:
             write_graph(ExportGraph(model, tokenizer.mask_token_id), architecture, tokenizer, path, opset)
         for name in COPIED:
-            if (folder / name).is_file() and not in_place:
-                shutil.copyfile(folder / name, target / name)
+            if not in_place and has_model_file(folder / name, folder):
+                shutil.copyfile(model_file(folder / name, folder), target / name)
         if not in_place:
             keep_sentence_folder(folder, target)  # a sentence-transformers folder's pooling goes with its encoder
         write_text_atomic(target / "onnx.json", json.dumps({"architecture": architecture, "outputs":

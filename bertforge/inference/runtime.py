@@ -7,7 +7,6 @@ vocabulary scores at the [MASK] positions only, in row-major order, not all [B, 
 """
 
 import importlib.util
-import json
 import logging
 import warnings
 from pathlib import Path
@@ -16,6 +15,7 @@ import torch
 
 from ..model import bert as models
 from ..core.errors import BertforgeError
+from ..core.io import has_model_file, read_model_json
 from ..model.heads import HEADS, head_class
 from ..core.flags import device_problem
 
@@ -128,7 +128,7 @@ class OnnxRuntime:
         self.session = onnxruntime.InferenceSession(str(path), options, providers=providers)
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
-        self.architecture = json.loads((path.parent / "onnx.json").read_text())["architecture"]
+        self.architecture = read_model_json(path.parent / "onnx.json").get("architecture")
 
     def __call__(self, batch: dict) -> dict[str, torch.Tensor]:
         feed = {name: batch[name].numpy() for name in self.inputs}
@@ -142,7 +142,7 @@ class OnnxRuntime:
 def onnx_file(folder: Path, int8: bool = False) -> Path:
     """The exported model that the onnx backend runs; a one-line error where it or onnxruntime is missing."""
     path = Path(folder) / ONNX_FILES[int8]
-    if not path.is_file():
+    if not has_model_file(path, folder):
         raise BertforgeError(f"{path}: no such file; write it with `bertforge export onnx MODEL {folder}"
                              f"{' --int8' if int8 else ''}`")
     if importlib.util.find_spec("onnxruntime") is None:

@@ -18,7 +18,7 @@ from . import google_checkpoint, sizes
 from .config import BertConfig, check_size
 from ..core.errors import BertforgeError
 from .heads import PART_NAMES
-from ..core.io import atomic_path, read_json, write_text_atomic
+from ..core.io import atomic_path, has_model_file, model_file, read_model_json, write_text_atomic
 
 log = logging.getLogger("bertforge")
 
@@ -36,12 +36,9 @@ def weight_files(folder: Path) -> list[Path]:
     """The weights files of a checkpoint folder (or the file itself): safetensors, its shards, or else a pickle."""
     if folder.is_file():
         return [folder]
-    if (folder / SAFETENSORS).is_file():
-        return [folder / SAFETENSORS]
-    if (folder / SAFETENSORS_INDEX).is_file():
-        return shard_files(folder / SAFETENSORS_INDEX)
-    if (folder / PICKLE).is_file():
-        return [folder / PICKLE]
+    for name in (SAFETENSORS, SAFETENSORS_INDEX, PICKLE):
+        if has_model_file(folder / name, folder):
+            return shard_files(folder / name) if name == SAFETENSORS_INDEX else [folder / name]
     if not folder.exists():
         raise BertforgeError(f"{folder}: no such checkpoint folder")
     raise BertforgeError(f"{folder}: no {SAFETENSORS} (or {PICKLE}) in this folder")
@@ -65,18 +62,23 @@ def check_weights(folder, trust_pickle: bool = False) -> None:
 
 
 def shard_files(index_file: Path) -> list[Path]:
-    """The shards a `model.safetensors.index.json` names: files of its own folder only (a name with a folder part,
-    `..` or an absolute path would read files outside it)."""
-    index = read_json(index_file)
+    """The shards a `model.safetensors.index.json` names, each a file of its folder by the rule every file of a
+    model folder is read by (`core.io.model_file`)."""
+    index = read_model_json(index_file)
     try:
         names = list(index["weight_map"].values())
     except (KeyError, TypeError, AttributeError) as e:
         raise BertforgeError(f"{index_file}: not a valid shard index ({e!r})") from None
-    for name in names:
-        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", "..") or "\0" in name:
-            raise BertforgeError(f"{index_file}: weight_map names {name!r}, not a file of this folder; a shard index "
-                                 "may only name files beside it")
-    return [index_file.parent / name for name in sorted(set(names))]
+    files = []
+    for name in dict.fromkeys(names):
+        if not isinstance(name, str) or name == "":
+            raise BertforgeError(f"{index_file}: weight_map names {name!r}, not a file name")
+        try:
+            model_file(index_file.parent / name, index_file.parent, limit=None)
+        except BertforgeError as e:
+            raise BertforgeError(f"{index_file}: weight_map names {name!r}: {e}") from None
+        files.append(index_file.parent / name)
+    return sorted(files)
 
 
 def read_weights(folder, trust_pickle: bool = False, shapes: dict | None = None) -> tuple[dict, Path]:
@@ -89,16 +91,17 @@ def read_weights(folder, trust_pickle: bool = False, shapes: dict | None = None)
     files = weight_files(folder)
     weights = {}
     for file in files:
+        real = model_file(file, folder if folder.is_dir() else file.parent, limit=None)
         if file.suffix == ".bin":
             if not trust_pickle:
                 raise pickle_refused(file, folder)
             try:
-                weights.update(torch.load(file, map_location="cpu", weights_only=True))
+                weights.update(torch.load(real, map_location="cpu", weights_only=True))
             except Exception as e:  # torch raises several types for bad files
                 raise BertforgeError(f"{file}: cannot be read as PyTorch weights ({str(e).splitlines()[0]})") from None
         else:
             try:
-                weights.update(load_file(file))
+                weights.update(load_file(real))
             except (SafetensorError, OSError) as e:
                 raise BertforgeError(f"{file}: not a valid safetensors file ({e})") from None
     return weights, files[0]

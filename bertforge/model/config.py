@@ -1,11 +1,12 @@
 """Model sizes, as a dataclass that reads and writes Hugging Face `config.json`."""
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import BertforgeError
-from ..core.io import read_json, write_json
+from ..core.io import read_model_json, write_json
 
 # (layers, hidden, heads) from the paper and Google's 24 small models; feed-forward is 4H.
 SIZES = {
@@ -142,9 +143,9 @@ class BertConfig:
     @classmethod
     def from_json_file(cls, path) -> "BertConfig":
         path = Path(path)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise BertforgeError(f"{path}: config file not found")
-        d = read_json(path)
+        d = read_model_json(path)
         if d.get("model_type", "bert") != "bert":
             raise BertforgeError(f"{path}: model_type is {d['model_type']!r}, expected 'bert'")
         try:

@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..core.errors import BertforgeError
-from ..core.io import atomic_path
+from ..core.io import atomic_path, has_model_file, model_file
 
 DISTILL_LOSSES = ("hidden_loss", "relation_loss")
 PROJECTION_FILE = "distill_projection.safetensors"
@@ -103,6 +103,6 @@ class RepresentationMatch(nn.Module):
     def load_projection(self, folder) -> None:
         path = Path(folder) / PROJECTION_FILE
         if isinstance(self.projection, nn.Linear):
-            if not path.is_file():
+            if not has_model_file(path, folder):
                 raise BertforgeError(f"{folder}: no {PROJECTION_FILE} (the width map of a distillation run)")
-            self.projection.load_state_dict(load_file(path))
+            self.projection.load_state_dict(load_file(model_file(path, folder, limit=None)))

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import BertforgeError
-from ..core.io import read_json, read_text, write_json, write_text_atomic
+from ..core.io import (has_model_file, outside_folder, read_json, read_model_json, read_model_text, write_json,
+                       write_text_atomic)
 
 MODULES = "modules.json"
 POOLING_CONFIG = "1_Pooling/config.json"
@@ -107,21 +108,22 @@ def check_pooling(pooling: str, name: str = "pooling") -> str:
 def read_sentence_folder(folder) -> SentencePooling | None:
     """The folder's declared pooling, or None for a plain model folder (no modules.json)."""
     folder = Path(folder)
-    if not (folder / MODULES).is_file():
+    if not has_model_file(folder / MODULES, folder):
         return None
     paths = module_paths(folder)
-    pooling, include_prompt = read_pooling(folder / paths["Pooling"] / "config.json")
+    pooling, include_prompt = read_pooling(folder, folder / paths["Pooling"] / "config.json")
     if "Normalize" in paths:
-        check_normalize(folder / paths["Normalize"] / "config.json")
-    max_seq_length, do_lower_case = read_sbert_config(folder / SBERT_CONFIG)
+        check_normalize(folder, folder / paths["Normalize"] / "config.json")
+    max_seq_length, do_lower_case = read_sbert_config(folder)
     return SentencePooling(pooling, "Normalize" in paths, max_seq_length, include_prompt, do_lower_case,
-                           read_prompt(folder / ST_CONFIG))
+                           read_prompt(folder))
 
 
 def module_paths(folder: Path) -> dict[str, str]:
-    """Module type -> path, from modules.json: a Transformer at "", a Pooling, then maybe a Normalize."""
+    """Module type -> path, from modules.json: a Transformer at "", a Pooling, then maybe a Normalize (their files
+    read by the rule of every model file, `core.io.model_file`: inside the folder)."""
     file = folder / MODULES
-    modules = read_json(file, expect=list)
+    modules = read_model_json(file, folder, expect=list)
     found = {}
     for i, module in enumerate(modules):
         if not isinstance(module, dict) or not isinstance(module.get("type"), str) \
@@ -134,7 +136,7 @@ def module_paths(folder: Path) -> dict[str, str]:
         if kind == "Transformer" and module["path"] != "":
             raise BertforgeError(f"{file}: [{i}] \"path\" {module['path']!r}: bertforge reads the Transformer "
                                  f"from the folder itself (path \"\")")
-        if ".." in Path(module["path"]).parts or Path(module["path"]).is_absolute():
+        if outside_folder(folder / module["path"], folder):
             raise BertforgeError(f"{file}: [{i}] \"path\" {module['path']!r} is outside the folder")
         found[kind] = module["path"]
     if "Pooling" not in found:
@@ -149,9 +151,9 @@ def flag(config: dict, key: str, file: Path, default: bool) -> bool:
     return value
 
 
-def read_pooling(file: Path) -> tuple[str, bool]:
+def read_pooling(folder: Path, file: Path) -> tuple[str, bool]:
     """The pooling mode and include_prompt of a Pooling config: the legacy pooling_mode_* flags or pooling_mode."""
-    config = read_json(file)
+    config = read_model_json(file, folder)
     if "pooling_mode" in config:
         mode = config["pooling_mode"]
         modes = mode if isinstance(mode, list) else [mode]
@@ -167,32 +169,34 @@ def read_pooling(file: Path) -> tuple[str, bool]:
     return modes[0], flag(config, "include_prompt", file, True)
 
 
-def check_normalize(file: Path) -> None:
+def check_normalize(folder: Path, file: Path) -> None:
     """A Normalize module normalises the sentence embedding (its config, where there is one, must say so)."""
-    if not file.is_file():
+    if not has_model_file(file, folder):
         return
-    config = read_json(file)
+    config = read_model_json(file, folder)
     for key in ("module_input_name", "module_output_name"):
         if config.get(key) not in (None, "sentence_embedding"):
             raise BertforgeError(f"{file}: \"{key}\" {config[key]!r}: bertforge normalises the sentence embedding "
                                  f"only")
 
 
-def read_sbert_config(file: Path) -> tuple[int | None, bool]:
-    if not file.is_file():
+def read_sbert_config(folder: Path) -> tuple[int | None, bool]:
+    file = folder / SBERT_CONFIG
+    if not has_model_file(file, folder):
         return None, False
-    config = read_json(file)
+    config = read_model_json(file, folder)
     length = config.get("max_seq_length")
     if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 1):
         raise BertforgeError(f"{file}: \"max_seq_length\" must be a whole number of at least 1, not {length!r}")
     return length, flag(config, "do_lower_case", file, False)
 
 
-def read_prompt(file: Path) -> str:
+def read_prompt(folder: Path) -> str:
     """The default prompt's text ("" where none is named)."""
-    if not file.is_file():
+    file = folder / ST_CONFIG
+    if not has_model_file(file, folder):
         return ""
-    config = read_json(file)
+    config = read_model_json(file, folder)
     name = config.get("default_prompt_name")
     if name is None:
         return ""
@@ -237,6 +241,6 @@ def keep_sentence_folder(source, target) -> bool:
         return False
     names = [f"{path}/config.json" for path in module_paths(source).values() if path]
     for name in [*names, *KEPT]:
-        if (source / name).is_file():
-            write_text_atomic(target / name, read_text(source / name))
+        if has_model_file(source / name, source):
+            write_text_atomic(target / name, read_model_text(source / name, source))
     return True

@@ -10,6 +10,7 @@ Tensors are numpy views of memory-mapped shards, so reading a large checkpoint c
 each tensor's checksum is verified the first time it is read.
 """
 
+import os
 import re
 import struct
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import numpy as np
 
 from .crc32c import crc32c, unmask
 from ..core.errors import BertforgeError
-from ..core.io import read_text
+from ..core.io import has_model_file, model_file, read_model_text
 
 TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_SIZE = 48
@@ -161,7 +162,8 @@ def block_entries(contents: bytes):
 
 def read_table(path: Path) -> list[tuple[bytes, bytes]]:
     """Every (key, value) of a LevelDB-format table file, in order."""
-    data = path.read_bytes()
+    with open(model_file(path), "rb") as f:
+        data = f.read()
     if len(data) < FOOTER_SIZE or struct.unpack_from("<Q", data, len(data) - 8)[0] != TABLE_MAGIC:
         raise BertforgeError(f"{path}: not a TensorFlow checkpoint index (no LevelDB table footer)")
     try:
@@ -194,8 +196,8 @@ def find_prefix(path) -> Path | None:
     if not path.is_dir():
         return None
     state = path / "checkpoint"
-    if state.is_file():
-        found = re.search(r'^model_checkpoint_path:\s*"(.*)"', read_text(state), re.M)
+    if has_model_file(state):
+        found = re.search(r'^model_checkpoint_path:\s*"(.*)"', read_model_text(state), re.M)
         if found:
             named = Path(found.group(1))
             named = named if named.is_absolute() else path / named
@@ -246,10 +248,10 @@ class TFCheckpoint:
         """The shard's bytes, memory-mapped copy-on-write (writable views, the file untouched)."""
         if shard not in self._shards:
             path = self.shard_path(shard)
-            if not path.is_file():
+            if not os.path.lexists(path):
                 raise BertforgeError(f"{path}: data shard not found (the checkpoint has {self.num_shards})")
-            size = path.stat().st_size
-            self._shards[shard] = np.memmap(path, np.uint8, "c") if size else np.zeros(0, np.uint8)
+            real = model_file(path, limit=None)
+            self._shards[shard] = np.memmap(real, np.uint8, "c") if real.stat().st_size else np.zeros(0, np.uint8)
         return self._shards[shard]
 
     def raw(self, name: str) -> np.ndarray:

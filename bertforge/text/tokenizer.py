@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from .encoding import Encoding, as_list, check_texts, truncated_lengths
 from ..core.errors import BertforgeError
-from ..core.io import atomic_path, read_json, write_json, write_text_atomic
+from ..core.io import atomic_path, has_model_file, read_model_json, write_json, write_text_atomic
 from .vocab import (
     SPECIAL_NAMES, SPECIAL_TOKENS, added_tokens, check_fits, looks_uncased, max_length_of, read_vocab,
     vocab_of_pipeline
@@ -98,15 +98,15 @@ class BertTokenizer:
         path = Path(path)
         vocab_file = path / "vocab.txt" if path.is_dir() else path
         json_file = vocab_file.parent / "tokenizer.json" if vocab_file.name != "tokenizer.json" else vocab_file
-        pipeline = read_json(json_file) if json_file.is_file() else None
-        if vocab_file.is_file() and vocab_file.name != "tokenizer.json":
+        pipeline = read_model_json(json_file) if has_model_file(json_file) else None
+        if has_model_file(vocab_file) and vocab_file.name != "tokenizer.json":
             vocab, vocab_source = read_vocab(vocab_file), vocab_file
         elif pipeline is not None:
             vocab, vocab_source = vocab_of_pipeline(json_file, pipeline), json_file
         else:
             raise BertforgeError(f"{vocab_file}: vocabulary file not found (nor {json_file})")
         config_file = vocab_file.parent / "tokenizer_config.json"
-        config = read_json(config_file) if config_file.is_file() else {}
+        config = read_model_json(config_file) if has_model_file(config_file) else {}
         trained_lower = config.get("do_lower_case")
         source, why = config_file, f"do_lower_case={str(trained_lower).lower()}"
         if trained_lower is None and pipeline is not None:

@@ -2,10 +2,11 @@
 with BERT's special tokens, and whether a vocabulary is uncased; the tokens a tokenizer.json adds, the length a
 tokenizer_config.json gives, and whether a vocabulary fits its model's embedding table."""
 
+import os
 from pathlib import Path
 
 from ..core.errors import BertforgeError, where
-from ..core.io import read_json, read_text
+from ..core.io import has_model_file, read_model_json, read_model_text
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # By attribute name, in transformers' order (its all_special_tokens).
@@ -16,11 +17,11 @@ SPECIAL_NAMES = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]
 def read_vocab(path) -> dict[str, int]:
     """vocab.txt: one token per line, id = line number."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise BertforgeError(f"{path}: vocabulary file not found")
     # Lines end at \n, \r\n or \r, as in Python's text mode (and so transformers' load_vocab); other Unicode
     # line breaks can be part of a token.
-    lines = read_text(path).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = read_model_text(path).replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines[-1] == "":
         lines.pop()
     vocab = {}
@@ -62,8 +63,8 @@ def check_fits(ids: int, source, folder: Path) -> None:
     table's rows would fail inside the model."""
     for name in ("config.json", "bert_config.json"):
         path = Path(folder) / name
-        if path.is_file():
-            rows = read_json(path).get("vocab_size")
+        if has_model_file(path, folder):
+            rows = read_model_json(path, folder).get("vocab_size")
             if isinstance(rows, int) and ids > rows:
                 raise BertforgeError(f"{source}: the vocabulary has {ids} tokens, more than the {rows} rows of the "
                                      f"model's embedding table ({path.name} vocab_size); use the model's own "

@@ -11,6 +11,7 @@ from bertforge.model.config import BertConfig
 from bertforge.core.errors import BertforgeError
 from bertforge.commands.info import add_info_arguments, run_info
 from bertforge.model.task_heads import BertForSequenceClassification
+from tests.conftest import place_file
 
 
 def info(folder, capsys) -> dict[str, str]:
@@ -37,7 +38,7 @@ def test_sentence_transformers_folder(minilm_dir, tmp_path, capsys):
     from bertforge.model.sentence_folder import write_sentence_folder
 
     for file in minilm_dir.iterdir():
-        (tmp_path / file.name).symlink_to(file)
+        place_file(file, tmp_path / file.name)
     write_sentence_folder(tmp_path, "cls", normalize=False, max_seq_length=128)
     assert info(tmp_path, capsys)["embedding"] == \
         "sentence-transformers folder: cls pooling, not normalized, max_seq_length 128"

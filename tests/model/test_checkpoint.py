@@ -247,8 +247,9 @@ def test_invalid_shard_index(tmp_path):
 
 @pytest.mark.parametrize("shard", ["../outside/model.safetensors", "{outside}/model.safetensors",
                                    "sub/../../outside/model.safetensors", "..", None])
-def test_shard_index_names_only_files_beside_it(tmp_path, shard):
-    """A weight_map naming a file outside its folder (a valid one, here) is refused, not read."""
+def test_shard_index_names_only_files_of_its_folder(tmp_path, shard):
+    """A weight_map naming a file outside its folder (a valid one, here) is refused, not read: the rule of every
+    file of a model folder (core.io.model_file)."""
     save(bf.BertModel, tmp_path / "outside")
     folder = tmp_path / "model"
     save(bf.BertModel, folder)
@@ -260,7 +261,22 @@ def test_shard_index_names_only_files_beside_it(tmp_path, shard):
     (folder / SAFETENSORS_INDEX).write_text(json.dumps(index))
     with pytest.raises(BertforgeError) as excinfo:
         bf.BertModel.from_pretrained(folder)
-    assert "not a file of this folder" in one_line_error(excinfo, folder / SAFETENSORS_INDEX)
+    message = one_line_error(excinfo, folder / SAFETENSORS_INDEX)
+    assert any(why in message for why in ("outside the model folder", "a folder, not a regular file",
+                                          "not a file name", "file not found")), message
+
+
+def test_shard_index_may_name_a_file_in_a_subfolder(tmp_path):
+    """By the same rule, a shard in a folder of the model's own is read."""
+    source = save(bf.BertModel, tmp_path)
+    weights = load_file(tmp_path / SAFETENSORS)
+    (tmp_path / SAFETENSORS).unlink()
+    (tmp_path / "shards").mkdir()
+    save_file(weights, tmp_path / "shards" / "all.safetensors")
+    (tmp_path / SAFETENSORS_INDEX).write_text(json.dumps({"weight_map": {k: "shards/all.safetensors"
+                                                                         for k in weights}}))
+    loaded = bf.BertModel.from_pretrained(tmp_path)
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in source.state_dict().items())
 
 
 def test_save_pretrained_round_trip_keeps_config(tmp_path):

@@ -17,7 +17,7 @@ from bertforge.model.tf_checkpoint import TFCheckpoint
 from bertforge.text.tokenizer import BertTokenizer
 from bertforge.model.task_heads import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
                                         BertForTokenClassification)
-from tests.conftest import built_devices, require_shared
+from tests.conftest import built_devices, place_file, require_shared
 from tests.tf_bundle import write_checkpoint
 
 TOL = 1e-5
@@ -41,7 +41,7 @@ def linked_copy(google_dir, folder, config_changes=None):
             config = {**json.loads(path.read_text()), **config_changes}
             (folder / path.name).write_text(json.dumps(config))
         else:
-            (folder / path.name).symlink_to(path)
+            place_file(path, folder / path.name)
     return folder
 
 
@@ -182,7 +182,7 @@ def fine_tuned(google_dir, tmp_path, head: str, outputs: int):
     folder = tmp_path / "finetuned"
     folder.mkdir()
     for name in ("bert_config.json", "vocab.txt"):
-        (folder / name).symlink_to(google_dir / name)
+        place_file(google_dir / name, folder / name)
     write_checkpoint(folder / "model.ckpt-1000", tensors, num_shards=2)
     (folder / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-1000"\n')
     return folder, tensors

@@ -11,7 +11,7 @@ from bertforge.core.errors import BertforgeError
 from bertforge.model.sentence_folder import (
     POOLINGS, SentencePooling, keep_sentence_folder, pool, read_sentence_folder, write_sentence_folder
 )
-from tests.conftest import one_line_error, require_shared
+from tests.conftest import one_line_error, place_file, require_shared
 
 MODULE_TYPES = {"Transformer": "sentence_transformers.models.Transformer",
                 "Pooling": "sentence_transformers.models.Pooling",
@@ -38,7 +38,7 @@ def st_folder(root: Path, pooling="mean", normalize=True, legacy=True, max_seq_l
     root.mkdir(parents=True, exist_ok=True)
     for file in source.iterdir():
         if file.is_file():
-            (root / file.name).symlink_to(file)
+            place_file(file, root / file.name)
     modules = [{"idx": 0, "name": "0", "path": "", "type": MODULE_TYPES["Transformer"]},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": MODULE_TYPES["Pooling"]}]
     if normalize:
@@ -102,7 +102,7 @@ def test_written_folder_loads_in_sentence_transformers(tmp_path, pooling, normal
     folder = tmp_path / "model"
     folder.mkdir()
     for file in require_shared("models", "all-MiniLM-L6-v2").iterdir():
-        (folder / file.name).symlink_to(file)
+        place_file(file, folder / file.name)
     write_sentence_folder(folder, pooling, normalize, max_seq_length=64)
     assert read_sentence_folder(folder) == SentencePooling(pooling, normalize, 64)
     model = SentenceTransformer(str(folder), device="cpu")
@@ -267,7 +267,7 @@ def test_convert_and_export_keep_the_declaration(tmp_path, tiny_model, capsys):
     source.mkdir()
     for file in tiny_model.iterdir():
         if file.suffix != ".safetensors":
-            (source / file.name).symlink_to(file)
+            place_file(file, source / file.name)
     torch.save(load_file(tiny_model / "model.safetensors"), source / "pytorch_model.bin")
     write_sentence_folder(source, "max", normalize=False, max_seq_length=32)
     for argv in (["convert", str(source), str(tmp_path / "out")],
