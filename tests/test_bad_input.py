@@ -537,3 +537,80 @@ def test_info_checks_the_config_against_the_weights(tmp_path, capsys, tiny_model
         del config["id2label"], config["label2id"]
     (folder / "config.json").write_text(json.dumps(config))
     one_line_error(capsys, 2, ["info", folder], *words)
+
+
+# Hostile model folders: every file a model folder is read from passes one rule (core.io.model_file), so a FIFO
+# or a link to /dev/zero where a file should be, or JSON nested without end, is a one-line error from every
+# command and from pipeline(), never a hang, a memory bomb or a traceback. Each runs in its own process, under a
+# time limit and an address-space cap, so that a regression fails the test instead of the machine.
+
+PIPELINE = ("import sys, bertforge\ntry:\n    bertforge.pipeline('sentence-embedding', model=sys.argv[1])\n"
+            "except bertforge.BertforgeError as e:\n    print('bertforge: error:', e, file=sys.stderr)\n"
+            "    sys.exit(2)\n")
+ADDRESS_SPACE = 3 * 2**30  # importing torch reserves about 1.2 GB of it
+
+
+def bounded(argv: list, seconds: float = 120) -> tuple[int, str]:
+    """(exit code, stderr) of a Python process run under the limits; a hang fails the test."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+    try:
+        done = subprocess.run([sys.executable, *map(str, argv)], env=ENV, capture_output=True, text=True,
+                              timeout=seconds, preexec_fn=limit)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{argv} still running after {seconds} s")
+    return done.returncode, done.stderr
+
+
+def sentence_folder(tiny_model, folder: Path) -> Path:
+    from bertforge.model.sentence_folder import write_sentence_folder
+
+    shutil.copytree(tiny_model, folder)
+    write_sentence_folder(folder, "mean")
+    return folder
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda f: f.symlink_to("/dev/zero"), "resolves to /dev/zero, outside the model folder"),
+    (os.mkfifo, "a FIFO, not a regular file"),
+])
+def test_a_pooling_config_that_is_no_file_is_refused_at_once(tiny_model, tmp_path, make, words):
+    folder = sentence_folder(tiny_model, tmp_path / "st")
+    pooling = folder / "1_Pooling" / "config.json"
+    pooling.unlink()
+    make(pooling)
+    for argv in (["-c", PIPELINE, folder], ["-m", "bertforge", "info", folder],
+                 ["-m", "bertforge", "serve", folder, "--port", "0"]):
+        code, err = bounded(argv)
+        said = [line for line in err.splitlines() if line.startswith("bertforge")]
+        assert code == 2 and len(said) == 1 and "Traceback" not in err, (argv, err)
+        assert str(pooling) in said[0] and words in said[0], said
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "config.json", "1_Pooling/config.json"])
+def test_json_nested_without_end_is_one_line_from_every_command(tiny_model, tmp_path, capsys, name):
+    from bertforge import BertforgeError, pipeline
+
+    folder = sentence_folder(tiny_model, tmp_path / "st")
+    (folder / name).write_text("[" * 100_000 + "]" * 100_000)
+    words = [str(folder / name), "nested more than 100 levels deep"]
+    with pytest.raises(BertforgeError) as excinfo:
+        pipeline("sentence-embedding", model=folder)
+    assert all(word in str(excinfo.value) for word in words), excinfo.value
+    for argv in (["info", folder], ["predict", "text-classification", "--model", folder, "--text", "a film"],
+                 ["serve", folder, "--port", "0"]):
+        if (argv[0], name) in (("info", "tokenizer.json"),  # info takes the casing from tokenizer_config.json
+                               ("predict", "1_Pooling/config.json")):  # a classifier pools no sentence vector
+            continue
+        one_line_error(capsys, 2, argv, *words)
+
+
+def test_a_weights_link_to_another_models_file_is_refused(tiny_model, tmp_path, capsys):
+    """The same rule as a shard index naming a file outside the folder: a model is read from its own folder."""
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_model, folder)
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors").symlink_to(tiny_model / "model.safetensors")
+    one_line_error(capsys, 2, ["info", folder], str(folder / "model.safetensors"), "outside the model folder")

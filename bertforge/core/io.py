@@ -142,15 +142,15 @@ def model_file(path, folder=None, limit: int | None = MODEL_TEXT_LIMIT) -> Path:
     folder = Path(folder if folder is not None else path.parent)
     try:
         outside = outside_folder(path, folder)
+        if outside:
+            raise BertforgeError(f"{path}: {outside}, outside the model folder {folder}; a model's files are read "
+                                 "from its own folder only (copy the file in)")
         info = path.stat()
     except FileNotFoundError:
         raise BertforgeError(f"{path}: file not found" + (f" (a link to {os.readlink(path)}, which does not exist)"
                                                           if path.is_symlink() else "")) from None
     except (OSError, RuntimeError, ValueError) as e:  # a loop of links; a NUL in the name
         raise BertforgeError(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
-    if outside:
-        raise BertforgeError(f"{path}: {outside}, outside the model folder {folder}; a model's files are read from "
-                             "its own folder only (copy the file in)")
     target = path.resolve()
     if not stat.S_ISREG(info.st_mode):
         kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) \

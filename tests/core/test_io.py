@@ -7,7 +7,8 @@ import pytest
 from bertforge.core.decoding import decoded_blocks
 from bertforge.core.errors import BertforgeError
 from bertforge.core.io import (
-    atomic_path, exclusive, read_json, read_json_lines, read_records, read_text, text_files, write_text_atomic
+    MAX_JSON_DEPTH, MODEL_TEXT_LIMIT, atomic_path, exclusive, has_model_file, model_file, outside_folder, read_json,
+    read_json_lines, read_model_json, read_model_text, read_records, read_text, text_files, write_text_atomic
 )
 from tests.conftest import require_shared
 
@@ -163,3 +164,90 @@ def test_tsv_written_by_a_spreadsheet_or_pandas_is_unquoted(tmp_path):
     path = tmp_path / "mine.tsv"
     path.write_text('text\tlabel\n"a tab\there"\tpos\n"she said ""hi""\nand left"\tneg\nplain\tpos\n', encoding="utf-8")
     assert [r["text"] for _, r in read_records(path)] == ["a tab\there", 'she said "hi"\nand left', "plain"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The rule every file of a model folder is read by (model_file); end to end in tests/test_bad_input.py
+
+
+def model_folder(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"hidden_size": 8}')
+    return folder
+
+
+def test_a_model_file_inside_its_folder_is_read(tmp_path):
+    folder = model_folder(tmp_path)
+    (folder / "sub").mkdir()
+    (folder / "sub" / "link.json").symlink_to(folder / "config.json")  # a link that stays inside
+    assert read_model_json(folder / "config.json") == read_model_json(folder / "sub" / "link.json", folder) \
+        == {"hidden_size": 8}
+    assert has_model_file(folder / "config.json") and not has_model_file(folder / "absent.json")
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda f: os.mkfifo(f), "a FIFO, not a regular file"),
+    (lambda f: f.symlink_to("/dev/zero"), "resolves to /dev/zero, outside the model folder"),
+    (lambda f: f.mkdir(), "a folder, not a regular file"),
+    (lambda f: f.symlink_to(f.parent.parent / "elsewhere.json"), "outside the model folder"),
+    (lambda f: f.symlink_to(f), "cannot be read"),  # a loop of links
+    (lambda f: f.symlink_to(f.parent / "gone.json"), "which does not exist"),
+])
+def test_what_is_no_regular_file_of_the_folder_is_refused_by_name(tmp_path, make, words):
+    """Refused before it is opened: opening a FIFO would wait for a writer, /dev/zero would be read until memory
+    runs out. An optional file that breaks the rule is an error too, not a file ignored."""
+    folder = model_folder(tmp_path)
+    (tmp_path / "elsewhere.json").write_text("{}")
+    make(folder / "tokenizer.json")
+    for read in (read_model_json, read_model_text, has_model_file):
+        with pytest.raises(BertforgeError) as excinfo:
+            read(folder / "tokenizer.json", folder)
+        message = str(excinfo.value)
+        assert "\n" not in message and message.startswith(str(folder / "tokenizer.json")) and words in message
+
+
+def test_a_name_leading_out_of_the_folder_is_refused_whether_or_not_it_exists(tmp_path):
+    folder = model_folder(tmp_path)
+    (tmp_path / "other.json").write_text("{}")
+    for name in ("../other.json", "../absent.json", str(tmp_path / "other.json")):
+        assert outside_folder(folder / name, folder) == "names a file"
+        with pytest.raises(BertforgeError, match="outside the model folder"):
+            read_model_json(folder / name, folder)
+
+
+def test_a_hugging_face_cache_snapshot_may_link_into_its_repository(tmp_path):
+    """The cache keeps each file once, in blobs/, and links it from every snapshot that holds it."""
+    repo = tmp_path / "models--org--name"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "0123abcd").write_text('{"hidden_size": 8}')
+    snapshot = repo / "snapshots" / "c0ffee"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").symlink_to("../../blobs/0123abcd")
+    (snapshot / "vocab.txt").symlink_to(tmp_path / "outside.txt")
+    (tmp_path / "outside.txt").write_text("[PAD]\n")
+    assert read_model_json(snapshot / "config.json") == {"hidden_size": 8}
+    with pytest.raises(BertforgeError, match="outside the model folder"):
+        read_model_text(snapshot / "vocab.txt")
+
+
+def test_a_text_file_over_the_limit_is_refused_unread(tmp_path):
+    folder = model_folder(tmp_path)
+    with open(folder / "tokenizer.json", "wb") as f:
+        f.truncate(MODEL_TEXT_LIMIT + 1)  # sparse: no disk used, and not read
+    with pytest.raises(BertforgeError, match=r"tokenizer.json: 128 MiB, more than the 128 MiB"):
+        read_model_json(folder / "tokenizer.json")
+    assert model_file(folder / "tokenizer.json", limit=None) == (folder / "tokenizer.json").resolve()  # weights
+
+
+@pytest.mark.parametrize("depth, refused", [(MAX_JSON_DEPTH, False), (MAX_JSON_DEPTH + 1, True), (100_000, True)])
+def test_json_nested_too_deep_is_one_line(tmp_path, depth, refused):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * depth + "]" * depth)
+    if not refused:
+        assert read_json(path, expect=list)
+        return
+    with pytest.raises(BertforgeError) as excinfo:
+        read_json(path, expect=list)
+    assert str(excinfo.value) == f"{path}:1: JSON nested more than {MAX_JSON_DEPTH} levels deep, which no model or " \
+                                 "data file needs"
