@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import BertforgeError
-from ..core.io import atomic_path, read_records, read_text, where
+from ..core.io import atomic_path, has_model_file, model_file, read_records, read_text, where
 from ..tasks.base import TaskFamily
 from ..inference.batches import padding
 from ..tasks.glue import GlueExample
@@ -98,13 +98,17 @@ def file_digest(path: Path, digest) -> None:
 
 
 def cache_key(teacher_dir: Path, encoded: dict, keys: tuple[str, ...]) -> str:
-    """A hash of the teacher's files and the rows (`keys` of `encoded`) it reads."""
+    """A hash of the teacher's files (its config, its weights and their shard index: the files it is read from)
+    and the rows (`keys` of `encoded`) it reads."""
+    from ..model.checkpoint import SAFETENSORS_INDEX, weight_files
+
     digest = hashlib.sha256(b"bertforge teacher outputs 1\n")
-    files = sorted(p for p in teacher_dir.iterdir()
-                   if p.name == "config.json" or p.suffix in (".safetensors", ".bin") or p.name.endswith(".index.json"))
-    for path in files:
+    read = [teacher_dir / "config.json", *weight_files(teacher_dir)]
+    if has_model_file(teacher_dir / SAFETENSORS_INDEX, teacher_dir):
+        read.append(teacher_dir / SAFETENSORS_INDEX)
+    for path in sorted(read, key=lambda p: p.name):
         digest.update(path.name.encode() + b"\0")
-        file_digest(path, digest)
+        file_digest(model_file(path, teacher_dir, limit=None), digest)
     for key in keys:
         rows = encoded[key]
         flat = [v for row in rows for v in (row if not row or not isinstance(row[0], list) else sum(row, []))]

@@ -199,6 +199,8 @@ def test_teacher_outputs_are_cached_and_recomputed_when_teacher_or_data_change(t
     model.save_pretrained(changed)
     assert runs_teacher("changed", teacher_dir=changed)  # other weights
     assert not runs_teacher("changed-again", teacher_dir=changed)
+    (changed / "unused.safetensors").write_bytes(b"not read")  # only the files the teacher is read from count
+    assert not runs_teacher("beside-another-file", teacher_dir=changed)
     assert len(list(cache.glob("*.npy"))) == 4
 
 
