@@ -8,11 +8,14 @@ import os
 
 from .core.version import __version__ as __version__
 from .model.heads import HEADS
+from .moved import forward_old_paths
 
 # OpenMP threads that spin while waiting make every parallel region stall whenever another process holds a
 # core: steps measured up to 10x slower on a shared 2-core machine. Sleeping threads cost little when alone.
 # Takes effect only if torch is not imported yet; an explicit setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+forward_old_paths()  # bertforge.tokenizer, bertforge.model.BertForMaskedLM, ...: moved.py
 
 
 # exported name -> the module that defines it
