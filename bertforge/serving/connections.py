@@ -16,7 +16,12 @@ transport's, where uvicorn waits for room before writing the next answer: a conn
 or two in memory (up to 60 MB each from /embed_all) and its request's task forever, and SIGTERM waited for it.
 Here a connection whose answer waits --send-timeout seconds for the client to read any of it is aborted (its
 buffered answer dropped), so each holds at most two answers for at most that long.
+
+uvicorn's access log writes each request's target, query string and all, and a query string may hold a secret (a
+client's ?api_key=...): `log_paths_only` cuts it from every line of that log.
 """
+
+import logging
 
 from ..core.flags import count, positive
 from .guard import json_bytes
@@ -185,3 +190,20 @@ def protocol_class(header_timeout: float, max_connections: int, refused=None, im
                 "refused": None if refused is None else staticmethod(refused),
                 "stalled": None if stalled is None else staticmethod(stalled)}
     return type(f"Bertforge{base.__name__}", (mixin, base), settings)
+
+
+class PathOnly(logging.Filter):
+    """A log record's text arguments cut at their first "?": uvicorn's access log (client, method, target, HTTP
+    version, status) with the target's path only. A path has no "?" of its own (it starts the query)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(a.split("?", 1)[0] if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def log_paths_only():
+    """No query string in uvicorn's access log (after uvicorn.Config, which configures its loggers)."""
+    logger = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, PathOnly) for f in logger.filters):
+        logger.addFilter(PathOnly())

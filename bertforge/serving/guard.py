@@ -1,13 +1,14 @@
 """What `bertforge serve` (serve.py) does about hostile or careless requests, in front of the application.
 
 `Guard`, plain ASGI middleware before FastAPI: the Host header checked (--allowed-hosts), the API key
-required (--api-key), and the request body read as it arrives and refused with a 413 once it passes the
-limit, whatever its transfer encoding (a chunked body is not read to its end), or with a 408 where it has not
-arrived whole --body-timeout seconds after the headers (its connection then closed; the headers' deadline is
-serve_connections.py's). `Limits`: the limits of a
-request, checked in one place. `Refused` is a typed refusal, answered as {"error", "error_type"} like every
-other error; `json_bytes` writes JSON that is always valid (NaN refused, a lone surrogate escaped); `scrub`
-makes an error message fit for a client: one line, and no absolute path of this machine.
+required (--api-key, in one Authorization header), and the request body read as it arrives and refused with a
+413 once it passes the limit, whatever its transfer encoding (a chunked body is not read to its end), or with a
+408 where it has not arrived whole --body-timeout seconds after the headers (its connection then closed; the
+headers' deadline is connections.py's). `Limits`: the limits of a request, checked in one place. `REQUEST`:
+every route's request body typed strictly, and `problems`, its validation errors as one line naming each field.
+`Refused` is a typed refusal, answered as {"error", "error_type"} like every other error; `json_bytes` writes
+JSON that is always valid (NaN refused, a lone surrogate escaped); `scrub` makes an error message fit for a
+client: one line, and no absolute path of this machine.
 """
 
 import asyncio
@@ -18,6 +19,13 @@ import re
 from pathlib import Path
 
 MAX_BODY = 4 << 20  # bytes of request body
+CUT = 'send "truncate": true to cut it'  # how a request has an input over --max-input-tokens cut (see Limits)
+# Every route's request body, as the pydantic model config of each (serve.py, tei.py, openai_api.py): unknown fields
+# refused, and each value of the JSON type its route declares, never converted: true is not the number 1 (bool is
+# an int in Python), "yes" not true, "5" not 5; a whole number is a float's value. A 422 naming the field otherwise.
+REQUEST = {"extra": "forbid", "strict": True}
+JSON_TYPES = {bool: "a boolean", int: "a whole number", float: "a decimal number", str: "a text", list: "an array",
+              dict: "an object", type(None): "null"}
 
 
 class Refused(Exception):
@@ -39,8 +47,9 @@ class Limits:
     def __init__(self, max_client_batch: int, max_batch_tokens: int):
         self.max_client_batch, self.max_batch_tokens = max_client_batch, max_batch_tokens
 
-    def prepare(self, pipe, inputs, truncate: bool, options: dict):
-        """`pipe.prepare(inputs)` within the limits; Refused (413 over one, 422 malformed) otherwise."""
+    def prepare(self, pipe, inputs, truncate: bool, options: dict, cut: str = CUT):
+        """`pipe.prepare(inputs)` within the limits; Refused (413 over one, 422 malformed) otherwise. `cut` tells
+        how the route's request has an input over --max-input-tokens cut (the 413's advice)."""
         from ..core.errors import BertforgeError
         from ..inference.batches import rows_tokens
         from ..inference.inputs import is_ids
@@ -51,7 +60,7 @@ class Limits:
         try:
             prepared = pipe.prepare(inputs, truncate=truncate, **options)
         except TooLong as e:
-            raise Refused(413, "too_large", f"{e} (--max-input-tokens; send \"truncate\": true to cut it)") from None
+            raise Refused(413, "too_large", f"{e} (--max-input-tokens; {cut})") from None
         except BertforgeError as e:
             raise Refused(422, "validation", str(e)) from None
         self.check_items(len(prepared.items))
@@ -71,6 +80,26 @@ class Limits:
         if items > self.max_client_batch:
             raise Refused(413, "too_large", f"inputs has {items} items, over the limit of {self.max_client_batch} "
                                             "(--max-client-batch)")
+
+
+def problems(errors: list[dict]) -> str:
+    """pydantic's validation errors of a request body (its `errors()`) as one line: a problem per field, with the
+    JSON type given where it is not the one declared. Of a field of several shapes (ids: token ids, or lists of
+    them), the problem found deepest in the value, where the shape it was checked against fitted longest."""
+    found = {}
+    for e in errors:
+        field = e["loc"][1] if len(e["loc"]) > 1 else None
+        if field not in found or len(e["loc"]) > len(found[field]["loc"]):
+            found[field] = e
+    return "; ".join(problem(e) for e in found.values())
+
+
+def problem(error: dict) -> str:
+    """One pydantic error as `field.path: message`, and the JSON type given where it is not the declared one."""
+    where = ".".join(map(str, error["loc"][1:])) or "body"
+    given = type(error.get("input"))
+    wrong_type = error["type"].endswith("_type") and given in JSON_TYPES
+    return f"{where}: {error['msg']}{f', not {JSON_TYPES[given]}' if wrong_type else ''}"
 
 
 def error_body(status: int, kind: str, message: str) -> tuple[int, dict]:
@@ -128,7 +157,8 @@ def scrub(message: str) -> str:
 
 class Guard:
     """ASGI middleware, before the application: the Host header among `hosts` (a 421 otherwise, against DNS
-    rebinding; None: any), `Authorization: Bearer KEY` on every route but /health where there is a `key` (a 401),
+    rebinding; None: any), `Authorization: Bearer KEY` on every route but /health where there is a `key` (a 401,
+    also for a request with more than one Authorization header),
     and the request body read here as it arrives, whatever its transfer encoding, with a 413 once it passes
     MAX_BODY (or declares more), without reading the rest, or a 408 where it has not arrived whole `body_timeout`
     seconds after the headers (None: no limit); the application is handed the body read. Plain ASGI:
@@ -147,9 +177,8 @@ class Guard:
             return await self.app(scope, receive, send)
         try:
             self.check_host(scope["headers"])
-            headers = dict(scope["headers"])
-            self.check_key(scope["path"], headers)
-            body = await self.read_body(headers, receive)
+            self.check_key(scope["path"], scope["headers"])
+            body = await self.read_body(dict(scope["headers"]), receive)
         except Refused as e:  # the rest of the body stays unread: the connection is closed after the answer
             extra = {401: (b"www-authenticate", b"Bearer"), 413: (b"connection", b"close"),
                      408: (b"connection", b"close")}.get(e.status)
@@ -166,10 +195,14 @@ class Guard:
             raise Refused(421, "misdirected", f"Host {shown}: this server answers {', '.join(sorted(self.hosts))} "
                                               "only (--allowed-hosts)")
 
-    def check_key(self, path: str, headers: dict):
+    def check_key(self, path: str, headers: list):
         if self.key is None or path == "/health":
             return
-        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        given = [value for name, value in headers if name == b"authorization"]
+        if len(given) > 1:  # which one would count is the server's guess: none does
+            raise Refused(401, "unauthorized", f"{len(given)} Authorization headers: send one, Authorization: "
+                                               "Bearer KEY")
+        scheme, _, token = (given[0] if given else b"").partition(b" ")
         if not scheme:
             raise Refused(401, "unauthorized", "no Authorization header: this server needs Authorization: Bearer KEY")
         if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):

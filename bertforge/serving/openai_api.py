@@ -6,7 +6,8 @@ embedding model (see serve_tei.py for which models are).
 "usage": {"prompt_tokens", "total_tokens"}}: unit-length vectors (Matryoshka `dimensions`: the first N values,
 normalised again), base64 being the little-endian float32 bytes (what OpenAI's client asks for and decodes by
 default); token ids are the model's input as given. Inputs over --max-input-tokens are cut with --auto-truncate,
-else refused (the API has no field for it). `model` is not checked (one model is served), as TEI does not.
+else refused, the 413 saying so (the API has no field for it). `model` is not checked (one model is served), as
+TEI does not.
 
 Errors are OpenAI's {"error": {"message", "type", "param", "code"}}, with the status codes of TEI's route: the
 model runs as for every route (Server.compute: the same limits, batcher and client hang-up), and the Guard's
@@ -18,19 +19,20 @@ import re
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from ..inference.batches import rows_tokens
-from .guard import result_bytes
+from .guard import REQUEST, result_bytes
 from .tei import add_route, not_empty, require
 from .tei import error_body as tei_error
 
 FIELDS = ("input", "model", "encoding_format", "dimensions", "user")
+CUT = "this route cannot ask to cut it: send shorter inputs, or start the server with --auto-truncate"
 TYPES = {401: "authentication_error", 429: "rate_limit_error"}  # else 4xx invalid_request_error, 5xx server_error
 
 
 class EmbeddingsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST
     input: Any = Field(..., description="a text, token ids, or a list of them")
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
@@ -64,7 +66,7 @@ async def embeddings(server, body: EmbeddingsRequest, receive):
                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}), {}
 
     options = {"normalize": True, "dimensions": body.dimensions}
-    return await server.compute("/v1/embeddings", body.input, server.auto_truncate, options, receive, finish)
+    return await server.compute("/v1/embeddings", body.input, server.auto_truncate, options, receive, finish, CUT)
 
 
 ROUTES = ("/v1/embeddings", "/embeddings")  # the second as TEI and Infinity also answer it

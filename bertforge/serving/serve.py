@@ -33,8 +33,10 @@ from ..model.heads import SERVED, SERVED_AS, Route
 from ..core.errors import BertforgeError
 from .prometheus import Registry
 from ..core.flags import add_device_argument, count, header_token, host_names, non_negative, old_spellings
-from .guard import MAX_BODY, Guard, Limits, Refused, error_body, json_response, result_bytes, scrub
-from .connections import add_connection_arguments, protocol_class
+from .guard import (
+    CUT, MAX_BODY, REQUEST, Guard, Limits, Refused, error_body, json_response, problems, result_bytes, scrub
+)
+from .connections import add_connection_arguments, log_paths_only, protocol_class
 from .start import (
     KEY_VARIABLE, allowed_hosts, api_key, check_limits, check_model, listening_socket, raise_file_limit, warn_if_open
 )
@@ -111,15 +113,16 @@ class Server:
         inputs, truncate = options.pop("inputs"), options.pop("truncate", self.auto_truncate)
         return await self.compute(f"/v1/{endpoint}", inputs, truncate, options, receive, self.finish)
 
-    async def compute(self, path: str, inputs, truncate: bool, options: dict, receive, finish):
+    async def compute(self, path: str, inputs, truncate: bool, options: dict, receive, finish, cut: str = CUT):
         """`finish(prepared, outputs)` of the pipeline's rows of `inputs` (with these options) within the limits,
-        run by the batcher with those of other requests; Refused for what is not answered. Every route that runs
-        the model comes here. Tokenising and finishing run in the tokenising threads, never on the event loop:
+        run by the batcher with those of other requests; Refused for what is not answered (`cut`: how this route's
+        request has an input over --max-input-tokens cut, Limits.prepare). Every route that runs the model comes
+        here. Tokenising and finishing run in the tokenising threads, never on the event loop:
         one huge input does not hold up the other requests, nor /health. `receive` (ASGI's, the body read) tells
         when the client leaves."""
         loop = asyncio.get_running_loop()
         prepared = await loop.run_in_executor(self.tokenizing, self.limits.prepare, self.pipe, inputs, truncate,
-                                              options)
+                                              options, cut)
         try:
             outputs = await self.outputs(self.batcher.submit(prepared.rows), receive)
         except Overloaded as e:
@@ -238,8 +241,7 @@ def create_app(server: Server, hosts=None, key: str | None = None, body_timeout:
     app = FastAPI(title="bertforge", description=__doc__.split("\n\n")[1], lifespan=lifespan)
 
     async def malformed(request, exc: RequestValidationError):
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or 'body'}: {e['msg']}" for e in exc.errors())
-        return server.refusal(422, "validation", problems, request.url.path)
+        return server.refusal(422, "validation", problems(exc.errors()), request.url.path)
 
     async def failed(request, exc: Exception):  # a bug: JSON like every error (Starlette logs the traceback)
         return server.refusal(500, "internal", f"{type(exc).__name__}: {exc}", request.url.path)
@@ -267,8 +269,7 @@ def endpoint_handler(server: Server, route: Route):
               "truncate": (bool, Field(False, description="cut inputs over --max-input-tokens instead of a 413"))}
     fields.update({name: (kind | None, Field(None, description=text))
                    for name, (kind, text) in route.options.items()})
-    body_model = create_model(f"{route.name.title().replace('-', '')}Request", **fields,
-                              __config__={"extra": "forbid"})
+    body_model = create_model(f"{route.name.title().replace('-', '')}Request", **fields, __config__=REQUEST)
     path = f"/v1/{route.name}"
 
     async def handle(request: Request, body: body_model):  # type: ignore[valid-type]
@@ -337,7 +338,8 @@ def add_serve_arguments(p):
     key = p.add_mutually_exclusive_group()
     key.add_argument("--api-key", type=header_token, metavar="KEY", help="every request but GET /health must send "
                      f"Authorization: Bearer KEY, else a 401 (default: the environment variable {KEY_VARIABLE}, if "
-                     "set; none: anyone who reaches the port)")
+                     "set; none: anyone who reaches the port). A key given here is visible to every user of this "
+                     f"machine in the process list (ps): --api-key-file or {KEY_VARIABLE} keeps it out")
     key.add_argument("--api-key-file", type=Path, metavar="FILE", help="--api-key read from this file (around it "
                      "blanks and line ends are ignored), which keeps it out of the process list")
     p.add_argument("--allowed-hosts", type=host_names, metavar="NAMES", help="the Host header names answered, "
@@ -380,5 +382,6 @@ def run_serve(args) -> int:
                           send_timeout=args.send_timeout, stalled=stalled)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=30,
                             http=http)
+    log_paths_only()  # a query string (a client's ?api_key=...) is never logged
     uvicorn.Server(config).run(sockets=[sock])
     return 0

@@ -77,10 +77,27 @@ def api_key(args) -> str | None:
 
 
 def allowed_hosts(args) -> frozenset[str] | None:
-    """The Host names answered (None: any): --allowed-hosts, else the loopback names and --host."""
+    """The Host names answered (None: any): --allowed-hosts, else the loopback names and --host, unless --host is
+    every interface's address (0.0.0.0, ::): an address to listen on, not one a client reaches the server by (a
+    Host header naming it comes from a browser that another site sent to 0.0.0.0; it gets the Guard's 421)."""
     if args.allowed_hosts == ("*",):
         return None
-    return frozenset(args.allowed_hosts or (*LOOPBACK, args.host.lower().removeprefix("[").removesuffix("]")))
+    if args.allowed_hosts:
+        every = next((name for name in args.allowed_hosts if is_every_interface(name)), None)
+        if every is not None:
+            raise BertforgeError(f"--allowed-hosts {every}: an address to listen on (every interface), not a name a "
+                                 "client reaches this server by")
+        return frozenset(args.allowed_hosts)
+    host = args.host.lower().removeprefix("[").removesuffix("]")
+    return frozenset((*LOOPBACK, *(() if is_every_interface(host) else (host,))))
+
+
+def is_every_interface(host: str) -> bool:
+    """Whether `host` is the address of every interface (0.0.0.0, ::), as given to --host or in a Host header."""
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
 
 
 def is_loopback(host: str) -> bool:

@@ -18,13 +18,13 @@ import asyncio
 from typing import Any, Literal
 
 from fastapi import Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from ..core.version import __version__
 from ..core.errors import BertforgeError
 from ..inference.inputs import check_text
 from ..model.heads import SERVED
-from .guard import Refused, json_bytes, result_bytes
+from .guard import REQUEST, Refused, json_bytes, result_bytes
 
 MODEL_ROUTES = {"embedding": ("/embed", "/embed_all", "/v1/embeddings"), "classifier": ("/predict",),
                 "reranker": ("/rerank", "/predict"), None: ()}
@@ -74,9 +74,9 @@ def tei_info(server) -> dict:
 
 
 class TeiRequest(BaseModel):
-    """A TEI request body: unknown fields are refused (a 422 naming them)."""
+    """A TEI request body: unknown fields and values of another type are refused (a 422 naming them)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST
     truncate: bool | None = Field(None, description="cut inputs over --max-input-tokens instead of a 413 (default: "
                                                     "--auto-truncate)")
     truncation_direction: Literal["Right", "right"] = Field("Right", description="Right only: the end is cut")
@@ -110,14 +110,14 @@ class RerankRequest(TeiRequest):
 
 
 class TokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST
     inputs: str | list[str]
     add_special_tokens: bool = True
     prompt_name: None = None
 
 
 class DecodeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST
     ids: list[int] | list[list[int]]
     skip_special_tokens: bool = True
 

@@ -8,6 +8,7 @@ stalls is a 408 in JSON; connections over --max-connections are refused at once 
 
 import contextlib
 import json
+import logging
 import re
 import socket
 import threading
@@ -15,7 +16,7 @@ import time
 
 import pytest
 
-from bertforge.serving.connections import protocol_class
+from bertforge.serving.connections import PathOnly, log_paths_only, protocol_class
 from bertforge.serving.guard import Guard
 from tests.inference.test_pipelines import random_model
 from tests.serving.test_serve import HEADS, Served, httpx
@@ -294,3 +295,16 @@ def test_the_deadlines_and_the_limit_are_in_help_and_range_checked(capsys):
         assert main(["serve", "model", *flags]) == 2
         error = capsys.readouterr().err
         assert flags[0] in error and error.count("\n") == 1, error
+
+
+def test_the_access_log_names_the_path_without_the_query():
+    """uvicorn's access log record (client, method, target, version, status) passes its logger's filters with the
+    path only."""
+    log_paths_only()
+    log_paths_only()  # once is enough: not a second filter
+    logger = logging.getLogger("uvicorn.access")
+    assert sum(isinstance(f, PathOnly) for f in logger.filters) == 1
+    record = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 0, '%s - "%s %s HTTP/%s" %d',
+                               ("127.0.0.1:5000", "POST", "/v1/embeddings?api_key=SECRET", "1.1", 401), None)
+    assert logger.filter(record)
+    assert record.getMessage() == '127.0.0.1:5000 - "POST /v1/embeddings HTTP/1.1" 401'

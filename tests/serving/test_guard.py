@@ -243,6 +243,42 @@ def test_a_wrong_api_key_is_a_401(keyed, value):
     assert keyed.post("classify", {"inputs": "a"}, headers=AUTHORIZED).status_code == 200
 
 
+@pytest.mark.parametrize("path", ["/v1/classify", "/predict"])
+def test_two_authorization_headers_are_a_401(keyed, path):
+    """Two keys, right or wrong: refused (the last one counted, whatever the first said), in the route's
+    protocol's form (bertforge's, TEI's)."""
+    for values in ([f"Bearer {KEY}", "Bearer wrong"], ["Bearer wrong", f"Bearer {KEY}"], [f"Bearer {KEY}"] * 2):
+        response = httpx.post(keyed.url + path, json={"inputs": "a"}, timeout=60,
+                              headers=[("Authorization", value) for value in values])
+        error = refused(response, 401, "2 Authorization headers", "send one")
+        assert error == "2 Authorization headers: send one, Authorization: Bearer KEY"
+        assert response.headers["www-authenticate"] == "Bearer"
+    assert httpx.post(keyed.url + path, json={"inputs": "a"}, headers=AUTHORIZED, timeout=60).status_code == 200
+
+
+def test_a_query_string_never_reaches_the_log(classifier):
+    """A key sent in the query string (refused: the key goes in the Authorization header) is not written to the
+    access log, nor is any query: the log names the path only."""
+    secret = "s3cret-in-the-query"
+    s = Served(classifier, "--api-key", KEY).wait()
+    try:
+        for query in (f"api_key={secret}", f"key={secret}&x=1", secret):
+            refused(httpx.post(f"{s.url}/v1/classify?{query}", json={"inputs": "a"}, timeout=60), 401,
+                    "no Authorization header")
+            answered = httpx.post(f"{s.url}/v1/classify?{query}", json={"inputs": "a"}, headers=AUTHORIZED,
+                                  timeout=60)
+            assert answered.status_code == 200
+            assert httpx.get(f"{s.url}/nowhere?{query}", headers=AUTHORIZED).status_code == 404
+            assert httpx.get(f"{s.url}/health?{query}").status_code == 200
+    finally:
+        s.stop()
+    output = s.process.stdout.read()
+    assert '"POST /v1/classify HTTP/1.1" 401' in output and '"POST /v1/classify HTTP/1.1" 200' in output, output
+    assert '"GET /nowhere HTTP/1.1" 404' in output, output  # the access log is written, without the query
+    assert secret not in output and "api_key" not in output, output
+    assert not [line for line in output.splitlines() if "HTTP/1.1" in line and "?" in line], output
+
+
 @pytest.mark.parametrize("source", ["--api-key-file", "BERTFORGE_API_KEY"])
 def test_the_api_key_from_a_file_or_the_environment(classifier, tmp_path, monkeypatch, source):
     flags = []
@@ -276,11 +312,20 @@ def test_allowed_hosts_replace_the_loopback_names(keyed):
 
 
 def test_listening_beyond_loopback_without_a_key_warns(classifier):
+    """Listening on every interface (0.0.0.0), without a key: a warning, and the Host names answered are the
+    loopback ones; 0.0.0.0 itself, where a client's browser sends a request that another site made (a request to
+    0.0.0.0 reaches this machine), is an address to listen on, not a name to answer: a 421."""
     s = Served(classifier, "--host", "0.0.0.0").wait()
-    s.stop()
+    try:
+        for host in ("0.0.0.0", f"0.0.0.0:{s.port}", "[::]", f"[::]:{s.port}"):
+            refused(s.post("classify", {"inputs": "a"}, headers={"Host": host}), 421, f"Host '{host}'",
+                    "--allowed-hosts")
+        assert s.post("classify", {"inputs": "a"}, headers={"Host": f"localhost:{s.port}"}).status_code == 200
+    finally:
+        s.stop()
     output = s.process.stdout.read()
     assert "warning: listening on 0.0.0.0 without an API key" in output, output
-    assert "Host is 0.0.0.0, 127.0.0.1, ::1, localhost only" in output, output
+    assert "Host is 127.0.0.1, ::1, localhost only" in output, output
 
 
 def test_a_request_whose_client_left_is_not_computed(classifier):

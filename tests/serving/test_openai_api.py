@@ -72,9 +72,13 @@ def test_token_ids_and_dimensions(server, pipe):
     ({"input": []}, 400, "input", "`input` cannot be empty"),
     ({"input": ["a", ""]}, 422, "input", r"input\[1\] is empty"),
     ({"input": ["a"] * 9}, 413, "input", "input has 9 items, over the limit of 8"),
-    ({"input": "word " * 200}, 413, "input", "over the limit of 128"),
+    ({"input": "word " * 200}, 413, "input", r"over the limit of 128 \(--max-input-tokens; this route cannot ask to "
+                                             "cut it: send shorter inputs, or start the server with --auto-truncate"),
     ({"input": "a", "encoding_format": "hex"}, 422, "encoding_format", "encoding_format"),
     ({"input": "a", "dimensions": 0}, 422, "dimensions", "dimensions must be a whole number of at least 1"),
+    ({"input": "a", "dimensions": True}, 422, "dimensions", "^dimensions: Input should .* integer, not a boolean$"),
+    ({"input": "a", "dimensions": "16"}, 422, "dimensions", "^dimensions: Input should .* integer, not a text$"),
+    ({"input": "a", "user": 7}, 422, "user", "^user: Input should be a valid string, not a whole number$"),
 ])
 def test_errors_in_openais_form(server, body, status, param, message):
     import re
@@ -90,6 +94,19 @@ def test_the_guards_answer_in_openais_form(server):
     response = httpx.post(server.url + "/v1/embeddings", json={"input": "a"})
     assert response.status_code == 401
     assert response.json()["error"]["type"] == "authentication_error"
+    twice = httpx.post(server.url + "/v1/embeddings", json={"input": "a"},
+                       headers=[("authorization", "Bearer sesame"), ("authorization", "Bearer sesame")])
+    assert twice.status_code == 401
+    assert twice.json()["error"] == {"message": "2 Authorization headers: send one, Authorization: Bearer KEY",
+                                     "type": "authentication_error", "param": None, "code": "unauthorized"}
+
+
+def test_an_input_over_the_limit_is_a_413_that_does_not_suggest_truncate(server):
+    """The route has no "truncate" field (a request that sends one is refused): its 413 says what it accepts."""
+    message = embeddings(server, {"input": ["a", "word " * 200]}).json()["error"]["message"]
+    assert message.startswith("input[1] is 202 tokens, over the limit of 128 (--max-input-tokens;"), message
+    assert "--auto-truncate" in message and '"truncate"' not in message, message
+    assert embeddings(server, {"input": "word " * 200, "truncate": True}).status_code == 422
 
 
 def test_the_openai_client_works_unchanged(server, pipe):

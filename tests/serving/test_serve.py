@@ -145,6 +145,31 @@ def test_bad_requests_are_4xx_with_a_message(servers, body, status, message):
     assert re.search(message, response.json()["error"]), response.json()
 
 
+@pytest.mark.parametrize("endpoint, body, message", [
+    ("embed", {"inputs": "a", "dimensions": True}, "dimensions: Input should be a valid integer, not a boolean"),
+    ("embed", {"inputs": "a", "dimensions": "8"}, "dimensions: Input should be a valid integer, not a text"),
+    ("embed", {"inputs": "a", "normalize": "yes"}, "normalize: Input should be a valid boolean, not a text"),
+    ("embed", {"inputs": "a", "normalize": 1}, "normalize: Input should be a valid boolean, not a whole number"),
+    ("classify", {"inputs": "a", "top_k": False}, "top_k: Input should be a valid integer, not a boolean"),
+    ("classify", {"inputs": "a", "truncate": "true"}, "truncate: Input should be a valid boolean, not a text"),
+    ("fill-mask", {"inputs": "a [MASK]", "top_k": 2.0}, "top_k: Input should be a valid integer, not a decimal number"),
+    ("qa", {"inputs": QA, "null_threshold": True}, "null_threshold: Input should be a valid number, not a boolean"),
+    ("qa", {"inputs": QA, "handle_impossible_answer": "no"}, "handle_impossible_answer: Input should be a valid "
+                                                             "boolean, not a text"),
+])
+def test_options_of_another_type_are_a_422_naming_them(servers, endpoint, body, message):
+    """Each option is of the type its route declares (heads.Route), never converted: true is not 1 (bool is an
+    int in Python; `dimensions: true` gave one value), "yes" not true, "8" not 8."""
+    response = servers[endpoint].post(endpoint, body)
+    assert response.status_code == 422, response.text
+    assert response.json() == {"error": message, "error_type": "validation"}
+
+
+def test_options_of_their_own_type_are_answered(servers):
+    assert len(servers["embed"].post("embed", {"inputs": "a", "dimensions": 8, "normalize": False}).json()[0]) == 8
+    assert servers["qa"].post("qa", {"inputs": QA, "null_threshold": 1}).status_code == 200  # a whole number is a float
+
+
 def test_other_errors(servers):
     s = servers["classify"]
     assert s.post("classify", {"inputs": "word " * 200, "truncate": True}).status_code == 200

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from bertforge.cli import main
 from tests.conftest import REPO
 from tests.serving.test_serve import free_port
 from tests.serving.test_guard import classifier  # noqa: F401 (a fixture)
@@ -72,9 +73,23 @@ def test_an_address_this_machine_does_not_have(classifier, host):  # noqa: F811
     (["--api-key", "two words"], None, "argument --api-key: must be one or more printable ASCII characters"),
     (["--api-key", "a", "--api-key-file", "f"], None, "not allowed with argument"),
     (["--allowed-hosts", "http://x"], None, "argument --allowed-hosts: expected host names"),
+    (["--allowed-hosts", "localhost,0.0.0.0"], None, "--allowed-hosts 0.0.0.0: an address to listen on (every "
+                                                     "interface), not a name a client reaches this server by"),
+    (["--allowed-hosts", "[::]"], None, "--allowed-hosts ::: an address to listen on"),
 ])
 def test_a_bad_api_key_or_host_list(classifier, tmp_path, monkeypatch, flags, env, message):  # noqa: F811
     if env is not None:
         monkeypatch.setenv("BERTFORGE_API_KEY", env)
     monkeypatch.chdir(tmp_path)
     assert message in fails_to_start(classifier, *flags)
+
+
+def test_the_api_key_flag_says_it_shows_in_the_process_list(capsys):
+    """--api-key's value is in the process list for every user of the machine: its help says so and names the
+    ways that keep it out; the default is said once."""
+    assert main(["serve", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    help_text = text[text.index("--api-key KEY every request"):text.index("--api-key-file FILE --api-key")]
+    assert "visible to every user of this machine in the process list (ps)" in help_text, help_text
+    assert "--api-key-file or BERTFORGE_API_KEY keeps it out" in help_text, help_text
+    assert help_text.count("default") == 1, help_text

@@ -195,6 +195,19 @@ def test_info_says_teis_fields(servers):
     ("classifier", "/embed", {"inputs": "a"}, 424, "Backend", "a classifier model, which answers /predict,"),
     ("classifier", "/predict", {"inputs": ["a", "b", "c"]}, 422, "Validation", "a list of texts is one input"),
     ("embedding", "/tokenize", {"inputs": "word " * 9000}, 413, "Validation", "over the limit of 8192"),
+    # each field of the type TEI declares, never converted (true is not 1, "yes" not true, "5" not 5)
+    ("embedding", "/embed", {"inputs": "a", "dimensions": True}, 422, "Validation",
+     "^dimensions: Input should be a valid integer, not a boolean$"),
+    ("embedding", "/embed", {"inputs": "a", "normalize": "yes"}, 422, "Validation",
+     "^normalize: Input should be a valid boolean, not a text$"),
+    ("embedding", "/decode", {"ids": [True, False]}, 422, "Validation",
+     r"^ids\.list\[int\]\.0: Input should be a valid integer, not a boolean$"),
+    ("embedding", "/decode", {"ids": ["5"]}, 422, "Validation", r"^ids\.list\[int\]\.0: .* integer, not a text$"),
+    ("embedding", "/decode", {"ids": [[101], [102, True]]}, 422, "Validation", "ids.* integer, not a boolean"),
+    ("embedding", "/tokenize", {"inputs": "a", "add_special_tokens": 0}, 422, "Validation",
+     "add_special_tokens: Input should be a valid boolean, not a whole number"),
+    ("classifier", "/predict", {"inputs": "a", "raw_scores": "true"}, 422, "Validation",
+     "raw_scores: Input should be a valid boolean, not a text"),
 ])
 def test_errors_in_teis_form(servers, kind, path, body, status, error_type, message):
     response = post(servers[kind], path, body)
