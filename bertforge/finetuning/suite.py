@@ -9,8 +9,9 @@ paper selects on dev the same way; the figure is optimistic by that selection). 
 fine-tunes randomly initialised encoders of that size (one draw per seed): the no-pre-training baseline.
 
 OUT/suite.json holds every run (its best metrics, the metrics after each epoch, wall time) and the summary;
-OUT/suite.md the table: per task the main metric's mean ± sd (sample sd over seeds), min and max, and the
-GLUE-style average (the mean over tasks of the main metric).
+OUT/suite.md the table: per task the main metric's mean ± sd (sample sd over seeds), min and max, the figures of
+`bertforge evaluate`'s speed line for the first seed's model (examples/s on the dev split in batches of 64,
+parameters, size on disk), and the GLUE-style average (the mean over tasks of the main metric).
 """
 
 import argparse
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
+from .evaluate import SPEED_FIGURES, mebibytes, millions, run_conditions, whole
 from .finetune import EPOCH_RUN, FINETUNE_DEFAULTS, PAPER, finetune
 from ..core.io import read_json, write_json, write_text_atomic
 from ..training.options import add_training_arguments, training_options
@@ -35,6 +37,7 @@ from ..text.tokenizer import BertTokenizer
 log = logging.getLogger("bertforge")
 PAPER_GRID = {"lr": [2e-5, 3e-5, 5e-5], "batch_size": [16, 32], "epochs": [2, 3, 4]}  # the paper's appendix A.3
 GRID_KEYS = {"lr": float, "batch_size": int, "epochs": float}
+SPEED_BATCH = 64  # rows per forward pass when a run's model is timed
 
 
 def parse_grid(text: str) -> dict:
@@ -92,23 +95,22 @@ def random_model(spec: str, vocab: str, seed: int, folder: Path) -> Path:
 
 
 def model_cost(task: str, folder: Path, data, max_eval_examples: int | None, device: str | None) -> dict:
-    """A fine-tuned model's size and speed: its parameters and its examples/s on the task's first evaluation split
-    (batches of 64, one process; the figure depends on the machine, which `host` names)."""
+    """A fine-tuned model's speed line (`evaluate.model_figures`): its examples/s on the task's first evaluation
+    split, timed as evaluate times them (`evaluate.Speed`, batches of 64), its parameters and size on disk; the
+    examples/s depend on the machine, which `host` names."""
     import platform
 
-    import torch
-
-    from .evaluate import inference_rate
+    from .evaluate import Speed, model_figures
     from ..inference.runtime import pick_device
 
     family = make_family(task, data, reading=True, options={"progress": False})
     tokenizer = BertTokenizer.from_pretrained(folder)
     model = family.model_class.from_pretrained(folder, device=pick_device(device))
     split = family.read(family.eval_splits[0], tokenizer, max_eval_examples)
-    rate = inference_rate(family, model, split, 64, tokenizer.pad_token_id)
-    return {"parameters": sum(p.numel() for p in model.parameters()), "examples_per_s": round(rate, 1),
-            "speed_split": split.name, "host": f"{platform.processor() or platform.machine()}, "
-            f"{torch.get_num_threads()} threads"}
+    speed = Speed()
+    speed.predict(family, model, split, SPEED_BATCH, tokenizer.pad_token_id)
+    return {**model_figures(model, folder, speed.examples_per_s, SPEED_BATCH), "speed_split": split.name,
+            "host": platform.processor() or platform.machine()}
 
 
 def check_seeds(seeds: list[int]) -> None:
@@ -165,26 +167,29 @@ def summarise(runs: list[dict], tasks: list[str]) -> dict:
                          "min": min(values), "max": max(values), "values": values,
                          "undefined": sum(not math.isfinite(v) for v in by_point[name])}
         cost = next((r for r in runs if r["task"] == task and "parameters" in r), {})
-        summary[task].update({k: cost[k] for k in ("parameters", "examples_per_s") if k in cost})
+        summary[task].update({k: cost[k] for k in SPEED_FIGURES if k in cost})
     means = [s["mean"] for s in summary.values()]
     return {"tasks": summary, "average": statistics.fmean(means) if means else None}
 
 
 def markdown(model: str, summary: dict, wall_s: float) -> str:
     lines = [f"# Suite: {model}", "", "| task | metric | point | seeds | mean ± sd | min | max | parameters | "
-             "examples/s |", "|---|---|---|---|---|---|---|---|---|"]
+             "examples/s | on disk |", "|---|---|---|---|---|---|---|---|---|---|"]
     for task, s in summary["tasks"].items():
         undefined = f" ({s['undefined']} undefined, as 0)" if s.get("undefined") else ""
-        size = f"{s['parameters'] / 1e6:.1f} M" if "parameters" in s else ""
         spread = f" ± {100 * s['sd']:.1f}" if s["seeds"] > 1 else " (one seed: no spread)"
+        size = millions(s["parameters"]) if "parameters" in s else ""
+        rate = whole(s["examples_per_s"]) if "examples_per_s" in s else ""
+        disk = mebibytes(s["bytes_on_disk"]) if "bytes_on_disk" in s else ""
         lines.append(f"| {task} | {s['metric']} | {s['point']} | {s['seeds']}{undefined} | {100 * s['mean']:.1f}"
-                     f"{spread} | {100 * s['min']:.1f} | {100 * s['max']:.1f} | {size} | "
-                     f"{s.get('examples_per_s', '')} |")
+                     f"{spread} | {100 * s['min']:.1f} | {100 * s['max']:.1f} | {size} | {rate} | {disk} |")
     if summary["average"] is not None:
-        lines.append(f"| **average** | | | | **{100 * summary['average']:.1f}** | | | | |")
+        lines.append(f"| **average** | | | | **{100 * summary['average']:.1f}** | | | | | |")
+    measured = sorted({run_conditions(s) for s in summary["tasks"].values() if "batch_size" in s})
     lines += ["", f"Figures x 100; sd is the sample standard deviation over seeds. Runs took {wall_s / 60:.1f} "
-                  "min of wall time in all. Parameters and examples/s: the first seed's fine-tuned model on the "
-                  "task's dev split, batches of 64, on this machine."]
+                  "min of wall time in all. Parameters, examples/s and size on disk: the first seed's fine-tuned "
+                  "model on the task's dev split, as `bertforge evaluate` prints them"
+                  + (f" ({'; '.join(measured)})" if measured else "") + ", on this machine."]
     return "\n".join(lines) + "\n"
 
 
@@ -242,6 +247,9 @@ def suite(model: str, tasks: list[str], seeds: list[int], out, data, points: lis
 
 
 def add_suite_arguments(p):
+    p.description = (f"{p.description}; suite.md's table also gives each task's first fine-tuned model's examples/s "
+                     f"(timed as evaluate's speed line, batches of {SPEED_BATCH}, on --device), parameters and size "
+                     "on disk")
     p.add_argument("--model", required=True,
                    help="checkpoint folder with its tokenizer, or random:CONFIG (tiny, mini, ... or a config.json) "
                         "for randomly initialised encoders (with --vocab)")

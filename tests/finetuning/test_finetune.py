@@ -14,6 +14,7 @@ import torch
 
 from bertforge import BertTokenizer
 from bertforge.cli import main
+from bertforge.finetuning.evaluate import SPEED_FIGURES, speed_line, weights_bytes
 from bertforge.finetuning.finetune import (FinetuneJob, finetune, grouped_order, length_grouped_order,
                                            query_groups, shuffled_order)
 from bertforge.inference.batches import pad_batch
@@ -246,13 +247,40 @@ def test_evaluate_writes_results_and_predictions_to_out(tiny_model, tmp_path, ca
     out = tmp_path / "scores"
     assert main(["evaluate", "sst2", "--model", str(tmp_path / "run" / "best"), "--data", str(data),
                  "--max-eval-examples", "24", "--out", str(out), "--no-progress"]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    streams = capsys.readouterr()
+    printed = json.loads(streams.out)
     saved = json.loads((out / "eval_results.json").read_text())
+    speed = saved.pop("speed")
     assert saved == {"task": "sst2", "model": str(tmp_path / "run" / "best"), "splits": ["dev"], **printed}
     rows = [line.split("\t") for line in (out / "SST-2_dev.tsv").read_text().splitlines()[1:]]
     gold = [e.label for e in read_glue("sst2", data.parent, "dev")[:24]]
     assert len(rows) == 24
     assert sum(int(p) == g for (_, p), g in zip(rows, gold)) / 24 == pytest.approx(printed["accuracy"])
+    assert streams.err.splitlines()[-1] == speed_line(speed)
+
+
+def test_evaluate_records_the_speed_line(tiny_model, tmp_path, capsys):
+    """examples/s (not checked: tests do not time), and how they were run; the parameters are the model's, the size
+    on disk its weights file's."""
+    data = require_shared("data", "glue", "SST-2")
+    run("sst2", tiny_model, data, tmp_path / "run")
+    best = tmp_path / "run" / "best"
+    capsys.readouterr()
+    assert main(["evaluate", "sst2", "--model", str(best), "--data", str(data), "--max-eval-examples", "8",
+                 "--batch-size", "4", "--device", "cpu", "--out", str(tmp_path / "scores"), "--no-progress"]) == 0
+    speed = json.loads((tmp_path / "scores" / "eval_results.json").read_text())["speed"]
+    assert set(speed) == set(SPEED_FIGURES)
+    model = BertForSequenceClassification.from_pretrained(best)
+    assert speed["parameters"] == sum(p.numel() for p in model.parameters())
+    assert speed["bytes_on_disk"] == (best / "model.safetensors").stat().st_size == weights_bytes(best)
+    assert speed["examples_per_s"] > 0 and speed["threads"] == torch.get_num_threads() > 0
+    assert (speed["batch_size"], speed["device"], speed["bf16"]) == (4, "cpu", False)
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line == speed_line(speed)
+    threads = f"{speed['threads']} thread{'s' if speed['threads'] > 1 else ''}"
+    assert line.startswith("speed: ") and f" examples/s (batch 4, cpu, {threads}) · " in line
+    assert line.endswith(f" · {speed['parameters'] / 1e6:.1f}M parameters · "
+                         f"{speed['bytes_on_disk'] / 2**20:.1f} MiB on disk")
 
 
 @pytest.fixture(scope="module")

@@ -47,7 +47,11 @@ def test_runs_report_and_resume(glue, tmp_path, monkeypatch, capsys):
     assert s["parameters"] == sum(p.numel() for p in BertForSequenceClassification(config).parameters())
     assert s["examples_per_s"] > 0 and stsb["parameters"] == s["parameters"] - 129  # one output, not two
     assert [r.get("parameters") is not None for r in report["runs"]] == [True, False, True, False]
-    assert f"| {s['parameters'] / 1e6:.1f} M | {s['examples_per_s']} |" in md
+    assert s["bytes_on_disk"] > 0 and s["batch_size"] == 64 and s["device"] == "cpu" and s["threads"] > 0
+    assert "| parameters | examples/s | on disk |" in md
+    assert (f"| {s['parameters'] / 1e6:.1f}M | {s['examples_per_s']:,.0f} | {s['bytes_on_disk'] / 2**20:.1f} MiB |"
+            in md)
+    assert f"(batch 64, cpu, {s['threads']} thread" in md
     assert not list((out / "runs").rglob("model.safetensors"))  # only metrics are kept
     # Each seed draws its own random encoder.
     assert (out / "init" / "seed-1" / "model.safetensors").read_bytes() != \
@@ -66,8 +70,11 @@ def test_runs_report_and_resume(glue, tmp_path, monkeypatch, capsys):
 def test_grid_reports_the_dev_best_point(glue, tmp_path):
     out = tmp_path / "grid"
     assert main(argv(out, "--tasks", "sst2", "--seeds", "1", "--grid", "lr=1e-3,1e-5 batch_size=8 epochs=1",
-                     "--device", "cpu")) == 0
+                     "--device", "cpu", "--keep-models")) == 0
     report = json.loads((out / "suite.json").read_text())
+    for r in report["runs"]:  # each kept model's size on disk is its weights file's
+        best = out / "runs" / "sst2" / suite_module.point_name(r["point"]) / "seed-1" / "best"
+        assert r["bytes_on_disk"] == (best / "model.safetensors").stat().st_size
     assert {json.loads(p.read_text())["device"] for p in (out / "runs").rglob("args.json")} == {"cpu"}
     assert sorted(suite_module.point_name(p) for p in report["points"]) == ["lr0.001-bs8-ep1", "lr1e-05-bs8-ep1"]
     best = max(report["runs"], key=lambda r: r["metrics"]["accuracy"])
