@@ -20,7 +20,8 @@ COMMANDS = {
     "finetune": ("finetuning.finetune",
                  "fine-tune on a task: GLUE, SQuAD, CoNLL NER, multiple choice, or your own data"),
     "distill": ("finetuning.distill",
-                "distil a fine-tuned teacher into a small student on a task (soft targets, augmentation)"),
+                "distil a fine-tuned teacher into a small student on a task (soft targets, augmentation), or a "
+                "sentence-embedding teacher's vectors into one (distill embeddings)"),
     "evaluate": ("finetuning.evaluate", "score a fine-tuned model on a task's data"),
     "suite": ("finetuning.suite", "fine-tune one model on several tasks x seeds (or a grid) and report mean ± sd"),
     "predict": ("finetuning.predict",

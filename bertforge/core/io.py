@@ -368,6 +368,13 @@ def new_model_folder(out, flag: str, overwrite: bool = False, source=None):
         replace_folder(tmp, out)
 
 
+def copy_model_file(path, folder, target):
+    """A file of the model folder `folder` (by the model-file rule, any size) copied to `target`, atomically."""
+    source = model_file(path, folder, limit=None)
+    with atomic_path(target) as tmp:
+        shutil.copyfile(source, tmp)
+
+
 def write_text_atomic(path, text: str):
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")

@@ -21,7 +21,8 @@ from ..model.heads import HEADS
 from .inputs import as_list, check_count, check_ids, check_masks, check_text, id_row, input_name, is_ids
 from .pipeline_base import Pipeline, Prepared, TooLong
 from .runtime import head_for, load_runtime
-from ..model.sentence_folder import SentencePooling, check_pooling, normalized, pool, read_sentence_folder
+from ..model.sentence_folder import (SentencePooling, apply_dense, check_pooling, load_dense, normalized, pool,
+                                     read_sentence_folder)
 from ..text.tokenizer import BertTokenizer
 from .windows import TextWindows
 
@@ -280,9 +281,10 @@ class FeatureExtraction(Pipeline):
 
 class SentenceEmbedding(FeatureExtraction):
     """One vector per text pooled from the last layer's token vectors ([CLS] and [SEP] included) as
-    sentence-transformers pools them (sentence_folder.pool); with `dimensions` (Matryoshka), its first that many
-    values; then unit length with normalize. A sentence-transformers folder's declaration (pooling, Normalize,
-    max_seq_length, prompt) gives the defaults; else mean, normalized. Token ids are pooled as given (no prompt)."""
+    sentence-transformers pools them (sentence_folder.pool), through the folder's Dense modules; with `dimensions`
+    (Matryoshka), its first that many values; then unit length with normalize. A sentence-transformers folder's
+    declaration (pooling, Normalize, max_seq_length, prompt) gives the defaults; else mean, normalized. Token ids
+    are pooled as given (no prompt)."""
 
     task = "sentence-embedding"
 
@@ -292,14 +294,15 @@ class SentenceEmbedding(FeatureExtraction):
         self.default_max_length = self.declared.max_seq_length
         super().__init__(runtime, tokenizer, config, folder, *args, **kwargs)
         self.skip = self.declared.skipped(tokenizer)
+        self.dense = load_dense(folder, self.declared, config.hidden_size)
 
     def check_options(self, options):
         check_pooling(options["pooling"])
         if options["dimensions"] is not None:
             check_count(options, "dimensions")
-            if options["dimensions"] > self.config.hidden_size:
-                raise BertforgeError(f"dimensions {options['dimensions']} is over the model's "
-                                     f"{self.config.hidden_size}")
+            size = self.declared.dimension(self.config.hidden_size)
+            if options["dimensions"] > size:
+                raise BertforgeError(f"dimensions {options['dimensions']} is over the model's {size}")
 
     def encode(self, items, prepared, truncate):
         texts = [isinstance(item, str) for item in items]
@@ -308,8 +311,8 @@ class SentenceEmbedding(FeatureExtraction):
                               truncate)
 
     def postprocess(self, prepared, outputs):
-        vectors = np.stack([pool(states, prepared.options["pooling"], skip)
-                            for states, skip in zip(outputs, prepared.extra["skip"])])
+        vectors = apply_dense(np.stack([pool(states, prepared.options["pooling"], skip)
+                                        for states, skip in zip(outputs, prepared.extra["skip"])]), self.dense)
         vectors = vectors[:, :prepared.options["dimensions"]]
         return (normalized(vectors) if prepared.options["normalize"] else vectors).tolist()
 

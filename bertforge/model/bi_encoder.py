@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from .bert import BertModel
+from .sentence_encoder import pooled
 from .sentence_folder import write_sentence_folder
 
 SCALE = 20.0  # sentence-transformers' MultipleNegativesRankingLoss scale
@@ -18,8 +19,7 @@ SCALE = 20.0  # sentence-transformers' MultipleNegativesRankingLoss scale
 
 def mean_pooled(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """The mean of each row's real token vectors ([CLS] and [SEP] included, as sentence-transformers'), unit length."""
-    mask = attention_mask[..., None].to(hidden.dtype)
-    return F.normalize((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9), dim=-1)
+    return F.normalize(pooled(hidden, attention_mask, "mean"), dim=-1)
 
 
 class BertBiEncoder(BertModel):

@@ -39,6 +39,10 @@ FINETUNE_FIXED = {"task": "the task", "model": "--model", "teacher": "--teacher"
 # --representation-weight) may change as the rate's schedule may
 DISTILL_FIXED = {**FINETUNE_FIXED, "model": "--student", "prune": "--prune", "prune_from": "--prune-from",
                  "augment": "--augment", "unlabelled": "--unlabelled", "representations": "--representations"}
+# What a sentence-embedding distillation run is: the teacher, the student, the texts and their held-out share (which
+# texts it trains on), their length
+EMBEDDINGS_FIXED = {"teacher": "--teacher", "model": "--student", "prune": "--prune", "input": "--input",
+                    "held_out": "--held-out", "max_length": "--max-length"}
 FOLLOWS = {"config": "init_from"}  # with --init-from, the model's config is the checkpoint's whatever --config says
 NOT_SETTINGS = ("resume", "overwrite", "extra.arguments", "extra.command", "resumed")  # how, not what
 

@@ -299,3 +299,59 @@ def test_token_ids_are_pooled_as_given(tmp_path):
     by_ids, by_text = embed([prompted, "hello there"], dimensions=64)
     np.testing.assert_allclose(by_ids, by_text, atol=1e-6)
     assert len(by_ids) == 64 and np.linalg.norm(by_ids) == pytest.approx(1, abs=1e-6)
+
+
+def test_a_dense_module_maps_the_pooled_vector(tmp_path):
+    """A Dense module after the pooling (a distilled student's map to its teacher's dimension): written, read,
+    applied by the pipeline as sentence-transformers applies it, carried over by keep_sentence_folder."""
+    sentence_transformers()
+    import bertforge
+    from bertforge.model.sentence_folder import Dense
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for file in require_shared("models", "all-MiniLM-L6-v2").iterdir():
+        place_file(file, folder / file.name)
+    rng = np.random.default_rng(0)
+    weight, bias = rng.normal(0, 0.1, (100, 384)).astype(np.float32), rng.normal(0, 0.1, 100).astype(np.float32)
+    write_sentence_folder(folder, "mean", normalize=True, max_seq_length=64, dense=(weight, bias))
+    declared = read_sentence_folder(folder)
+    assert declared.dense == (Dense("2_Dense", 384, 100),) and declared.dimension(384) == 100
+    assert "Dense 384 -> 100" in declared.summary()
+    assert_same_embeddings(folder, sst2_sentences(8))
+    with pytest.raises(BertforgeError, match="over the model's 100"):
+        bertforge.pipeline(model=folder)("a text", dimensions=200)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    assert keep_sentence_folder(folder, copy)
+    assert read_sentence_folder(copy) == declared
+    dense_weights = [f / "2_Dense" / "model.safetensors" for f in (copy, folder)]
+    assert dense_weights[0].read_bytes() == dense_weights[1].read_bytes()
+    write_sentence_folder(folder, "mean", normalize=False)  # declared again without: the module's files go
+    assert read_sentence_folder(folder).dense == () and not (folder / "2_Dense" / "config.json").exists()
+
+
+@pytest.mark.parametrize("config, weights, expected", [
+    ({"activation_function": "torch.nn.modules.activation.ReLU"}, None, "activation_function"),
+    ({"use_residual": True}, None, "use_residual"),
+    ({"in_features": 0}, None, "in_features"),
+    ({}, {"linear.weight": np.zeros((4, 8), np.float32)}, "linear.weight"),
+    ({}, "none", "model.safetensors"),
+    ({"in_features": 16}, None, "the encoder gives 8"),
+])
+def test_malformed_dense_modules_give_one_line_naming_file_and_key(tmp_path, config, weights, expected):
+    from safetensors.numpy import save_file
+
+    from bertforge.model.sentence_folder import load_dense
+
+    folder = tmp_path / "st"
+    write(folder / "config.json", {"hidden_size": 8})
+    write_sentence_folder(folder, "mean", dense=(np.zeros((4, 8), np.float32), np.zeros(4, np.float32)))
+    write(folder / "2_Dense" / "config.json", {"in_features": 8, "out_features": 4, **config})
+    if weights == "none":
+        (folder / "2_Dense" / "model.safetensors").unlink()
+    elif weights is not None:
+        save_file(weights, folder / "2_Dense" / "model.safetensors")
+    with pytest.raises(BertforgeError) as e:
+        load_dense(folder, read_sentence_folder(folder), 8)
+    one_line_error(e, "2_Dense", expected)

@@ -1,0 +1,419 @@
+"""Sentence-embedding distillation (`bertforge distill embeddings`): a student learns the vectors a sentence-embedding
+teacher gives (Reimers and Gurevych, 2020): its loss is the mean squared error between its sentence embedding and
+the teacher's of the same text, so that any text teaches it and none needs a label.
+
+The teacher is read as `pipeline("sentence-embedding")` reads it: a sentence-transformers folder by its declaration,
+any other BERT folder with mean pooling and unit length (all-MiniLM-L6-v2's own sentence-transformers files declare
+those). The texts are `--input`'s: a text a line of a text file (a folder: its text files), the text columns of a
+table, the questions and paragraphs of a SQuAD file; each distinct text once. A share of them (`--held-out`) is kept
+aside and scored at the end of each epoch, the MSE and the mean cosine of the student's vectors to the teacher's
+(RUN/best: the best cosine). The teacher's vectors are computed once, in batches without autograd, and kept on disk
+under a hash of the teacher's files and the texts' tokens, as task distillation keeps its teacher's outputs
+(distill_data.py).
+
+The student is a size name (its layers random, its embeddings the teacher's projected onto its width), with
+`--prune` the teacher cut to that size (its layers evenly spaced, in each the channels, heads and neurons it uses
+most on the texts: model/student.py), or a checkpoint folder. It pools as the teacher pools, of unit length where the
+teacher's vectors are; where its width is not the teacher's dimension, a linear map to it (started as the
+least-squares fit of its pooled vectors to the teacher's on up to PRUNE_ROWS training texts) is trained with it and
+saved as a sentence-transformers Dense module. It reads each text as the teacher's folder does, without the
+teacher's default prompt: it learns the prompted vectors from the plain text. RUN/best and RUN/final are
+sentence-transformers folders (model/sentence_encoder.py) that `SentenceTransformer(folder)`,
+`pipeline("sentence-embedding")` and `serve` read alike.
+"""
+
+import hashlib
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..core.errors import BertforgeError
+from ..core.flags import probability
+from ..core.io import atomic_path, check_output, read_json_lines, read_records, read_text, text_files, write_json
+from ..model.config import SIZES, BertConfig
+from ..model.sentence_folder import SentencePooling, declaration_files, read_sentence_folder
+from ..text.tokenizer import BertTokenizer
+from ..training.options import TrainArgs
+from ..training.resume import EMBEDDINGS_FIXED, check_resume
+
+TASKS = ("embeddings", "sentence-embedding")  # the task names of `distill` that this module serves
+HELD_OUT, MAX_HELD_OUT = 0.05, 2000  # --held-out's default share, and the most texts it keeps aside
+DEFAULT_LENGTH = 128  # tokens per text where the teacher's folder declares no max_seq_length
+# A table's columns read as texts where --text-column names none of its columns: GLUE's, SQuAD's, rerank's
+TEXT_COLUMNS = ("text", "sentence", "sentence1", "sentence2", "question", "question1", "question2", "premise",
+                "hypothesis", "query", "passage", "context")
+TABLES = (".csv", ".tsv", ".jsonl", ".json")
+TEACHER_CHUNK = 2048  # texts per call of the teacher's pipeline (its vectors kept as float32 arrays between calls)
+# distill's flags that are a task's, not this one's (dest -> flag)
+TASK_FLAGS = {"data": "--data", "student_layers": "--student-layers", "prune_from": "--prune-from",
+              "representations": "--representations", "unlabelled": "--unlabelled", "augment": "--augment",
+              "train": "--train", "dev": "--dev", "test": "--test", "dataset": "--dataset"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The texts
+
+
+def read_texts(paths, text_column: str = "text", pair_column: str | None = None) -> list[str]:
+    """Every distinct text of `paths`, in the order first met (see the module docstring)."""
+    files, _ = text_files(paths)
+    texts: dict[str, None] = {}
+    for path in files:
+        for text in file_texts(path, text_column, pair_column):
+            text = text.strip()
+            if text:
+                texts.setdefault(text)
+    if not texts:
+        raise BertforgeError(f"--input {' '.join(map(str, paths))}: no text")
+    return list(texts)
+
+
+def file_texts(path: Path, text_column: str, pair_column: str | None):
+    if path.suffix.lower() not in TABLES:
+        return read_text(path).split("\n")
+    records = list(read_records(path))
+    if path.suffix.lower() == ".json" and len(records) == 1 and isinstance(records[0][1].get("data"), list):
+        from ..tasks.squad import read_squad
+
+        return [text for example in read_squad(path) for text in (example.context, example.question)]
+    present = records[0][1] if records else {}
+    columns = [c for c in dict.fromkeys([text_column, pair_column]) if c in present] or \
+        [c for c in TEXT_COLUMNS if c in present]
+    if records and not columns:
+        raise BertforgeError(f"{path}: no text column (its columns: {', '.join(map(str, present))}); name one with "
+                             f"--text-column")
+    texts = []
+    for location, record in records:
+        for column in columns:
+            value = record.get(column)
+            if value is not None and not isinstance(value, str):
+                raise BertforgeError(f"{location}: {column} is {type(value).__name__}, not a text")
+            texts.append(value or "")
+    return texts
+
+
+def held_out_rows(count: int, share: float, most: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows trained on and those kept aside (`share` of `count`, at least one where share > 0, at most `most`
+    or MAX_HELD_OUT), drawn by `seed`, each in order."""
+    held = min(round(share * count), most or MAX_HELD_OUT, count - 1)
+    held = max(held, 1) if share > 0 and count > 1 else held
+    order = np.random.default_rng([seed, 45]).permutation(count)
+    return np.sort(order[held:]), np.sort(order[:held])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The teacher's vectors
+
+
+def cache_path(teacher_dir: Path, encoded: dict, cache: Path) -> Path:
+    """Where the teacher's vectors of these rows are kept: named by a hash of the teacher's files (its
+    sentence-transformers files too) and of the rows' tokens (distill_data.cache_key's), in cache/embeddings/."""
+    from .distill_data import cache_key, file_digest
+
+    digest = hashlib.sha256(b"bertforge teacher embeddings 1\n")
+    digest.update(cache_key(teacher_dir, encoded, ("input_ids", "token_type_ids")).encode())
+    for path in declaration_files(teacher_dir):
+        digest.update(str(path.relative_to(teacher_dir)).encode() + b"\0")
+        file_digest(path, digest)
+    return cache / "embeddings" / f"{digest.hexdigest()[:32]}.npy"
+
+
+def teacher_embeddings(teacher_dir: Path, texts: list[str], encoded: dict, max_length: int, cache: Path,
+                       batch_size: int, device: str | None, progress: bool) -> tuple[np.ndarray, bool]:
+    """The teacher's vector of every text [texts, dimension] (float32), and whether it came from the cache."""
+    path = cache_path(teacher_dir, encoded, cache)
+    if path.is_file():
+        try:
+            vectors = np.load(path, allow_pickle=False)
+            if vectors.ndim == 2 and len(vectors) == len(texts):
+                return vectors, True
+        except (OSError, ValueError):
+            pass  # a torn or foreign file: computed again and replaced
+    from tqdm import tqdm
+
+    from ..inference.pipelines import pipeline
+
+    embed = pipeline("sentence-embedding", model=teacher_dir, device=device, batch_size=batch_size,
+                     max_length=max_length)
+    parts = []
+    with tqdm(total=len(texts), desc="teacher", unit="text", disable=not progress, leave=False) as bar:
+        for start in range(0, len(texts), TEACHER_CHUNK):
+            parts.append(np.asarray(embed(texts[start:start + TEACHER_CHUNK], truncate=True), dtype=np.float32))
+            bar.update(len(parts[-1]))
+    vectors = np.concatenate(parts)
+    try:
+        with atomic_path(path) as tmp, tmp.open("wb") as f:
+            np.save(f, vectors, allow_pickle=False)
+    except BertforgeError as e:
+        raise BertforgeError(f"--cache-dir: {e}") from None
+    return vectors, False
+
+
+def scores(student: np.ndarray, teacher: np.ndarray) -> dict[str, float]:
+    """The held-out figures: the mean squared difference (per value, as the loss) and the mean cosine."""
+    cosine = (student * teacher).sum(1) / np.maximum(np.linalg.norm(student, axis=1) * np.linalg.norm(teacher, axis=1),
+                                                     1e-12)
+    return {"mse": float(((student - teacher) ** 2).mean()), "cosine": float(cosine.mean())}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The student
+
+
+def build_encoder(spec: str, teacher_dir: Path, tokenizer, rows: dict, prune: bool, embeddings: str | None,
+                  device: str | None):
+    """The student's encoder (a BertModel): of the size `spec`, cut from the teacher with `prune` (its parts ranked
+    on `rows`), or a checkpoint folder. Random weights are drawn from the current torch seed."""
+    from ..model.bert import BertModel
+
+    if spec not in SIZES:
+        from .distill import student_folder
+
+        return BertModel.from_pretrained(student_folder(spec, tokenizer))
+    teacher = BertModel.from_pretrained(teacher_dir)
+    if not prune:
+        from ..model.student import start_embeddings, student_config
+
+        student = BertModel(student_config(teacher.config, spec, pad_token_id=tokenizer.pad_token_id))
+        start_embeddings(student, teacher, embeddings)
+        return student
+    from ..inference.batches import SEQUENCE_INPUTS, padding, run_model
+    from ..inference.runtime import pick_device
+    from ..model.student import activation_ranks, cut_config, evenly_spaced, pruned_student
+
+    config = cut_config(teacher.config, BertConfig.from_name(spec), spec)
+    layers = evenly_spaced(teacher.config.num_hidden_layers, config.num_hidden_layers)
+    teacher.to(pick_device(device))
+    ranks = activation_ranks(teacher, lambda: run_model(teacher, rows, padding(SEQUENCE_INPUTS, tokenizer.pad_token_id),
+                                                        ("last_hidden_state",), ("last_hidden_state",)))
+    print(f"student cut from the teacher's layers {','.join(map(str, layers))}: {config.hidden_size} wide, "
+          f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}", file=sys.stderr)
+    return pruned_student(teacher.cpu(), config, layers, ranks)
+
+
+def fit_map(student, rows: dict, targets: np.ndarray, pad_id: int) -> None:
+    """The student's linear map set to the least-squares fit (lightly regularised) of its pooled vectors of `rows`
+    to the teacher's vectors `targets`."""
+    import torch
+
+    from ..inference.batches import SEQUENCE_INPUTS, padding, run_model
+
+    pooled = np.stack(run_model(student, rows, padding(SEQUENCE_INPUTS, pad_id), ("pooled",))["pooled"])
+    x = np.concatenate([pooled, np.ones((len(pooled), 1))], 1).astype(np.float64)
+    gram = x.T @ x
+    gram[np.diag_indices(len(gram) - 1)] += 1e-3 * np.trace(gram) / len(gram)
+    solution = np.linalg.solve(gram, x.T @ targets.astype(np.float64))  # [width + 1, dimension]
+    with torch.no_grad():
+        student.dense.weight.copy_(torch.from_numpy(solution[:-1].T.astype(np.float32)))
+        student.dense.bias.copy_(torch.from_numpy(solution[-1].astype(np.float32)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training
+
+
+class EmbeddingJob:
+    """The training loop's view of sentence-embedding distillation (see train.TrainingJob): batches of training
+    texts with the teacher's vectors, the held-out texts scored, the student saved as a sentence-transformers
+    folder."""
+
+    resume_fixed = EMBEDDINGS_FIXED
+
+    def __init__(self, encoded: dict, teacher: np.ndarray, train: np.ndarray, held: np.ndarray, batch_size: int,
+                 seed: int, tokenizer, group_by_length: bool = True):
+        from ..inference.batches import SEQUENCE_INPUTS, padding, row_lengths
+        from .finetune import length_grouped_order, shuffled_order
+
+        self.encoded, self.teacher, self.train, self.held = encoded, teacher, train, held
+        self.batch_size, self.seed, self.tokenizer = batch_size, seed, tokenizer
+        self.keys = padding(SEQUENCE_INPUTS, tokenizer.pad_token_id)
+        self.order = length_grouped_order if group_by_length else shuffled_order
+        self.lengths = row_lengths(encoded)[train]
+        self.steps_per_epoch = math.ceil(len(train) / batch_size)
+        self.loss_units = {"loss": lambda batch: len(batch["input_ids"])}
+        self.best_metric = "cosine" if len(held) else None
+        self._epoch, self._batches = None, None
+
+    def batch(self, step: int, rank: int, world: int) -> dict:
+        import torch
+
+        from ..inference.batches import pad_batch
+
+        epoch, i = divmod(step, self.steps_per_epoch)
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._batches = self.order(self.lengths, self.batch_size, np.random.default_rng([self.seed, epoch]))
+        rows = self.train[np.array_split(self._batches[i], world)[rank]]
+        return {**pad_batch(self.encoded, rows, self.keys), "teacher_embedding": torch.from_numpy(self.teacher[rows])}
+
+    def evaluate(self, model) -> dict[str, float]:
+        from ..inference.batches import run_model
+
+        held = {k: [v[i] for i in self.held] for k, v in self.encoded.items()}
+        vectors = run_model(model, held, self.keys, ("embedding",), batch_size=self.batch_size * 2)["embedding"]
+        return scores(np.stack(vectors), self.teacher[self.held])
+
+    def save(self, model, folder: Path):
+        model.save_pretrained(folder, tokenizer=self.tokenizer)
+
+
+def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: bool = False,
+                       student_embeddings: str | None = None, held_out: float = HELD_OUT, cache_dir=None,
+                       epochs: float = 3.0, max_length: int | None = None, max_train_examples: int | None = None,
+                       max_eval_examples: int | None = None, group_by_length: bool = True, text_column: str = "text",
+                       text_pair_column: str | None = None, command: list[str] | None = None,
+                       arguments: dict | None = None, **options) -> dict:
+    """Distil the sentence-embedding teacher `teacher_dir` into `student` on the texts of `inputs`; writes the run
+    folder (best/ and final/ sentence-transformers folders, metrics.jsonl, eval_results.json) and returns the best
+    held-out figures. `options`: TrainArgs fields (defaults: distill's, DISTILL_DEFAULTS)."""
+    from .distill import DISTILL_DEFAULTS
+    from .distill_data import default_cache
+    from .finetune import task_training_options
+
+    started = time.perf_counter()
+    train_options = task_training_options(options, DISTILL_DEFAULTS)
+    teacher_dir = Path(teacher_dir)
+    if not inputs:
+        raise BertforgeError("distill embeddings needs --input: the text files (or tables, SQuAD files, folders) "
+                             "whose texts the student learns the teacher's vectors of")
+    if student is None:
+        raise BertforgeError(f"distill embeddings needs --student: a size ({', '.join(SIZES)}) or a model folder")
+    if prune and student not in SIZES:
+        raise BertforgeError(f"--prune: --student {student} is not a size ({', '.join(SIZES)}) to cut the teacher to")
+    if not 0 <= held_out < 1:
+        raise BertforgeError(f"--held-out {held_out}: must be at least 0 and below 1")
+    if not (teacher_dir / "config.json").is_file():
+        raise BertforgeError(f"--teacher {teacher_dir}: not a model folder (no config.json)")
+    if prune:  # the cut's shape, before any text is read
+        from ..model.student import cut_config
+
+        cut_config(BertConfig.load(teacher_dir), BertConfig.from_name(student), student)
+    declared = read_sentence_folder(teacher_dir) or SentencePooling()
+    tokenizer = BertTokenizer.from_pretrained(teacher_dir)
+    limit = min(tokenizer.model_max_length, BertConfig.load(teacher_dir).max_position_embeddings)
+    max_length = min(max_length or declared.max_seq_length or DEFAULT_LENGTH, limit)
+    run = {"task": "embeddings", "teacher": str(teacher_dir), "model": student, "prune": prune,
+           "student_embeddings": student_embeddings, "input": [str(p) for p in inputs], "held_out": held_out,
+           "max_length": max_length, "epochs": epochs, "max_train_examples": max_train_examples,
+           "max_eval_examples": max_eval_examples, "group_by_length": group_by_length, "text_column": text_column,
+           "text_pair_column": text_pair_column, "texts": None, "teacher_embeddings_cached": None,
+           "command": command, "arguments": arguments}
+    check_resume(TrainArgs(out=Path(out), **{**train_options, "extra": run}), EMBEDDINGS_FIXED)
+
+    texts = read_texts(inputs, text_column, text_pair_column)[:max_train_examples]
+    train, held = held_out_rows(len(texts), held_out, max_eval_examples, train_options["seed"])
+    if not len(train):
+        raise BertforgeError(f"--input {' '.join(map(str, inputs))}: {len(texts)} text, none left to train on")
+    encoded = tokenizer([t.lower() for t in texts] if declared.do_lower_case else texts, truncation=True,
+                        max_length=max_length)
+    encoded = {k: list(encoded[k]) for k in ("input_ids", "token_type_ids")}
+    cache = Path(cache_dir) if cache_dir else default_cache()
+    teacher, cached = teacher_embeddings(teacher_dir, texts, encoded, max_length, cache,
+                                         train_options["batch_size"] * 2, train_options.get("device"),
+                                         train_options.get("progress", True))
+    print(f"teacher vectors of {len(texts):,} texts ({teacher.shape[1]} values each) "
+          f"{'read from' if cached else 'written to'} {cache}; {len(held):,} kept aside", file=sys.stderr)
+    run.update(texts=len(texts), teacher_embeddings_cached=cached)
+    model = student_model(student, teacher_dir, tokenizer, encoded, teacher, train, declared, max_length, prune,
+                          student_embeddings, train_options)
+    return train_student(model, EmbeddingJob(encoded, teacher, train, held, train_options["batch_size"],
+                                             train_options["seed"], tokenizer, group_by_length),
+                         out, train_options, run, started)
+
+
+def student_model(spec: str, teacher_dir: Path, tokenizer, encoded: dict, teacher: np.ndarray, train: np.ndarray,
+                  declared: SentencePooling, max_length: int, prune: bool, embeddings: str | None, options: dict):
+    """The student: its encoder (build_encoder), pooled as the teacher, its map to the teacher's dimension fitted."""
+    import torch
+
+    from ..model.sentence_encoder import SentenceEncoder
+    from ..model.student import ranking_rows
+
+    torch.manual_seed(options["seed"])
+    sample = train[ranking_rows(len(train), options["seed"])]
+    rows = {k: [v[i] for i in sample] for k, v in encoded.items()}
+    encoder = build_encoder(spec, teacher_dir, tokenizer, rows, prune, embeddings, options.get("device"))
+    if max_length > encoder.config.max_position_embeddings:
+        raise BertforgeError(f"--student {spec}: {encoder.config.max_position_embeddings} positions, texts of up to "
+                             f"{max_length} tokens (--max-length)")
+    model = SentenceEncoder(encoder, declared.pooling, declared.normalize, teacher.shape[1], max_length,
+                            declared.do_lower_case)
+    if model.dense is not None:
+        fit_map(model, rows, teacher[sample], tokenizer.pad_token_id)
+    return model
+
+
+def train_student(model, job: EmbeddingJob, out, train_options: dict, run: dict, started: float) -> dict:
+    """The training loop over run["epochs"], held-out figures each epoch; RUN/eval_results.json."""
+    from ..training.train import fit, setup_distributed
+
+    ctx = setup_distributed(train_options.get("device"))
+    out = Path(out)
+    steps = max(1, round(run["epochs"] * job.steps_per_epoch))
+    every = job.steps_per_epoch if len(job.held) else 0
+    fit(model, job, TrainArgs(out=out, steps=steps, **{**train_options, "eval_every": every, "extra": run}), ctx)
+    if not ctx.main:
+        return {}
+    history = [{k: row[k] for k in ("step", "mse", "cosine")} for row in read_json_lines(out / "metrics.jsonl")
+               if "cosine" in row]
+    best = max(history, key=lambda row: row["cosine"]) if history else {}
+    results = {"task": "embeddings", "teacher": run["teacher"], "student": run["model"], "prune": run["prune"],
+               **{k: v for k, v in best.items() if k != "step"}, "step_of_best": best.get("step"),
+               "dimension": model.dimension, "texts": run["texts"], "held_out_texts": len(job.held),
+               "history": history, "wall_time_s": round(time.perf_counter() - started, 1)}
+    write_json(out / "eval_results.json", results)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The command line: `distill`'s, whose task names TASKS are dispatched here
+
+
+def add_embedding_arguments(p):
+    group = p.add_argument_group(
+        "distill embeddings", "a sentence-embedding student: distill embeddings --teacher FOLDER --student SIZE "
+        "[--prune] --input FILE... --out RUN (with --student-embeddings, --cache-dir, --max-length, "
+        "--max-train-examples, --max-eval-examples and the training options)")
+    group.add_argument("--input", nargs="+", type=Path, metavar="FILE",
+                       help="distill embeddings: the texts, a text a line of each text file (a folder: its .txt "
+                            "files), the text columns of a table (.csv, .tsv, .jsonl, .json: the text column option's, "
+                            f"else those named {', '.join(TEXT_COLUMNS[:4])}, ...) or a SQuAD file's questions and "
+                            "paragraphs; each distinct text once")
+    group.add_argument("--held-out", type=probability, default=HELD_OUT, metavar="SHARE",
+                       help=f"distill embeddings: the share of the texts kept aside and scored each epoch (MSE and "
+                            f"mean cosine to the teacher's vectors; at most --max-eval-examples, else {MAX_HELD_OUT}; "
+                            "0: none, and no best/)")
+
+
+def embedding_task(args) -> bool:
+    """Whether the command line is `distill embeddings` (a task's flags refused); --input is for it only."""
+    if args.task not in TASKS:
+        if getattr(args, "input", None):
+            raise BertforgeError(f"--input: the texts of distill embeddings; distill {args.task} reads --data or "
+                                 "--train")
+        return False
+    for dest, flag in TASK_FLAGS.items():
+        if getattr(args, dest, None):
+            raise BertforgeError(f"{flag}: a task's, not distill {args.task}'s (its texts are --input's)")
+    return True
+
+
+def run_distill_embeddings(args) -> int:
+    from ..tasks import family_options
+    from .finetune import task_run_options
+
+    check_output(args.out, "--out", inputs=[p for p in (args.teacher, args.student) if p])
+    options = task_run_options(args)
+    for name in family_options(args):  # the tasks' options; a table's text columns are the ones read here
+        value = options.pop(name)
+        if name in ("text_column", "text_pair_column"):
+            options[name] = value
+    results = distill_embeddings(args.teacher, args.student, args.input, args.out, prune=args.prune,
+                                 student_embeddings=args.student_embeddings, held_out=args.held_out,
+                                 cache_dir=args.cache_dir, **options)
+    print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
+    return 0
