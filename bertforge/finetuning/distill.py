@@ -1,13 +1,16 @@
 """Task distillation (`bertforge distill`): a small student learns what a teacher fine-tuned on the task answers.
 
-The loss per example (Hinton et al., 2015) is the KL divergence from the teacher's softened distribution to
-the student's at temperature T, times T^2 so that its gradients keep their size as T changes (for regression:
-the squared error to the teacher's score), weighted 1 - alpha, plus alpha times the usual loss on the
-labelled examples. The student learns on the training set, on `--augment N` variants of each training input
-and on `--unlabelled` text (distill_data.py), all labelled by the teacher, whose outputs are cached.
-`--representations` adds general distillation's terms on the last layer (TinyBERT's task-specific stage: the
-hidden states, MiniLMv2's self-attention relations, or both; model/representation_loss.py), weighted
-`--representation-weight`: the teacher then runs beside the student on every training batch.
+The loss (Hinton et al., 2015) is the KL divergence from the teacher's softened distribution to the student's at
+temperature T, times T^2 so that its gradients keep their size as T changes, weighted 1 - alpha, plus alpha times
+the usual loss on the labels: per example (classification, multiple choice; a regressor: the squared error to the
+teacher's score), per labelled token (token classification) or per window's start and end (question answering),
+as soft_targets.py defines it for each head. The student learns on the training set and, for text
+classification, on `--augment N` variants of each training input and on `--unlabelled` text (distill_data.py),
+all labelled by the teacher, whose outputs are cached.
+`--representations` (text classification) adds general distillation's terms on the last layer (TinyBERT's
+task-specific stage: the hidden states, MiniLMv2's self-attention relations, or both;
+model/representation_loss.py), weighted `--representation-weight`: the teacher then runs beside the student on
+every training batch.
 
 The student starts from a size name (the size's layers and width with the teacher's vocabulary, position count
 and token types; random weights, except its embeddings: the teacher's projected onto its width, unless it is wider
@@ -34,15 +37,17 @@ from .finetune import (
 from ..core.io import check_output
 from ..core.flags import count, positive, share
 from ..tasks import TASKS, make_family
-from ..tasks.base import TaskFamily
+from ..tasks.base import TaskFamily, head_name
 from ..text.tokenizer import BertTokenizer
 from ..training.options import TrainArgs
 from ..training.resume import DISTILL_FIXED, check_resume
+from .soft_targets import (  # noqa: F401 (PER_EXAMPLE, soft_target_loss, rows, labelled_rows: distill's names too)
+    PER_EXAMPLE, SOFT_TARGETS, labelled_rows, rows, soft_target_loss
+)
 
 # The rate of the measured students from random weights (BENCHMARKS.md, "Distillation"): far above fine-tuning's
 # 2e-5; a student that starts from the teacher's layers or a pre-trained folder may want a lower --lr.
 DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": 3e-4}
-PER_EXAMPLE = ("BertForSequenceClassification", "BertForMultipleChoice")  # the heads task distillation serves
 # --representations: the terms of general distillation (model/representation_loss.py) each choice trains on
 REPRESENTATIONS = {"hidden": ("hidden_loss",), "relations": ("relation_loss",),
                    "both": ("hidden_loss", "relation_loss")}
@@ -73,7 +78,7 @@ def load_teacher(family: TaskFamily, folder: Path, flag: str = "--teacher"):
     teacher = family.model_class.from_pretrained(folder)
     check_model(family, teacher, folder, fine_tuned=True)
     config = teacher.config
-    if family.model_class.__name__ == "BertForSequenceClassification":
+    if SOFT_TARGETS[family.model_class.__name__].own_labels:
         names = [str(config.id2label[i]) for i in range(config.num_labels)]
         if family.model_order(config) != list(range(len(family.labels))):  # its outputs are the data's labels
             raise BertforgeError(f"{flag} {folder}: its labels ({', '.join(names)}) are not the data's "
@@ -148,11 +153,12 @@ def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | No
     return student
 
 
-def cut_from_teacher(teacher, spec: str, layers: list[int] | None, family: TaskFamily, rows: dict, pad_id: int):
+def cut_from_teacher(teacher, spec: str, layers: list[int] | None, family: TaskFamily, sample: dict, pad_id: int):
     """--prune: a student of the size `spec` cut from the teacher's `layers` (default: evenly spaced), keeping the
-    hidden channels, heads and feed-forward neurons the teacher uses most on `rows` (model/student.py)."""
+    hidden channels, heads and feed-forward neurons the teacher uses most on the encoded rows `sample`
+    (model/student.py)."""
     from ..inference.batches import padding, run_model
-    from ..model.student import activation_ranks, cut_config, evenly_spaced, pruned_student
+    from ..model.student import activation_ranks, cut_config, evenly_spaced, pruned_student, task_head
 
     config = cut_config(teacher.config, BertConfig.from_name(spec), spec)
     if layers is None:
@@ -160,8 +166,8 @@ def cut_from_teacher(teacher, spec: str, layers: list[int] | None, family: TaskF
     elif len(layers) != config.num_hidden_layers:
         raise BertforgeError(f"--student-layers {','.join(map(str, layers))}: the student {spec} has "
                              f"{config.num_hidden_layers} layers")
-    ranks = activation_ranks(teacher.bert, lambda: run_model(teacher, rows, padding(family.inputs, pad_id),
-                                                             ("logits",)), teacher.classifier)
+    ranks = activation_ranks(teacher.bert, lambda: run_model(teacher, sample, padding(family.inputs, pad_id),
+                                                             family.output_keys), task_head(teacher))
     print(f"student cut from the teacher's layers {','.join(map(str, layers))}: {config.hidden_size} wide, "
           f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}", file=sys.stderr)
     return pruned_student(teacher, config, layers, ranks)
@@ -169,31 +175,35 @@ def cut_from_teacher(teacher, spec: str, layers: list[int] | None, family: TaskF
 
 def make_distiller(student, temperature: float, alpha: float, regression: bool, representations=None,
                    representation_weight: float = 1.0):
-    """The module the training loop trains: the student, whose losses in training are the distillation's.
-    `representations`: a representation_loss.RepresentationMatch of the teacher's encoder to this student, or None."""
-    import torch.nn.functional as F
+    """The module the training loop trains: the student, whose losses in training are the distillation's, as
+    soft_targets.SOFT_TARGETS has them for its head. `representations`: a representation_loss.RepresentationMatch of
+    the teacher's encoder to this student, or None."""
     from torch import nn
 
+    targets = SOFT_TARGETS[type(student).__name__]
+    own_loss = targets.label_loss is None
+
     class Distiller(nn.Module):
-        """With `teacher_logits` in the batch: {"distill_loss": (1 - alpha) x the soft-target loss per row,
-        "label_loss": alpha x the task loss per labelled row}, and with `representations` its terms (per real
+        """With `teacher_logits` in the batch: {"distill_loss": (1 - alpha) x the soft-target loss,
+        "label_loss": alpha x the task loss on the labelled rows}, and with `representations` its terms (per real
         token) x `representation_weight`; without: the student's own outputs."""
 
         def __init__(self):
             super().__init__()
             self.student, self.representations = student, representations
 
-        def forward(self, teacher_logits=None, labelled=None, labels=None, **batch):
+        def forward(self, teacher_logits=None, labelled=None, **batch):
             if teacher_logits is None:
-                return self.student(labels=labels, **batch)
-            out = self.student(**batch, output_hidden_states=self.representations is not None)
-            logits = out["logits"].float()
-            losses = {"distill_loss": (1 - alpha) * soft_target_loss(logits, teacher_logits, temperature,
-                                                                     regression).mean(),
-                      "label_loss": alpha * label_loss(logits, labels, labelled.bool(), regression)}
+                return self.student(**batch)
+            given = batch if own_loss else {k: v for k, v in batch.items() if k != "labels"}
+            out = self.student(**given, output_hidden_states=self.representations is not None)
+            label_loss = out["loss"] if own_loss else targets.label_loss(out, batch, labelled.bool(), regression)
+            losses = {"distill_loss": (1 - alpha) * targets.soft_loss(out, teacher_logits, batch, temperature,
+                                                                      regression),
+                      "label_loss": alpha * label_loss}
             if self.representations is not None:
                 states = out["hidden_states"]
-                matched = self.representations(batch, self.student.bert, states[-2], states[-1])
+                matched = self.representations(given, self.student.bert, states[-2], states[-1])
                 losses.update({k: representation_weight * v for k, v in matched.items()})
             return losses
 
@@ -208,27 +218,7 @@ def make_distiller(student, temperature: float, alpha: float, regression: bool, 
                 self.representations.load_projection(folder)
             return report
 
-    def label_loss(logits, labels, labelled, regression):
-        if not labelled.any():
-            return logits.sum() * 0.0
-        logits, labels = logits[labelled], labels[labelled]
-        return F.mse_loss(logits[:, 0], labels.float()) if regression else F.cross_entropy(logits, labels)
-
     return Distiller()
-
-
-def soft_target_loss(student_logits, teacher_logits, temperature: float, regression: bool = False):
-    """Per row: T^2 KL(softmax(teacher / T) || softmax(student / T)), or for a regressor the squared error.
-    Outputs the teacher gives -inf (a multiple-choice example's missing choices) add nothing."""
-    import torch
-
-    if regression:
-        return (student_logits[:, 0] - teacher_logits[:, 0]) ** 2
-    target = torch.softmax(teacher_logits / temperature, -1)
-    log_student = torch.log_softmax(student_logits / temperature, -1)
-    log_target = torch.log_softmax(teacher_logits / temperature, -1)
-    terms = torch.where(target > 0, target * (log_target - log_student), torch.zeros_like(target))
-    return temperature ** 2 * terms.sum(-1)
 
 
 def distill(task: str, teacher_dir, student: str | None, data, out, temperature: float = 2.0, alpha: float = 0.5,
@@ -243,6 +233,7 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     `finetune`'s. `options`: TrainArgs fields (defaults DISTILL_DEFAULTS) and the task family's options."""
     import torch
 
+    from ..inference.batches import PerToken
     from .distill_data import default_cache
 
     started = time.perf_counter()
@@ -251,12 +242,12 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
                           augment)
     train_options = task_training_options(options, DISTILL_DEFAULTS)
     teacher_dir = Path(teacher_dir)
-    head = TASKS[task].model_class.__name__ if task in TASKS else None
-    if head not in PER_EXAMPLE and task in TASKS:
-        raise BertforgeError(f"distill {task}: task distillation covers tasks with an output per example "
-                             "(text and pair classification, regression, multiple choice), not per token or span")
+    head = head_name(TASKS[task]) if task in TASKS else None
+    if head not in SOFT_TARGETS and task in TASKS:
+        raise BertforgeError(f"distill {task}: task distillation covers the heads of {', '.join(SOFT_TARGETS)}, "
+                             f"not {head}")
     for flag, given in (("--augment", augment), ("--unlabelled", unlabelled), ("--representations", representations)):
-        if given and head != "BertForSequenceClassification":
+        if given and not (head in SOFT_TARGETS and SOFT_TARGETS[head].text_inputs):
             raise BertforgeError(f"{flag}: only for text and text-pair tasks, not {task}")
     family = make_family(task, data, max_length, options, reading=True)
     run = {"task": task, "model": student if student_layers is None else
@@ -287,7 +278,8 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     encoded, cached = distill_rows(family, splits.train, tokenizer, teacher, teacher_dir, augment, unlabelled,
                                    regression, cache, train_options)
     run.update(distill_rows=len(encoded["labelled"]), teacher_outputs_cached=cached)
-    loss_units = {"distill_loss": rows, "label_loss": labelled_rows}
+    targets = SOFT_TARGETS[head]
+    loss_units = {"distill_loss": targets.units, "label_loss": targets.label_units}
     matcher = None
     if representations:
         from ..model.representation_loss import RepresentationMatch
@@ -297,7 +289,8 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     del teacher
     distiller = make_distiller(model, temperature, alpha, regression, matcher, representation_weight)
     return train_on_task(family, distiller, tokenizer, splits, encoded, out, train_options, run, started,
-                         batch_keys={"teacher_logits": None, "labelled": None}, loss_units=loss_units)
+                         batch_keys={"teacher_logits": PerToken() if family.per_token_outputs else None,
+                                     "labelled": None}, loss_units=loss_units)
 
 
 def prune_sample(encoded: dict, seed: int) -> dict:
@@ -312,6 +305,7 @@ def distill_rows(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Pat
                  regression: bool, cache: Path, train_options: dict) -> tuple[dict, bool]:
     """The rows the student learns from (the training split's, then the augmented and unlabelled ones), each with
     the teacher's outputs and whether it is labelled; and whether the teacher's outputs came from the cache."""
+    from ..inference.batches import row_lengths
     from .distill_data import augmented, read_unlabelled, teacher_outputs
 
     extra = []
@@ -331,16 +325,11 @@ def distill_rows(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Pat
     logits, cached = teacher_outputs(teacher, teacher_dir, family, encoded, tokenizer.pad_token_id, cache,
                                      train_options["batch_size"] * 2, train_options.get("progress", True))
     print(f"teacher outputs of {len(logits)} rows {'read from' if cached else 'written to'} {cache}", file=sys.stderr)
-    encoded["teacher_logits"], encoded["labelled"] = logits.tolist(), labelled
+    # per token: each row's own tokens of the [rows, longest, outputs] array (views of the cached file)
+    encoded["teacher_logits"] = ([logits[i, :n] for i, n in enumerate(row_lengths(encoded))]
+                                 if family.per_token_outputs else logits.tolist())
+    encoded["labelled"] = labelled
     return encoded, cached
-
-
-def rows(batch: dict) -> int:
-    return len(batch["input_ids"])
-
-
-def labelled_rows(batch: dict) -> int:
-    return int(batch["labelled"].sum())
 
 
 def real_tokens(batch: dict) -> int:
@@ -369,7 +358,7 @@ def check_distill_options(temperature: float, alpha: float, student, layers, rep
 
 
 def add_distill_arguments(p):
-    p.add_argument("task", help=f"one of {', '.join(TASKS)} with an output per example")
+    p.add_argument("task", help=f"one of {', '.join(t for t, f in TASKS.items() if head_name(f) in SOFT_TARGETS)}")
     p.add_argument("--teacher", required=True, type=Path, help="a model fine-tuned on the task (bertforge's or "
                    "transformers' folder)")
     p.add_argument("--student", help=f"the student: a size ({', '.join(SIZES)}: its layers and width, random "
@@ -393,16 +382,18 @@ def add_distill_arguments(p):
     p.add_argument("--alpha", type=share, default=0.5, help="weight of the loss on the labels (1 - alpha: on the "
                    "teacher's outputs)")
     p.add_argument("--representations", choices=tuple(REPRESENTATIONS),
-                   help="also learn the teacher's last hidden states, its self-attention relations, or both, as "
-                        "pretrain --objective distill does (the teacher runs on every batch; default: outputs only)")
+                   help="text and text-pair tasks: also learn the teacher's last hidden states, its self-attention "
+                        "relations, or both, as pretrain --objective distill does (the teacher runs on every batch; "
+                        "default: outputs only)")
     p.add_argument("--representation-weight", type=positive, default=1.0, metavar="W",
                    help="weight of the --representations terms (default: 1)")
     p.add_argument("--augment", type=AUGMENT, default=0, metavar="N",
-                   help="N variants of each training input (words masked, replaced, cut to n-grams), teacher-labelled: "
-                        f"N + 1 times the training rows (at most {MAX_AUGMENT}; TinyBERT makes 20)")
+                   help="text and text-pair tasks: N variants of each training input (words masked, replaced, cut to "
+                        f"n-grams), teacher-labelled: N + 1 times the training rows (at most {MAX_AUGMENT}; TinyBERT "
+                        "makes 20)")
     p.add_argument("--unlabelled", nargs="+", type=Path, metavar="FILE",
-                   help="text the teacher labels: a text (or a tab-separated pair) a line, or a table with the "
-                        "task's text columns")
+                   help="text and text-pair tasks: text the teacher labels, a text (or a tab-separated pair) a line, "
+                        "or a table with the task's text columns")
     p.add_argument("--cache-dir", type=Path, help="where the teacher's outputs are kept (default: "
                    "$BERTFORGE_CACHE/teacher-outputs, or ~/.cache/bertforge/teacher-outputs)")
     add_task_run_arguments(p, DISTILL_DEFAULTS, PAPER["epochs"])

@@ -10,6 +10,9 @@ may flip the meaning).
 The teacher's outputs are cached as one .npy file named by a hash of the teacher's files (config and weights)
 and of the encoded rows it reads (so of the data, the augmentation and the max length): another seed,
 student or number of epochs on the same rows reuses them, and a change to any of them computes them anew.
+Outputs per example are a [rows, outputs] float32 array; outputs per token (token classification, question
+answering's start and end) a [rows, longest row, outputs] float16 array, each row's tokens first and zeros after,
+read memory-mapped (SQuAD's 88k training windows of 384 tokens: 135 MB).
 """
 
 import hashlib
@@ -121,21 +124,34 @@ def cache_key(teacher_dir: Path, encoded: dict, keys: tuple[str, ...]) -> str:
 
 def teacher_outputs(teacher, teacher_dir: Path, family: TaskFamily, encoded: dict, pad_id: int, cache: Path,
                     batch_size: int = 64, progress: bool = True) -> tuple[np.ndarray, bool]:
-    """The teacher's logits for every row [rows, outputs] (float32), and whether they came from the cache."""
-    from ..inference.batches import run_model
+    """The teacher's outputs for every row (the family's output_keys side by side on the last axis: [rows, outputs]
+    float32, or per token [rows, longest row, outputs] float16, see the module docstring), and whether they came
+    from the cache."""
+    from ..inference.batches import row_lengths, run_model
 
     inputs = padding(family.inputs, pad_id)
+    lengths = row_lengths(encoded)
+    per_token = bool(family.per_token_outputs)
     path = cache / f"{cache_key(teacher_dir, encoded, tuple(k for k in inputs if k in encoded))}.npy"
     if path.is_file():
         try:
-            logits = np.load(path, allow_pickle=False)
-            if logits.shape[0] == len(encoded["input_ids"]):
+            logits = np.load(path, mmap_mode="r" if per_token else None, allow_pickle=False)
+            rows = (len(lengths), int(lengths.max())) if per_token else (len(lengths),)
+            if logits.ndim == 2 + per_token and logits.shape[:len(rows)] == rows:
                 return logits, True
         except (OSError, ValueError):
             pass  # a torn or foreign file: computed again and replaced
-    outputs = run_model(teacher, encoded, inputs, ("logits",), batch_size=batch_size,
-                        progress="teacher" if progress else None)
-    logits = np.stack(outputs["logits"]).astype(np.float32)
+    outputs = run_model(teacher, encoded, inputs, family.output_keys, family.per_token_outputs,
+                        batch_size=batch_size, progress="teacher" if progress else None)
+    if per_token:
+        logits = None
+        for i, values in enumerate(zip(*outputs.values())):
+            row = np.concatenate([v.reshape(len(v), -1) for v in values], -1)
+            if logits is None:
+                logits = np.zeros((len(lengths), int(lengths.max()), row.shape[-1]), dtype=np.float16)
+            logits[i, :len(row)] = row
+    else:
+        logits = np.concatenate([np.stack(v).reshape(len(v), -1) for v in outputs.values()], -1).astype(np.float32)
     try:
         with atomic_path(path) as tmp:
             with tmp.open("wb") as f:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,6 +33,14 @@ if TYPE_CHECKING:
 PAD = "pad"  # padding value meaning the tokenizer's [PAD] id
 SEQUENCE_INPUTS = {"input_ids": PAD, "token_type_ids": 0, "attention_mask": 0}  # what an encoder reads
 MISSING_CHOICE = {"input_ids": PAD, "token_type_ids": 0, "attention_mask": 1}  # one attended [PAD] token
+
+
+@dataclass(frozen=True)
+class PerToken:
+    """The padding of a key holding float values per token (a row: an array [tokens, ...], e.g. a teacher's
+    logits): `fill` after each row's tokens, for the reader to mask."""
+
+    fill: float = 0.0
 
 
 def padding(keys: dict, pad_id: int) -> dict:
@@ -205,6 +214,17 @@ def pad_nested(values: list, fill: int) -> torch.Tensor:
     return out.view(len(values), -1, length) if flat is not values else out
 
 
+def pad_tokens(values: list, fill: float) -> torch.Tensor:
+    """Per-token float rows ([tokens, ...] arrays) as one float32 tensor [rows, longest, ...], `fill` after each
+    row's tokens."""
+    import torch
+
+    out = np.full((len(values), max(map(len, values)), *np.shape(values[0])[1:]), fill, dtype=np.float32)
+    for i, v in enumerate(values):
+        out[i, :len(v)] = v
+    return torch.from_numpy(out)
+
+
 def pad_choices(row: Row, width: int, pad_id: int = 0) -> Row:
     """A multiple-choice row padded to `width` choices, each missing one a single attended [PAD] token
     (MISSING_CHOICE), with its choice_mask (the row's own, else 1 for each choice it has) extended by 0 for
@@ -222,8 +242,9 @@ def ones_over(ids: list) -> list:
 
 
 def pad(rows: Sequence[Row], pad_id: int = 0, keys: dict | None = None) -> dict[str, torch.Tensor]:
-    """The rows as one batch: each of `keys` (key -> its padding: a number, PAD for the pad id, or None to stack as
-    is; SEQUENCE_INPUTS by default) that the rows hold, padded on its last axis to the longest row, [B, L]; the
+    """The rows as one batch: each of `keys` (key -> its padding: a number, PAD for the pad id, None to stack as
+    is, or PerToken for float values per token, [B, L, ...]; SEQUENCE_INPUTS by default) that the rows hold,
+    padded on its last axis (a PerToken key: its token axis) to the longest row, [B, L]; the
     attention_mask, where rows have none, 1 over their tokens. Multiple-choice rows ([B, C, L]) are padded to the
     batch's most choices (pad_choices), with choice_mask [B, C]."""
     import torch
@@ -238,7 +259,10 @@ def pad(rows: Sequence[Row], pad_id: int = 0, keys: dict | None = None) -> dict[
     for key, fill in keys.items():
         if key in rows[0]:
             values = [row[key] for row in rows]
-            batch[key] = pad_nested(values, fill) if fill is not None else torch.tensor(values)
+            if isinstance(fill, PerToken):
+                batch[key] = pad_tokens(values, fill.fill)
+            else:
+                batch[key] = pad_nested(values, fill) if fill is not None else torch.tensor(values)
     return batch
 
 

@@ -96,12 +96,19 @@ def cut_config(teacher: BertConfig, size: BertConfig, name: str) -> BertConfig:
                                  "num_attention_heads": size.hidden_size // head_size})
 
 
+def task_head(model) -> torch.nn.Linear:
+    """A task model's head layer (task_heads.TaskHead.head_name: `classifier`, `qa_outputs`). The cut keeps the
+    input channels it reads: the pooler's outputs where the model has a pooler (sequence classification, multiple
+    choice), else every token's hidden channels (token classification, question answering)."""
+    return getattr(model, model.head_name)
+
+
 def activation_ranks(encoder, run, head=None) -> dict[str, torch.Tensor]:
     """How much the teacher's `encoder` (a BertModel) uses each of its parts while `run()` feeds it data: "hidden"
     [H], each channel's mean |value| summed over every LayerNorm's output; "heads" [layers, heads], the mean norm
     of each head's context vector; "neurons" [layers, I], each feed-forward activation's mean |value|; "pooled" [H]
-    (with a pooler), each pooler output's mean |value|, times the norm of the weights the task's `head` (a Linear
-    on the pooled output) gives it."""
+    (with a pooler), each pooler output's mean |value|, times the norm of the weights the task's `head` (task_head,
+    on the pooled output) gives it. A head on the tokens reads the hidden channels, ranked as they are."""
     config = encoder.config
     head_size = config.hidden_size // config.num_attention_heads
     totals: dict = {}
@@ -144,10 +151,13 @@ def top(scores: torch.Tensor, k: int) -> torch.Tensor:
     return scores.topk(k).indices.sort().values
 
 
-def cut_weights(weights: dict, config: BertConfig, head_size: int, layers: list[int], ranks: dict) -> dict:
+def cut_weights(weights: dict, config: BertConfig, head_size: int, layers: list[int], ranks: dict,
+                head: str | None = None) -> dict:
     """The teacher's `weights` (a state dict with or without the task model's "bert." prefix) cut to `config`:
     its `layers` renumbered from 0, in each the hidden channels, heads and feed-forward neurons that `ranks`
-    (activation_ranks) rank highest; the pooler keeps the outputs ranked highest, a classifier reads them."""
+    (activation_ranks) rank highest; the pooler keeps the outputs ranked highest. The task's `head` (the name of
+    its parameters, task_heads.TaskHead.head_name) keeps the input channels it reads: the pooler's kept outputs,
+    or without a pooler the kept hidden channels."""
     width = config.hidden_size
     hidden = top(ranks["hidden"], width)
     pooled = top(ranks["pooled"], width) if "pooled" in ranks else None
@@ -171,8 +181,8 @@ def cut_weights(weights: dict, config: BertConfig, head_size: int, layers: list[
             key = ".".join(parts[:at + 1] + [str(k)] + parts[at + 2:])
         elif "pooler" in parts:
             rows, cols = pooled, hidden
-        elif "classifier" in parts:
-            rows, cols = None, pooled
+        elif head in parts:
+            rows, cols = None, hidden if pooled is None else pooled
         elif "embeddings" in parts:  # the tables [rows, H], their LayerNorm [H]
             rows, cols = (None, hidden) if value.dim() == 2 else (hidden, None)
         else:
@@ -190,5 +200,6 @@ def pruned_student(teacher, config: BertConfig, layers: list[int], ranks: dict):
     head_size = teacher.config.hidden_size // teacher.config.num_attention_heads
     student = type(teacher)(config)
     with torch.no_grad():
-        student.load_state_dict(cut_weights(teacher.state_dict(), config, head_size, layers, ranks), strict=True)
+        student.load_state_dict(cut_weights(teacher.state_dict(), config, head_size, layers, ranks,
+                                            getattr(teacher, "head_name", None)), strict=True)
     return student

@@ -9,6 +9,7 @@ JSON-ready predictions.
 """
 
 import importlib
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,12 @@ class HeadClass:
         if self.module is None:
             return head_class(self.name)
         return getattr(importlib.import_module(self.module), self.name)
+
+
+def head_name(family: type) -> str:
+    """The name of a family's head class, without importing it."""
+    declared = inspect.getattr_static(family, "model_class")
+    return declared.name if isinstance(declared, HeadClass) else declared.__name__
 
 
 @dataclass

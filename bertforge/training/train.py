@@ -117,12 +117,13 @@ def split_rows(batch: dict, parts: int) -> list[dict]:
 
 
 def trim(batch: dict) -> dict:
-    """Drop padding positions past the longest sequence from the tensors laid out as the attention mask."""
+    """Drop padding positions past the longest sequence from the tensors laid out as the attention mask, and from
+    those with values per token beyond it ([B, L, ...]: a teacher's per-token logits)."""
     mask = batch.get("attention_mask")
     if mask is None:
         return batch
-    longest = int(mask.sum(-1).max())
-    return {k: v[..., :longest] if v.shape == mask.shape else v for k, v in batch.items()}
+    longest, axis = int(mask.sum(-1).max()), mask.dim() - 1
+    return {k: v.narrow(axis, 0, longest) if v.shape[:mask.dim()] == mask.shape else v for k, v in batch.items()}
 
 
 def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = None) -> dict:

@@ -12,9 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge import BertConfig, BertForPreTraining, BertForSequenceClassification, BertTokenizer
+from bertforge import (
+    BertConfig, BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification,
+    BertForTokenClassification, BertTokenizer
+)
 from bertforge.cli import main
 from bertforge.finetuning.distill import build_student, distill, make_distiller, soft_target_loss
+from bertforge.finetuning.soft_targets import span_loss, token_loss
 from bertforge.finetuning.distill_data import augment_words, augmented, read_unlabelled
 from bertforge.core.errors import BertforgeError
 from bertforge.finetuning.finetune import finetune
@@ -56,6 +60,83 @@ def test_soft_target_loss_matches_a_hand_computation_at_t1_and_t2():
     # equal outputs: nothing to learn; a regressor: the squared error to the teacher's score
     assert soft_target_loss(teacher, teacher, 2.0).tolist() == pytest.approx([0.0, 0.0], abs=1e-6)
     assert soft_target_loss(torch.tensor([[0.5]]), torch.tensor([[2.0]]), 1.0, regression=True).tolist() == [2.25]
+
+
+def kl(teacher: list[float], student: list[float], t: float) -> float:
+    """T^2 KL(softmax(teacher / T) || softmax(student / T)), by hand."""
+    p = [math.exp(v / t) / sum(math.exp(u / t) for u in teacher) for v in teacher]
+    q = [math.exp(v / t) / sum(math.exp(u / t) for u in student) for v in student]
+    return t * t * sum(pi * math.log(pi / qi) for pi, qi in zip(p, q))
+
+
+def test_token_loss_is_the_mean_kl_over_the_tokens_that_carry_a_label():
+    """Two rows of 4 tokens, the second padded after 3: only the tokens whose label is not -100 count ([CLS],
+    [SEP], later pieces and the padding do not), each the same, averaged over them."""
+    torch.manual_seed(0)
+    student, teacher = torch.randn(2, 4, 3), torch.randn(2, 4, 3)
+    labels = torch.tensor([[-100, 2, -100, 0], [-100, 1, -100, -100]])
+    teacher[1, 3] = 0.0  # the padding's teacher outputs, as PerToken pads them
+    for t in (1.0, 2.0):
+        counted = [(0, 1), (0, 3), (1, 1)]
+        expected = sum(kl(teacher[i, j].tolist(), student[i, j].tolist(), t) for i, j in counted) / len(counted)
+        loss = token_loss({"logits": student}, teacher, {"labels": labels}, t)
+        assert loss.item() == pytest.approx(expected, rel=1e-5)
+    changed = student.clone()
+    changed[labels == -100] = 50.0  # what the student says where no label is read changes nothing
+    assert token_loss({"logits": changed}, teacher, {"labels": labels}, 2.0).item() == pytest.approx(loss.item())
+    nothing = token_loss({"logits": student}, teacher, {"labels": torch.full_like(labels, -100)}, 2.0)
+    assert nothing.item() == 0.0
+
+
+def test_span_loss_is_half_the_start_and_end_kl_over_each_windows_tokens():
+    """Two windows, the second 3 tokens of 5 (its padding: the student's scores lowest, as the head masks them; the
+    teacher's zeros): per window (KL(start) + KL(end)) / 2 over its real tokens, averaged over the windows."""
+    torch.manual_seed(1)
+    start, end, teacher = torch.randn(2, 5), torch.randn(2, 5), torch.randn(2, 5, 2)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    lowest = torch.finfo(torch.float32).min
+    start, end = (x.masked_fill(mask == 0, lowest) for x in (start, end))
+    teacher[mask == 0] = 0.0
+    t = 2.0
+    expected = [(kl(teacher[i, :n, 0].tolist(), start[i, :n].tolist(), t)
+                 + kl(teacher[i, :n, 1].tolist(), end[i, :n].tolist(), t)) / 2 for i, n in enumerate((5, 3))]
+    loss = span_loss({"start_logits": start, "end_logits": end}, teacher, {"attention_mask": mask}, t)
+    assert loss.item() == pytest.approx(sum(expected) / 2, rel=1e-5)
+
+
+def test_token_and_span_distillers_add_the_models_own_loss_on_the_labels():
+    """The label term of a token classifier is its token cross-entropy over the labelled tokens, of a span model
+    its span loss, a window without the answer pointed at [CLS] (position 0) as fine-tuning does; the soft term is
+    token_loss's or span_loss's on the student's outputs."""
+    torch.manual_seed(0)
+    config = BertConfig.from_name("tiny", vocab_size=50, id2label={0: "O", 1: "B-X", 2: "I-X"})
+    ids, mask = torch.tensor([[2, 5, 6, 7, 3], [2, 8, 9, 3, 0]]), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
+    batch = dict(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids))
+    targets = dict(labelled=torch.tensor([1, 1]))
+
+    tagger = BertForTokenClassification(config).eval()
+    labels = torch.tensor([[-100, 1, 2, 0, -100], [-100, 0, -100, -100, -100]])
+    teacher = torch.randn(2, 5, 3)
+    logits = tagger(**batch)["logits"]
+    out = make_distiller(tagger, 2.0, 0.25, regression=False).eval()(teacher_logits=teacher, labels=labels,
+                                                                     **targets, **batch)
+    kept = labels != -100
+    ce = torch.nn.functional.cross_entropy(logits[kept], labels[kept]).item()
+    assert out["label_loss"].item() == pytest.approx(0.25 * ce, rel=1e-5)
+    assert out["distill_loss"].item() == pytest.approx(
+        0.75 * token_loss({"logits": logits}, teacher, {"labels": labels}, 2.0).item(), rel=1e-5)
+
+    reader = BertForQuestionAnswering(config).eval()
+    positions = dict(start_positions=torch.tensor([1, 0]), end_positions=torch.tensor([3, 0]))  # 2nd: no answer
+    teacher = torch.randn(2, 5, 2).masked_fill(mask[..., None] == 0, 0.0)
+    scores = reader(**batch)
+    out = make_distiller(reader, 2.0, 0.25, regression=False).eval()(teacher_logits=teacher, **positions,
+                                                                     **targets, **batch)
+    span = sum(-torch.log_softmax(scores[key], -1)[range(2), positions[f"{key[:-7]}_positions"]].mean()
+               for key in ("start_logits", "end_logits")) / 2
+    assert out["label_loss"].item() == pytest.approx(0.25 * span.item(), rel=1e-5)
+    assert out["distill_loss"].item() == pytest.approx(
+        0.75 * span_loss(scores, teacher, batch, 2.0).item(), rel=1e-5)
 
 
 def test_missing_choices_add_nothing_and_give_finite_gradients():
@@ -367,7 +448,7 @@ def test_bad_teachers_and_students_are_one_line_errors(teacher, sst2, tmp_path, 
     BertForPreTraining(BertConfig.from_name("tiny", vocab_size=len(tokens))).save_pretrained(other)
     assert "vocabulary" in fails("--student", str(other), student=str(other))
     assert "vocabulary" in fails("--prune-from", str(other), prune_from=other)
-    assert "per example" in fails("conll2003", task="conll2003")
+    assert "BertBiEncoder" in fails("retrieval", task="retrieval")  # a head task distillation does not cover
     assert "one of" in fails("--representations", representations="attention")
     assert "above 0" in fails("--representation-weight", representations="both", representation_weight=0.0)
     assert "not a size" in fails("--prune", student=str(teacher), prune=True)
@@ -427,16 +508,171 @@ def three_labels(teacher, tmp_path):
 
 def test_multiple_choice_with_missing_choices_distils_with_finite_losses(teacher, tmp_path):
     """Questions with 2 and 3 choices share batches: the teacher's outputs for a missing choice are -inf and add
-    nothing."""
+    nothing. The student is cut from the teacher (--prune)."""
     rows = [{"question": f"which {w} is it", "choices": ["a cat", "a dog", "a bird"][:2 + i % 2], "label": i % 2}
             for i, w in enumerate("one two three four five six seven eight nine ten eleven twelve".split())]
     train = write_jsonl(tmp_path / "quiz.jsonl", rows)
     options = {**OPTIONS, "train": train, "dev": train}
     finetune("multiple-choice", teacher.parent.parent / "base", None, tmp_path / "teacher", **options)
     result = distill("multiple-choice", tmp_path / "teacher" / "best", "tiny", None, tmp_path / "run",
-                     cache_dir=tmp_path / "c", **options)
+                     cache_dir=tmp_path / "c", prune=True, **options)
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(math.isfinite(r["distill_loss"]) and math.isfinite(r["label_loss"]) for r in logged)
     assert 0 <= result["accuracy"] <= 1
     logits = np.load(next((tmp_path / "c").glob("*.npy")))
     assert logits.shape == (12, 3) and np.isneginf(logits[0::2, 2]).all() and np.isfinite(logits[1::2]).all()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Token classification and question answering: a few CoNLL sentences and SQuAD questions written here, teachers
+# fine-tuned from a random encoder 256 wide, so that --prune cuts the tiny student's channels to half.
+
+PEOPLE, PLACES = ["Alice Smith", "Bob", "Carol Jones", "Dan"], ["Berlin", "New York", "Zanzibar", "Rome"]
+
+
+@pytest.fixture(scope="module")
+def wide_base(tmp_path_factory):
+    """A random encoder of two layers, 256 wide (BERT-Mini's width and head size)."""
+    vocab = require_shared("models", "all-MiniLM-L6-v2", "vocab.txt")
+    folder = tmp_path_factory.mktemp("wide")
+    torch.manual_seed(0)
+    tokenizer = BertTokenizer.from_pretrained(vocab)
+    config = BertConfig.from_name("mini", vocab_size=tokenizer.vocab_size, num_hidden_layers=2)
+    BertForPreTraining(config).save_pretrained(folder, tokenizer)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def conll(tmp_path_factory):
+    """16 CoNLL-2003 sentences (word POS chunk tag) as train.txt, valid.txt and test.txt."""
+    lines = ["-DOCSTART- -X- -X- O", ""]
+    for i in range(16):
+        person, place = PEOPLE[i % 4].split(), PLACES[(i // 4 + i) % 4].split()
+        tags = ([f"{'B' if k == 0 else 'I'}-PER" for k in range(len(person))] + ["O", "O"]
+                + [f"{'B' if k == 0 else 'I'}-LOC" for k in range(len(place))] + ["O"])
+        words = [*person, "went", "to", *place, "."]
+        lines += [f"{w} X X {t}" for w, t in zip(words, tags)] + [""]
+    folder = tmp_path_factory.mktemp("conll")
+    for name in ("train.txt", "valid.txt", "test.txt"):
+        (folder / name).write_text("\n".join(lines))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ner_teacher(wide_base, conll, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ner-teacher")
+    finetune("conll2003", wide_base, conll, out, **{**OPTIONS, "epochs": 3, "batch_size": 4})
+    return out / "best"
+
+
+def trained_rows(run) -> list[dict]:
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in logged if "distill_loss" in r]
+    assert rows and all(math.isfinite(r["distill_loss"]) and math.isfinite(r["label_loss"]) for r in rows)
+    return rows
+
+
+def per_token_cache(cache, rows: int, outputs: int) -> np.ndarray:
+    """The one cached file of the teacher's outputs per token: [rows, longest row, outputs] float16."""
+    (path,) = cache.glob("*.npy")
+    logits = np.load(path)
+    assert logits.dtype == np.float16 and logits.shape[0] == rows and logits.shape[2] == outputs
+    return logits
+
+
+def test_ner_distils_a_cut_student_per_token_that_evaluate_and_transformers_read(ner_teacher, conll, tmp_path,
+                                                                                capsys):
+    import transformers
+
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    assert main(["distill", "conll2003", "--teacher", str(ner_teacher), "--student", "tiny", "--prune",
+                 "--data", str(conll), "--out", str(run), "--epochs", "2", "--batch-size", "4", "--no-progress",
+                 "--cache-dir", str(cache)]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert 0 <= results["f1"] <= 1
+    assert all(r["label_loss"] > 0 and r["distill_loss"] > 0 for r in trained_rows(run))
+    tokenizer = BertTokenizer.from_pretrained(ner_teacher)
+    family = make_family("conll2003", conll)
+    lengths = [len(r) for r in family.read("train", tokenizer).encoded["input_ids"]]
+    logits = per_token_cache(cache, 16, 5)  # O, B-LOC, I-LOC, B-PER, I-PER
+    assert logits.shape[1] == max(lengths)
+    assert all(not logits[i, n:].any() and logits[i, :n].any() for i, n in enumerate(lengths))
+    best = run / "best"
+    assert (BertConfig.load(str(best)).hidden_size, BertConfig.load(str(best)).num_hidden_layers) == (128, 2)
+    assert main(["evaluate", "conll2003", "--model", str(best), "--data", str(conll), "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(results["f1"])
+    inputs = tokenizer(["Carol Jones went to Zanzibar ."], return_tensors="pt")
+    ours = BertForTokenClassification.from_pretrained(best).eval()
+    theirs = transformers.AutoModelForTokenClassification.from_pretrained(best).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(**inputs).logits, ours(**inputs)["logits"], atol=1e-5, rtol=1e-4)
+    assert theirs.config.id2label == ours.config.id2label
+
+    again = tmp_path / "again"  # --prune-from the student: a student cut from it, the teacher's outputs cached
+    distill("conll2003", ner_teacher, "tiny", conll, again, prune_from=best, cache_dir=cache,
+            **{**OPTIONS, "batch_size": 4})
+    assert json.loads((again / "args.json").read_text())["extra"]["teacher_outputs_cached"] is True
+    trained_rows(again)
+
+
+def squad_folder(folder, version_2: bool):
+    """8 passages of about 70 tokens, two questions each (their answers in different 72-token windows), and for
+    v2.0 an unanswerable third question on every other passage: train and dev files of the version."""
+    jobs = ["baker", "pilot", "nurse", "judge", "tailor", "farmer", "singer", "doctor"]
+    paragraphs = []
+    for i, (name, job) in enumerate(zip("Anna Boris Clara David Elena Felix Greta Hugo".split(), jobs)):
+        city = PLACES[i % 4]
+        context = (f"{name} was born in {city}. " + "The weather there is mild and the streets are old. " * 5
+                   + f"Today {name} works as a {job}.")
+        qas = [{"id": f"{i}-city", "question": f"Where was {name} born?",
+                "answers": [{"text": city, "answer_start": context.index(city)}]},
+               {"id": f"{i}-job", "question": f"What does {name} work as?",
+                "answers": [{"text": job, "answer_start": context.index(job)}]}]
+        if version_2 and i % 2:
+            qas.append({"id": f"{i}-school", "question": f"Where did {name} study?", "answers": [],
+                        "is_impossible": True})
+        paragraphs.append({"context": context, "qas": qas})
+    version = "2.0" if version_2 else "1.1"
+    data = json.dumps({"version": version, "data": [{"title": "people", "paragraphs": paragraphs}]})
+    folder.mkdir()
+    for split in ("train", "dev"):
+        (folder / f"{split}-v{version}.json").write_text(data)
+    return folder
+
+
+QA = {**OPTIONS, "epochs": 2, "batch_size": 8, "max_length": 72}
+
+
+@pytest.mark.parametrize("task", ["squad", "squad_v2"])
+def test_question_answering_distils_start_and_end_per_window(task, wide_base, tmp_path, capsys):
+    """SQuAD v1.1 (windows without the answer: every question has one) with a cut student, evaluated and read by
+    transformers; v2.0 with unanswerable questions."""
+    import transformers
+
+    data = squad_folder(tmp_path / "data", version_2=task == "squad_v2")
+    finetune(task, wide_base, data, tmp_path / "teacher", **QA)
+    teacher = tmp_path / "teacher" / "best"
+    results = distill(task, teacher, "tiny", data, tmp_path / "run", cache_dir=tmp_path / "cache",
+                      prune=task == "squad", **QA)
+    assert 0 <= results["f1"] <= 100 and ("best_f1" in results) == (task == "squad_v2")
+    trained_rows(tmp_path / "run")
+    tokenizer = BertTokenizer.from_pretrained(teacher)
+    train = make_family(task, data, 72).read("train", tokenizer)
+    windows = train.encoded["start_positions"]
+    assert len(windows) > len(train.examples) and windows.count(0) >= len(train.examples)  # windows without it
+    logits = per_token_cache(tmp_path / "cache", len(windows), 2)  # start and end
+    assert all(not logits[i, len(r):].any() for i, r in enumerate(train.encoded["input_ids"]))
+    best = tmp_path / "run" / "best"
+    if task == "squad":
+        assert BertConfig.load(str(best)).hidden_size == 128
+    assert main(["evaluate", task, "--model", str(best), "--data", str(data), "--max-length", "72",
+                 "--max-eval-examples", "16", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(results["f1"])
+    inputs = tokenizer(["Where was Anna born?"], ["Anna was born in Berlin. She works as a baker."],
+                       return_tensors="pt")
+    ours = BertForQuestionAnswering.from_pretrained(best).eval()
+    theirs = transformers.AutoModelForQuestionAnswering.from_pretrained(best).eval()
+    with torch.no_grad():
+        mine, reference = ours(**inputs), theirs(**inputs)
+    for key in ("start_logits", "end_logits"):
+        torch.testing.assert_close(reference[key], mine[key], atol=1e-5, rtol=1e-4)

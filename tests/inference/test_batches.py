@@ -9,7 +9,7 @@ import torch
 
 from bertforge.core.errors import BertforgeError
 from bertforge.inference.batches import (
-    LazyRows, cut_padding, doc_spans, max_context_window, pad, per_row, plan_batches, run
+    LazyRows, PerToken, cut_padding, doc_spans, max_context_window, pad, per_row, plan_batches, run
 )
 
 
@@ -86,6 +86,19 @@ def test_pad_sequences_and_choices():
     assert batch["input_ids"].shape == (2, 3, 3)
     assert batch["choice_mask"].tolist() == [[1, 1, 0], [1, 1, 1]]
     assert batch["token_type_ids"][0, 1].tolist() == [0, 0, 1]
+
+
+
+def test_pad_per_token_values_after_each_rows_tokens():
+    """A PerToken key (a teacher's logits per token, [tokens, outputs] a row) is padded on its token axis to the
+    batch's longest row, as float32, whatever the rows' float type."""
+    rows = rows_of([3, 1])
+    rows[0]["soft"] = np.arange(6, dtype=np.float16).reshape(3, 2)
+    rows[1]["soft"] = np.array([[7.0, 8.0]], dtype=np.float32)
+    batch = pad(rows, keys={"input_ids": 0, "soft": PerToken()})
+    assert batch["soft"].dtype == torch.float32 and batch["soft"].shape == (2, 3, 2)
+    assert batch["soft"].tolist() == [[[0, 1], [2, 3], [4, 5]], [[7, 8], [0, 0], [0, 0]]]
+    assert pad(rows, keys={"input_ids": 0, "soft": PerToken(-1.0)})["soft"][1, 2].tolist() == [-1, -1]
 
 
 @pytest.mark.parametrize("max_tokens", [None, 12])

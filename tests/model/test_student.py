@@ -8,9 +8,11 @@ from bertforge.core.errors import BertforgeError
 from bertforge.model.bert import BertModel
 from bertforge.model.config import BertConfig
 from bertforge.model.student import (
-    activation_ranks, project_embeddings, pruned_student, start_embeddings, student_config
+    activation_ranks, project_embeddings, pruned_student, start_embeddings, student_config, task_head, top
 )
-from bertforge.model.task_heads import BertForSequenceClassification
+from bertforge.model.task_heads import (
+    BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+)
 
 
 def test_teacher_embeddings_keep_the_teachers_geometry_at_any_width():
@@ -143,3 +145,35 @@ def test_the_parts_the_teacher_does_not_use_are_the_ones_cut():
     assert torch.equal(student.bert.embeddings.word_embeddings.weight,
                        teacher.bert.embeddings.word_embeddings.weight[:, kept])
     assert student.classifier.weight.shape == (2, 48)
+
+
+@pytest.mark.parametrize("head_class", [BertForSequenceClassification, BertForMultipleChoice,
+                                        BertForTokenClassification, BertForQuestionAnswering])
+def test_every_head_keeps_the_input_channels_it_reads(head_class):
+    """The head on the pooler (classification, multiple choice) keeps the pooler's outputs ranked highest; a head on
+    the tokens (token classification, question answering: no pooler) keeps the hidden channels the encoder keeps.
+    Cut to its own size, each model is itself."""
+    torch.manual_seed(0)
+    teacher = head_class(BertConfig(vocab_size=40, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                                    intermediate_size=128, id2label={0: "a", 1: "b", 2: "c"})).eval()
+    ids = torch.randint(4, 40, (6, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[3:, 6:] = 0
+    if head_class is BertForMultipleChoice:
+        ids, mask = ids.view(3, 2, 9), mask.view(3, 2, 9)
+
+    def outputs(model):
+        out = model(input_ids=ids, attention_mask=mask)
+        return out["start_logits"] if "start_logits" in out else out["logits"]
+
+    ranks = activation_ranks(teacher.bert, lambda: outputs(teacher), task_head(teacher))
+    assert ("pooled" in ranks) == head_class.uses_pooler
+    same = pruned_student(teacher, teacher.config, [0, 1, 2], ranks).eval()
+    assert torch.equal(outputs(same), outputs(teacher))
+    config = BertConfig.from_dict({**teacher.config.to_dict(), "hidden_size": 48, "num_attention_heads": 3,
+                                   "intermediate_size": 100, "num_hidden_layers": 2})
+    student = pruned_student(teacher, config, [0, 2], ranks).eval()
+    read = top(ranks["pooled" if head_class.uses_pooler else "hidden"], 48)
+    ours, theirs = task_head(student), task_head(teacher)
+    assert torch.equal(ours.weight, theirs.weight[:, read]) and torch.equal(ours.bias, theirs.bias)
+    assert torch.isfinite(outputs(student)).all()

@@ -147,3 +147,17 @@ def test_tensorboard_missing_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(BertforgeError) as excinfo:
         fit(BertForSequenceClassification(BertConfig(**MINI)), FixedBatches(batches(1)), args)
     one_line_error(excinfo, "--report-to tensorboard", "pip install -e '.[tensorboard]'")
+
+
+def test_micro_batches_are_trimmed_to_their_longest_row_per_token_values_too():
+    """Gradient accumulation cuts each micro-batch to its own longest row: the inputs, and values per token ([B, L,
+    ...], a teacher's logits), not values per row."""
+    from bertforge.training.train import split_rows
+
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    batch = {"attention_mask": mask, "input_ids": mask * 5, "soft": torch.ones(2, 4, 3), "labels": torch.zeros(2, 4),
+             "per_row": torch.ones(2, 3)}
+    first, second = split_rows(batch, 2)
+    assert {k: tuple(v.shape) for k, v in first.items()} == {"attention_mask": (1, 2), "input_ids": (1, 2),
+                                                            "soft": (1, 2, 3), "labels": (1, 2), "per_row": (1, 3)}
+    assert second["soft"].shape == (1, 4, 3)
