@@ -449,6 +449,8 @@ def test_bad_teachers_and_students_are_one_line_errors(teacher, sst2, tmp_path, 
     assert "vocabulary" in fails("--student", str(other), student=str(other))
     assert "vocabulary" in fails("--prune-from", str(other), prune_from=other)
     assert "BertBiEncoder" in fails("retrieval", task="retrieval")  # a head task distillation does not cover
+    assert "text-pair" in fails("--augment", task="conll2003", augment=2)
+    assert "text-pair" in fails("--unlabelled", task="squad", unlabelled=[tmp_path / "a.txt"])
     assert "one of" in fails("--representations", representations="attention")
     assert "above 0" in fails("--representation-weight", representations="both", representation_weight=0.0)
     assert "not a size" in fails("--prune", student=str(teacher), prune=True)
