@@ -44,6 +44,7 @@ from ..training.resume import DISTILL_FIXED, check_resume
 from .soft_targets import (  # noqa: F401 (PER_EXAMPLE, soft_target_loss, rows, labelled_rows: distill's names too)
     PER_EXAMPLE, SOFT_TARGETS, labelled_rows, rows, soft_target_loss
 )
+from .distill_embeddings import add_embedding_arguments, embedding_task, run_distill_embeddings
 
 # The rate of the measured students from random weights (BENCHMARKS.md, "Distillation"): far above fine-tuning's
 # 2e-5; a student that starts from the teacher's layers or a pre-trained folder may want a lower --lr.
@@ -397,9 +398,12 @@ def add_distill_arguments(p):
     p.add_argument("--cache-dir", type=Path, help="where the teacher's outputs are kept (default: "
                    "$BERTFORGE_CACHE/teacher-outputs, or ~/.cache/bertforge/teacher-outputs)")
     add_task_run_arguments(p, DISTILL_DEFAULTS, PAPER["epochs"])
+    add_embedding_arguments(p)
 
 
 def run_distill(args) -> int:
+    if embedding_task(args):  # distill embeddings: a sentence-embedding student, its own module
+        return run_distill_embeddings(args)
     check_output(args.out, "--out", inputs=[p for p in (args.teacher, args.student, args.data) if p])
     results = distill(args.task, args.teacher, args.student, args.data, args.out, temperature=args.temperature,
                       alpha=args.alpha, augment=args.augment, unlabelled=args.unlabelled,

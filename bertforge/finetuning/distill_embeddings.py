@@ -42,7 +42,7 @@ from ..training.resume import EMBEDDINGS_FIXED, check_resume
 
 TASKS = ("embeddings", "sentence-embedding")  # the task names of `distill` that this module serves
 HELD_OUT, MAX_HELD_OUT = 0.05, 2000  # --held-out's default share, and the most texts it keeps aside
-DEFAULT_LENGTH = 128  # tokens per text where the teacher's folder declares no max_seq_length
+DEFAULT_LENGTH = 256  # tokens per text where the teacher's folder declares none (all-MiniLM-L6-v2 declares 256)
 # A table's columns read as texts where --text-column names none of its columns: GLUE's, SQuAD's, rerank's
 TEXT_COLUMNS = ("text", "sentence", "sentence1", "sentence2", "question", "question1", "question2", "premise",
                 "hypothesis", "query", "passage", "context")

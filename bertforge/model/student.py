@@ -6,7 +6,7 @@ alike (`--student-embeddings`); or the teacher itself cut to the student's size 
 import torch
 
 from ..core.errors import BertforgeError
-from .bert import BertEmbeddings
+from .bert import BertEmbeddings, BertModel
 from .config import BertConfig
 
 
@@ -196,9 +196,11 @@ def cut_weights(weights: dict, config: BertConfig, head_size: int, layers: list[
 
 
 def pruned_student(teacher, config: BertConfig, layers: list[int], ranks: dict):
-    """A task model of the teacher's class and `config` (cut_config), cut from the teacher (cut_weights)."""
+    """A model of the teacher's class and `config` (cut_config), cut from the teacher (cut_weights): a task model,
+    or a bare encoder (a BertModel, with a pooler where the teacher has one)."""
     head_size = teacher.config.hidden_size // teacher.config.num_attention_heads
-    student = type(teacher)(config)
+    bare = {"add_pooling_layer": teacher.pooler is not None} if isinstance(teacher, BertModel) else {}
+    student = type(teacher)(config, **bare)
     with torch.no_grad():
         student.load_state_dict(cut_weights(teacher.state_dict(), config, head_size, layers, ranks,
                                             getattr(teacher, "head_name", None)), strict=True)

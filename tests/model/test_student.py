@@ -147,6 +147,25 @@ def test_the_parts_the_teacher_does_not_use_are_the_ones_cut():
     assert student.classifier.weight.shape == (2, 48)
 
 
+@pytest.mark.parametrize("pooler", [True, False])
+def test_a_bare_encoder_is_cut_with_or_without_its_pooler(pooler):
+    """A sentence encoder's teacher has no head: its parts are ranked on the encoder alone, and the cut is a
+    BertModel with a pooler where the teacher has one."""
+    task_model = toy_teacher()
+    teacher = BertModel(task_model.config, add_pooling_layer=pooler).eval()
+    teacher.load_state_dict(task_model.bert.state_dict(), strict=False)
+    ids = torch.randint(4, 40, (6, 9), generator=torch.Generator().manual_seed(1))
+    ranks = activation_ranks(teacher, lambda: teacher(input_ids=ids))
+    assert ("pooled" in ranks) == pooler
+    same = pruned_student(teacher, teacher.config, [0, 1, 2], ranks).eval()
+    assert type(same) is BertModel and (same.pooler is not None) == pooler
+    assert torch.equal(same(input_ids=ids).last_hidden_state, teacher(input_ids=ids).last_hidden_state)
+    config = BertConfig.from_dict({**teacher.config.to_dict(), "hidden_size": 32, "num_attention_heads": 2,
+                                   "intermediate_size": 64, "num_hidden_layers": 2})
+    cut = pruned_student(teacher, config, [0, 2], ranks)
+    assert cut.encoder.layer[1].output.dense.weight.shape == (32, 64)
+
+
 @pytest.mark.parametrize("head_class", [BertForSequenceClassification, BertForMultipleChoice,
                                         BertForTokenClassification, BertForQuestionAnswering])
 def test_every_head_keeps_the_input_channels_it_reads(head_class):
