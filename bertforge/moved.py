@@ -48,6 +48,9 @@ GONE = {
     "serve": dict.fromkeys(("ENDPOINTS", "INPUTS", "OPTIONS"), "each route, its inputs and request options are its "
                            "head's Route in bertforge.model.heads.HEADS"),
     "inference": {"row_choices": "bertforge.inference.batches.pad_choices pads a row's choices"},
+    "evaluate": {"inference_rate": "bertforge.finetuning.evaluate.Speed times a model's forward passes"},
+    "sentence_folder": {"MODULE_TYPES": "bertforge.model.sentence_folder.MODULE_ORDER names the modules that may "
+                                        "follow each"},
 }
 LATER = "the old path goes in a later release"
 
