@@ -24,6 +24,7 @@ teacher or the student is loaded or built.
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -34,7 +35,7 @@ from .finetune import (
     CHOSEN, FINETUNE_DEFAULTS, PAPER, add_task_run_arguments, family_record, read_splits, task_run_options,
     task_training_options, train_on_task
 )
-from ..core.io import check_output
+from ..core.io import check_output, read_json
 from ..core.flags import count, positive, share
 from ..tasks import TASKS, make_family
 from ..tasks.base import TaskFamily, head_name
@@ -46,9 +47,20 @@ from .soft_targets import (  # noqa: F401 (PER_EXAMPLE, soft_target_loss, rows, 
 )
 from .distill_embeddings import add_embedding_arguments, embedding_task, run_distill_embeddings
 
-# The rate of the measured students from random weights (BENCHMARKS.md, "Distillation"): far above fine-tuning's
-# 2e-5; a student that starts from the teacher's layers or a pre-trained folder may want a lower --lr.
-DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": 3e-4}
+# `--recipe adaptive` (the default) sets what --lr, --epochs and --augment leave unsaid, by the student's start and
+# the training examples (BENCHMARKS.md, "Distillation defaults at every size"): the rate TRAINED_LR for a start
+# that holds trained layers (cut from the teacher, --prune-from, --student-layers, a checkpoint folder; SST-2's cut
+# BERT-Mini), RANDOM_LR for random layers (far above fine-tuning's 2e-5: the students from random weights); for text
+# and pair tasks with fewer than AUGMENT_ROWS examples, teacher-labelled variants of each (at most MAX_AUTO_AUGMENT;
+# TinyBERT made 20) so that an epoch reads about AUGMENT_ROWS rows: a few thousand examples give the student too
+# little of what the teacher answers; and the epochs that make at least MIN_STEPS optimizer steps over all the rows
+# (at most MAX_EPOCHS). `--recipe fixed`: the earlier defaults, FIXED.
+DISTILL_RECIPES = ("adaptive", "fixed")
+TRAINED_LR, RANDOM_LR = 1e-4, 3e-4
+AUGMENT_ROWS, MAX_AUTO_AUGMENT = 20_000, 20
+MIN_STEPS, MAX_EPOCHS = 4_000, 30
+FIXED = dict(lr=RANDOM_LR, epochs=PAPER["epochs"], augment=0)
+DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": None}
 # --representations: the terms of general distillation (model/representation_loss.py) each choice trains on
 REPRESENTATIONS = {"hidden": ("hidden_loss",), "relations": ("relation_loss",),
                    "both": ("hidden_loss", "relation_loss")}
@@ -222,16 +234,58 @@ def make_distiller(student, temperature: float, alpha: float, regression: bool, 
     return Distiller()
 
 
+def student_start(student: str | None, layers: list[int] | None, prune: bool) -> str:
+    """What the student starts from: "cut" (from the teacher or --prune-from), "layers" (the teacher's), "random"
+    (a size's random layers), "checkpoint" (a model folder)."""
+    return "cut" if prune else "layers" if layers is not None else "random" if student in SIZES else "checkpoint"
+
+
+def start_lr(start: str) -> float:
+    return RANDOM_LR if start == "random" else TRAINED_LR
+
+
+def distill_settings(recipe: str, examples: int, start: str, augmentable: bool, given: dict) -> tuple[dict, str]:
+    """`given` (lr, augment: None where unsaid) completed by `recipe` for this many training examples and this
+    start, and why, in words; the epochs follow from the rows (`distill_epochs`)."""
+    if recipe not in DISTILL_RECIPES:
+        raise BertforgeError(f"--recipe must be one of {', '.join(DISTILL_RECIPES)}, not {recipe!r}")
+    if recipe == "fixed":
+        return {k: FIXED[k] if given[k] is None else given[k] for k in given}, "--recipe fixed"
+    why = []
+    lr, augment = given["lr"], given["augment"]
+    if lr is None:
+        lr = start_lr(start)
+        why.append(f"lr {lr:g}: a student {'of random layers' if start == 'random' else 'that starts trained'}")
+    if augment is None:
+        augment = min(MAX_AUTO_AUGMENT, math.ceil(AUGMENT_ROWS / examples) - 1) if augmentable else 0
+        if augmentable and augment:
+            why.append(f"--augment {augment}: {examples:,} training examples, under {AUGMENT_ROWS:,}")
+    return {"lr": lr, "augment": augment}, "; ".join(why)
+
+
+def distill_epochs(recipe: str, row_count: int, batch_size: int) -> tuple[float, str]:
+    """The epochs `recipe` gives for `row_count` rows (the examples, their variants, unlabelled text) at
+    `batch_size`, and why."""
+    if recipe == "fixed":
+        return FIXED["epochs"], "--recipe fixed"
+    per_epoch = math.ceil(row_count / batch_size)
+    epochs = max(1, min(MAX_EPOCHS, math.ceil(MIN_STEPS / per_epoch)))
+    return float(epochs), (f"{epochs} epochs: {epochs * per_epoch:,} steps over {row_count:,} rows (at least "
+                           f"{MIN_STEPS:,}, at most {MAX_EPOCHS} epochs)")
+
+
 def distill(task: str, teacher_dir, student: str | None, data, out, temperature: float = 2.0, alpha: float = 0.5,
-            augment: int = 0, unlabelled: list | None = None, student_layers: list[int] | None = None,
+            augment: int | None = None, unlabelled: list | None = None, student_layers: list[int] | None = None,
             student_embeddings: str | None = None, prune: bool = False, prune_from=None,
             representations: str | None = None,
-            representation_weight: float = 1.0, cache_dir=None, epochs: float = 3.0, max_length: int | None = None,
-            max_train_examples: int | None = None, max_eval_examples: int | None = None,
+            representation_weight: float = 1.0, cache_dir=None, epochs: float | None = None,
+            max_length: int | None = None, max_train_examples: int | None = None, max_eval_examples: int | None = None,
             group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
-            **options) -> dict:
+            recipe: str = "adaptive", **options) -> dict:
     """Distil `teacher_dir` (fine-tuned on the task) into a student; the run folder and the results are
-    `finetune`'s. `options`: TrainArgs fields (defaults DISTILL_DEFAULTS) and the task family's options."""
+    `finetune`'s. `options`: TrainArgs fields (defaults DISTILL_DEFAULTS) and the task family's options; the lr,
+    `augment` and `epochs` not given are the `recipe`'s (`distill_settings`, `distill_epochs`), a resumed run's
+    those its args.json records."""
     import torch
 
     from ..inference.batches import PerToken
@@ -251,6 +305,13 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
         if given and not (head in SOFT_TARGETS and SOFT_TARGETS[head].text_inputs):
             raise BertforgeError(f"{flag}: only for text and text-pair tasks, not {task}")
     family = make_family(task, data, max_length, options, reading=True)
+    augmentable = bool(head in SOFT_TARGETS and SOFT_TARGETS[head].text_inputs and alpha < 1)
+    record = Path(out) / "args.json"
+    if train_options.get("resume") and record.is_file():  # what the run being resumed chose
+        began = read_json(record)
+        train_options["lr"] = began["lr"] if train_options["lr"] is None else train_options["lr"]
+        augment = began["extra"]["augment"] if augment is None else augment
+        epochs = began["extra"]["epochs"] if epochs is None else epochs
     run = {"task": task, "model": student if student_layers is None else
            f"{teacher_dir} layers {','.join(map(str, student_layers))}", "prune": prune,
            "prune_from": None if prune_from is None else str(prune_from), "teacher": str(teacher_dir),
@@ -260,12 +321,16 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
            "augment": augment, "unlabelled": [str(p) for p in unlabelled or []],
            "distill_rows": None, "teacher_outputs_cached": None, "epochs": epochs, "max_length": family.max_length,
            "max_train_examples": max_train_examples, "max_eval_examples": max_eval_examples,
-           "group_by_length": group_by_length, "command": command, "arguments": arguments}
+           "group_by_length": group_by_length, "command": command, "arguments": arguments, "recipe": recipe,
+           "chosen_by": None}
     check_resume(TrainArgs(out=Path(out), **{**train_options, "extra": run}), DISTILL_FIXED)
     if not (teacher_dir / "config.json").is_file():
         raise BertforgeError(f"--teacher {teacher_dir}: not a model folder (no config.json)")
     tokenizer = BertTokenizer.from_pretrained(teacher_dir)
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
+    chosen, why = distill_settings(recipe, len(splits.train.examples), student_start(student, student_layers, prune),
+                                   augmentable, {"lr": train_options["lr"], "augment": augment})
+    train_options["lr"], augment = chosen["lr"], chosen["augment"]
     teacher = load_teacher(family, teacher_dir)
     torch.manual_seed(train_options["seed"])
     cut_from = None
@@ -278,7 +343,13 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     cache = Path(cache_dir) if cache_dir else default_cache()
     encoded, cached = distill_rows(family, splits.train, tokenizer, teacher, teacher_dir, augment, unlabelled,
                                    regression, cache, train_options)
-    run.update(distill_rows=len(encoded["labelled"]), teacher_outputs_cached=cached)
+    if epochs is None:
+        epochs, epochs_why = distill_epochs(recipe, len(encoded["labelled"]), train_options["batch_size"])
+        why = "; ".join(filter(None, (why, epochs_why)))
+    print(f"distilling at lr {train_options['lr']:g}, batch {train_options['batch_size']}, --augment {augment}, "
+          f"{epochs:g} epochs" + (f" ({why})" if why else ""), file=sys.stderr)
+    run.update(distill_rows=len(encoded["labelled"]), teacher_outputs_cached=cached, augment=augment, epochs=epochs,
+               chosen_by=why or "given")
     targets = SOFT_TARGETS[head]
     loss_units = {"distill_loss": targets.units, "label_loss": targets.label_units}
     matcher = None
@@ -341,7 +412,8 @@ def check_distill_options(temperature: float, alpha: float, student, layers, rep
                           representation_weight: float = 1.0, prune: bool = False, augment: int = 0) -> None:
     """The checks the command line's types make, for calls from Python."""
     try:
-        AUGMENT(str(augment))
+        if augment is not None:
+            AUGMENT(str(augment))
     except argparse.ArgumentTypeError as e:
         raise BertforgeError(f"--augment {augment}: {e}") from None
     if not temperature > 0:
@@ -388,16 +460,24 @@ def add_distill_arguments(p):
                         "default: outputs only)")
     p.add_argument("--representation-weight", type=positive, default=1.0, metavar="W",
                    help="weight of the --representations terms (default: 1)")
-    p.add_argument("--augment", type=AUGMENT, default=0, metavar="N",
+    p.add_argument("--augment", type=AUGMENT, metavar="N",
                    help="text and text-pair tasks: N variants of each training input (words masked, replaced, cut to "
                         f"n-grams), teacher-labelled: N + 1 times the training rows (at most {MAX_AUGMENT}; TinyBERT "
-                        "makes 20)")
+                        "makes 20) (default: the --recipe's)")
     p.add_argument("--unlabelled", nargs="+", type=Path, metavar="FILE",
                    help="text and text-pair tasks: text the teacher labels, a text (or a tab-separated pair) a line, "
                         "or a table with the task's text columns")
     p.add_argument("--cache-dir", type=Path, help="where the teacher's outputs are kept (default: "
                    "$BERTFORGE_CACHE/teacher-outputs, or ~/.cache/bertforge/teacher-outputs)")
-    add_task_run_arguments(p, DISTILL_DEFAULTS, PAPER["epochs"])
+    p.add_argument("--recipe", choices=DISTILL_RECIPES, default="adaptive",
+                   help=f"what --lr, --epochs and --augment not given are: adaptive: lr {TRAINED_LR:g} for a student "
+                        f"that starts trained (--prune, --prune-from, --student-layers, a folder), {RANDOM_LR:g} for "
+                        f"random layers; text and pair tasks under {AUGMENT_ROWS:,} examples get teacher-labelled "
+                        f"variants of each (at most {MAX_AUTO_AUGMENT}) to make about {AUGMENT_ROWS:,} rows; the "
+                        f"epochs that make {MIN_STEPS:,} steps (at most {MAX_EPOCHS}); fixed: lr {FIXED['lr']:g}, "
+                        f"{FIXED['epochs']:g} epochs, no variants")
+    add_task_run_arguments(p, DISTILL_DEFAULTS, None,
+                           notes=dict.fromkeys(("lr", "epochs"), " (default: the --recipe's)"))
     add_embedding_arguments(p)
 
 
@@ -410,6 +490,6 @@ def run_distill(args) -> int:
                       student_layers=args.student_layers, student_embeddings=args.student_embeddings, prune=args.prune,
                       prune_from=args.prune_from,
                       representations=args.representations, representation_weight=args.representation_weight,
-                      cache_dir=args.cache_dir, **task_run_options(args))
+                      cache_dir=args.cache_dir, recipe=args.recipe, **task_run_options(args))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0

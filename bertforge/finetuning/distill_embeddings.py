@@ -42,6 +42,7 @@ from ..training.resume import EMBEDDINGS_FIXED, check_resume
 
 TASKS = ("embeddings", "sentence-embedding")  # the task names of `distill` that this module serves
 HELD_OUT, MAX_HELD_OUT = 0.05, 2000  # --held-out's default share, and the most texts it keeps aside
+EPOCHS = 3.0  # passes over the texts where --epochs is not given
 DEFAULT_LENGTH = 256  # tokens per text where the teacher's folder declares none (all-MiniLM-L6-v2 declares 256)
 # A table's columns read as texts where --text-column names none of its columns: GLUE's, SQuAD's, rerank's
 TEXT_COLUMNS = ("text", "sentence", "sentence1", "sentence2", "question", "question1", "question2", "premise",
@@ -263,19 +264,22 @@ class EmbeddingJob:
 
 def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: bool = False,
                        student_embeddings: str | None = None, held_out: float = HELD_OUT, cache_dir=None,
-                       epochs: float = 3.0, max_length: int | None = None, max_train_examples: int | None = None,
-                       max_eval_examples: int | None = None, group_by_length: bool = True, text_column: str = "text",
-                       text_pair_column: str | None = None, command: list[str] | None = None,
+                       epochs: float | None = None, max_length: int | None = None,
+                       max_train_examples: int | None = None, max_eval_examples: int | None = None,
+                       group_by_length: bool = True, text_column: str = "text", text_pair_column: str | None = None,
+                       command: list[str] | None = None,
                        arguments: dict | None = None, **options) -> dict:
     """Distil the sentence-embedding teacher `teacher_dir` into `student` on the texts of `inputs`; writes the run
     folder (best/ and final/ sentence-transformers folders, metrics.jsonl, eval_results.json) and returns the best
     held-out figures. `options`: TrainArgs fields (defaults: distill's, DISTILL_DEFAULTS)."""
-    from .distill import DISTILL_DEFAULTS
+    from .distill import DISTILL_DEFAULTS, start_lr, student_start
     from .distill_data import default_cache
     from .finetune import task_training_options
 
     started = time.perf_counter()
     train_options = task_training_options(options, DISTILL_DEFAULTS)
+    if train_options["lr"] is None:  # the rate of task distillation's recipe for this start
+        train_options["lr"] = start_lr(student_start(student, None, prune))
     teacher_dir = Path(teacher_dir)
     if not inputs:
         raise BertforgeError("distill embeddings needs --input: the text files (or tables, SQuAD files, folders) "
@@ -298,7 +302,8 @@ def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: boo
     max_length = min(max_length or declared.max_seq_length or DEFAULT_LENGTH, limit)
     run = {"task": "embeddings", "teacher": str(teacher_dir), "model": student, "prune": prune,
            "student_embeddings": student_embeddings, "input": [str(p) for p in inputs], "held_out": held_out,
-           "max_length": max_length, "epochs": epochs, "max_train_examples": max_train_examples,
+           "max_length": max_length, "epochs": EPOCHS if epochs is None else epochs,
+           "max_train_examples": max_train_examples,
            "max_eval_examples": max_eval_examples, "group_by_length": group_by_length, "text_column": text_column,
            "text_pair_column": text_pair_column, "texts": None, "teacher_embeddings_cached": None,
            "command": command, "arguments": arguments}

@@ -17,7 +17,10 @@ from bertforge import (
     BertForTokenClassification, BertTokenizer
 )
 from bertforge.cli import main
-from bertforge.finetuning.distill import build_student, distill, make_distiller, soft_target_loss
+from bertforge.finetuning.distill import (
+    AUGMENT_ROWS, FIXED, MAX_AUTO_AUGMENT, MAX_EPOCHS, MIN_STEPS, RANDOM_LR, TRAINED_LR, build_student, distill,
+    distill_epochs, distill_settings, make_distiller, soft_target_loss, student_start
+)
 from bertforge.finetuning.soft_targets import span_loss, token_loss
 from bertforge.finetuning.distill_data import augment_words, augmented, read_unlabelled
 from bertforge.core.errors import BertforgeError
@@ -27,6 +30,7 @@ from bertforge.tasks.glue import GlueExample
 from tests.conftest import one_line_error, require_shared, write_jsonl
 
 OPTIONS = dict(epochs=1, batch_size=8, max_train_examples=48, max_eval_examples=16, lr=1e-3, progress=False)
+DISTILLED = {**OPTIONS, "augment": 0}  # the recipe's variants left out: these tests count rows and steps
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +202,7 @@ def test_representations_run_logs_their_terms_and_resumes_exactly(teacher, sst2,
     def run(out, *extra):
         return main(["distill", "sst2", "--teacher", str(teacher), "--student", "mini", "--data", str(sst2),
                      "--out", str(out), "--max-train-examples", "48", "--max-eval-examples", "16", "--epochs", "1",
-                     "--batch-size", "8", "--no-progress", "--cache-dir", str(tmp_path / "cache"),
+                     "--batch-size", "8", "--no-progress", "--cache-dir", str(tmp_path / "cache"), "--augment", "0",
                      "--representations", "both", "--representation-weight", "2", "--save-every", "3", "--keep", "2",
                      "--keep-checkpoints", *extra])
 
@@ -262,7 +266,7 @@ def test_teacher_outputs_are_cached_and_recomputed_when_teacher_or_data_change(t
 
     def runs_teacher(name, teacher_dir=teacher, **kw) -> bool:
         before = len(teacher_runs)
-        distill("sst2", teacher_dir, "tiny", sst2, tmp_path / name, cache_dir=cache, **{**OPTIONS, **kw})
+        distill("sst2", teacher_dir, "tiny", sst2, tmp_path / name, cache_dir=cache, **{**DISTILLED, **kw})
         recorded = json.loads((tmp_path / name / "args.json").read_text())["extra"]["teacher_outputs_cached"]
         assert recorded == (len(teacher_runs) == before)
         return len(teacher_runs) > before
@@ -338,7 +342,7 @@ def test_a_pruned_student_at_the_teachers_width_is_its_evenly_spaced_layers(teac
     cut = build_student("tiny", None, model, teacher, tokenizer, family, prune_on=rows).state_dict()
     assert cut.keys() == layers.keys() and all(torch.equal(cut[k], layers[k]) for k in cut)
     result = distill("sst2", teacher, "tiny", sst2, tmp_path / "run", cache_dir=tmp_path / "cache", prune=True,
-                     **OPTIONS)
+                     **DISTILLED)
     assert 0 <= result["accuracy"] <= 1
     assert json.loads((tmp_path / "run" / "args.json").read_text())["extra"]["prune"] is True
 
@@ -387,7 +391,7 @@ def test_a_student_of_a_size_takes_the_teachers_positions_token_types_and_vocabu
     other = random_teacher(teacher, tmp_path / "teacher", max_position_embeddings=positions, type_vocab_size=types,
                            vocab_size=vocab)
     distill("sst2", other, "tiny", sst2, tmp_path / "run", cache_dir=tmp_path / "cache",
-            **{**OPTIONS, "max_train_examples": 16, "max_eval_examples": 8})
+            **{**DISTILLED, "max_train_examples": 16, "max_eval_examples": 8})
     student = BertConfig.load(str(tmp_path / "run" / "best"))
     assert (student.max_position_embeddings, student.type_vocab_size, student.vocab_size) == (positions, types, vocab)
     assert (student.num_hidden_layers, student.hidden_size) == (2, 128)  # the size's
@@ -430,7 +434,7 @@ def test_bad_teachers_and_students_are_one_line_errors(teacher, sst2, tmp_path, 
         options = {"student": "tiny", **kw}
         with pytest.raises(BertforgeError) as e:
             distill(options.pop("task", "sst2"), options.pop("teacher_dir", teacher), options.pop("student"), sst2,
-                    tmp_path / "run", cache_dir=tmp_path / "cache", **{**OPTIONS, **options})
+                    tmp_path / "run", cache_dir=tmp_path / "cache", **{**DISTILLED, **options})
         one_line_error(e, *names)
         assert not (tmp_path / "run").exists()
         return str(e.value)
@@ -476,7 +480,7 @@ def test_resume_checks_the_runs_fixed_flags_before_any_model_is_loaded(teacher, 
     terms is refused naming the flag, before a teacher or a student is loaded or built."""
     from bertforge.finetuning import distill as module
 
-    options = {**OPTIONS, "max_train_examples": 16, "max_eval_examples": 8, "cache_dir": tmp_path / "cache"}
+    options = {**DISTILLED, "max_train_examples": 16, "max_eval_examples": 8, "cache_dir": tmp_path / "cache"}
     run = tmp_path / "run"
     distill("sst2", teacher, "tiny", sst2, run, **options)
     record = (run / "args.json").read_bytes()
@@ -678,3 +682,80 @@ def test_question_answering_distils_start_and_end_per_window(task, wide_base, tm
         mine, reference = ours(**inputs), theirs(**inputs)
     for key in ("start_logits", "end_logits"):
         torch.testing.assert_close(reference[key], mine[key], atol=1e-5, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The recipe: what --lr, --augment and --epochs not given are, at the boundaries of its rules
+
+
+def adaptive(examples, start="cut", augmentable=True, **given):
+    return distill_settings("adaptive", examples, start, augmentable, {"lr": None, "augment": None, **given})
+
+
+@pytest.mark.parametrize("examples, variants", [
+    (AUGMENT_ROWS, 0), (67_349, 0), (AUGMENT_ROWS - 1, 1), (AUGMENT_ROWS // 2, 1), (AUGMENT_ROWS // 2 - 1, 2),
+    (AUGMENT_ROWS // (MAX_AUTO_AUGMENT + 1) + 1, MAX_AUTO_AUGMENT),
+    (AUGMENT_ROWS // (MAX_AUTO_AUGMENT + 1), MAX_AUTO_AUGMENT), (1, MAX_AUTO_AUGMENT)])
+def test_text_tasks_under_the_row_count_get_variants_enough_to_reach_it(examples, variants):
+    chosen, why = adaptive(examples)
+    assert chosen["augment"] == variants
+    assert examples * (variants + 1) >= AUGMENT_ROWS or variants == MAX_AUTO_AUGMENT  # enough rows, or the cap
+    assert variants == 0 or examples * variants < AUGMENT_ROWS  # and no more than it takes
+    assert (f"--augment {variants}" in why) == bool(variants)
+
+
+def test_the_rate_is_the_starts_and_what_is_given_wins():
+    assert [student_start(*a) for a in (("mini", None, True), ("tiny", [0, 1], False), ("mini", None, False),
+                                        ("/a/model", None, False))] == ["cut", "layers", "random", "checkpoint"]
+    for start, lr in (("cut", TRAINED_LR), ("layers", TRAINED_LR), ("checkpoint", TRAINED_LR), ("random", RANDOM_LR)):
+        assert adaptive(3_000, start)[0]["lr"] == lr
+    assert adaptive(3_000, augmentable=False)[0]["augment"] == 0  # token, span and choice tasks, or --alpha 1
+    assert adaptive(3_000, lr=5e-5, augment=3) == ({"lr": 5e-5, "augment": 3}, "")
+    assert distill_settings("fixed", 3_000, "cut", True, {"lr": None, "augment": None})[0] == \
+        {"lr": FIXED["lr"], "augment": FIXED["augment"]}
+
+
+@pytest.mark.parametrize("rows, epochs", [
+    (32 * MIN_STEPS, 1), (32 * MIN_STEPS - 1, 1), (32 * MIN_STEPS + 1, 1), (32 * (MIN_STEPS // 2), 2),
+    (32 * (MIN_STEPS // 2) - 31, 2), (32 * (MIN_STEPS // 2 - 1), 3), (32 * 1_000_000, 1), (50, MAX_EPOCHS)])
+def test_epochs_make_the_step_floor_over_all_rows(rows, epochs):
+    chosen, why = distill_epochs("adaptive", rows, 32)
+    assert chosen == epochs and f"{epochs} epochs" in why
+    steps = epochs * math.ceil(rows / 32)
+    assert steps >= MIN_STEPS or epochs == MAX_EPOCHS
+    assert epochs == 1 or (epochs - 1) * math.ceil(rows / 32) < MIN_STEPS  # not an epoch more than it takes
+    assert distill_epochs("fixed", rows, 32)[0] == FIXED["epochs"]
+
+
+def test_the_default_command_says_and_records_its_choices_and_resumes_them(teacher, sst2, tmp_path, capsys,
+                                                                            monkeypatch):
+    """With no recipe flag, 48 examples (the row count and step floor made small) get variants and epochs; a
+    resumed run goes on with them, though the command line still names none."""
+    from bertforge.finetuning import distill as module
+
+    monkeypatch.setattr(module, "AUGMENT_ROWS", 96)
+    monkeypatch.setattr(module, "MIN_STEPS", 20)
+
+    def run(out, *extra):
+        return main(["distill", "sst2", "--teacher", str(teacher), "--student", "tiny", "--prune", "--data",
+                     str(sst2), "--out", str(out), "--max-train-examples", "48", "--max-eval-examples", "16",
+                     "--batch-size", "8", "--no-progress", "--cache-dir", str(tmp_path / "cache"), "--save-every",
+                     "5", "--keep", "5", "--keep-checkpoints", *extra])
+
+    whole = tmp_path / "whole"
+    assert run(whole) == 0
+    said = capsys.readouterr().err
+    assert "distilling at lr 0.0001, batch 8, --augment 1, 2 epochs (lr 0.0001: a student that starts trained; " \
+           "--augment 1: 48 training examples, under 96; 2 epochs: 24 steps over 96 rows" in said, said
+    extra = json.loads((whole / "args.json").read_text())["extra"]
+    assert (extra["recipe"], extra["augment"], extra["epochs"], extra["distill_rows"]) == ("adaptive", 1, 2, 96)
+    assert "--augment 1" in extra["chosen_by"]
+    resumed = tmp_path / "resumed"
+    shutil.copytree(whole, resumed)
+    for name in ("step-0000015", "step-0000020", "step-0000024", "final", "best", "eval_results.json"):
+        target = resumed / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+    monkeypatch.setattr(module, "AUGMENT_ROWS", 20_000)  # another rule now: the run goes on as it began
+    assert run(resumed, "--resume") == 0
+    final = [run / "final" / "model.safetensors" for run in (resumed, whole)]
+    assert final[0].read_bytes() == final[1].read_bytes()
