@@ -24,7 +24,6 @@ teacher or the student is loaded or built.
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from pathlib import Path
 from ..model.config import SIZES, BertConfig
 from ..core.errors import BertforgeError
 from .finetune import (
-    CHOSEN, FINETUNE_DEFAULTS, PAPER, add_task_run_arguments, family_record, read_splits, task_run_options,
+    add_task_run_arguments, family_record, read_splits, task_run_options,
     task_training_options, train_on_task
 )
 from ..core.io import check_output, read_json
@@ -46,21 +45,11 @@ from .soft_targets import (  # noqa: F401 (PER_EXAMPLE, soft_target_loss, rows, 
     PER_EXAMPLE, SOFT_TARGETS, labelled_rows, rows, soft_target_loss
 )
 from .distill_embeddings import add_embedding_arguments, embedding_task, run_distill_embeddings
+from .distill_recipe import (
+    AUGMENT_ROWS, DISTILL_DEFAULTS, DISTILL_RECIPES, FIXED, MAX_AUTO_AUGMENT, MAX_EPOCHS, MIN_STEPS, RANDOM_LR,
+    TRAINED_LR, distill_epochs, distill_settings, student_folder, student_start
+)
 
-# `--recipe adaptive` (the default) sets what --lr, --epochs and --augment leave unsaid, by the student's start and
-# the training examples (BENCHMARKS.md, "Distillation defaults at every size"): the rate TRAINED_LR for a start
-# that holds trained layers (cut from the teacher, --prune-from, --student-layers, a checkpoint folder; SST-2's cut
-# BERT-Mini), RANDOM_LR for random layers (far above fine-tuning's 2e-5: the students from random weights); for text
-# and pair tasks with fewer than AUGMENT_ROWS examples, teacher-labelled variants of each (at most MAX_AUTO_AUGMENT;
-# TinyBERT made 20) so that an epoch reads about AUGMENT_ROWS rows: a few thousand examples give the student too
-# little of what the teacher answers; and the epochs that make at least MIN_STEPS optimizer steps over all the rows
-# (at most MAX_EPOCHS). `--recipe fixed`: the earlier defaults, FIXED.
-DISTILL_RECIPES = ("adaptive", "fixed")
-TRAINED_LR, RANDOM_LR = 1e-4, 3e-4
-AUGMENT_ROWS, MAX_AUTO_AUGMENT = 20_000, 20
-MIN_STEPS, MAX_EPOCHS = 4_000, 30
-FIXED = dict(lr=RANDOM_LR, epochs=PAPER["epochs"], augment=0)
-DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": None}
 # --representations: the terms of general distillation (model/representation_loss.py) each choice trains on
 REPRESENTATIONS = {"hidden": ("hidden_loss",), "relations": ("relation_loss",),
                    "both": ("hidden_loss", "relation_loss")}
@@ -97,19 +86,6 @@ def load_teacher(family: TaskFamily, folder: Path, flag: str = "--teacher"):
             raise BertforgeError(f"{flag} {folder}: its labels ({', '.join(names)}) are not the data's "
                                  f"({', '.join(map(str, family.labels))})")
     return teacher
-
-
-def student_folder(spec: str, teacher_tokenizer, flag: str = "--student") -> Path:
-    """A student checkpoint folder (or the model --prune-from names), which must read the teacher's tokens."""
-    folder = Path(spec)
-    if not (folder / "config.json").is_file():
-        raise BertforgeError(f"{flag} {spec}: " + (f"neither a size ({', '.join(SIZES)}) nor a model folder"
-                                                   if flag == "--student" else "not a model folder"))
-    student = BertTokenizer.from_pretrained(folder)
-    if student.get_vocab() != teacher_tokenizer.get_vocab():
-        raise BertforgeError(f"{flag} {spec}: its vocabulary ({student.vocab_size} tokens) is not the "
-                             f"teacher's ({teacher_tokenizer.vocab_size}): the student must read the same tokens")
-    return folder
 
 
 def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_dir: Path, tokenizer,
@@ -232,46 +208,6 @@ def make_distiller(student, temperature: float, alpha: float, regression: bool, 
             return report
 
     return Distiller()
-
-
-def student_start(student: str | None, layers: list[int] | None, prune: bool) -> str:
-    """What the student starts from: "cut" (from the teacher or --prune-from), "layers" (the teacher's), "random"
-    (a size's random layers), "checkpoint" (a model folder)."""
-    return "cut" if prune else "layers" if layers is not None else "random" if student in SIZES else "checkpoint"
-
-
-def start_lr(start: str) -> float:
-    return RANDOM_LR if start == "random" else TRAINED_LR
-
-
-def distill_settings(recipe: str, examples: int, start: str, augmentable: bool, given: dict) -> tuple[dict, str]:
-    """`given` (lr, augment: None where unsaid) completed by `recipe` for this many training examples and this
-    start, and why, in words; the epochs follow from the rows (`distill_epochs`)."""
-    if recipe not in DISTILL_RECIPES:
-        raise BertforgeError(f"--recipe must be one of {', '.join(DISTILL_RECIPES)}, not {recipe!r}")
-    if recipe == "fixed":
-        return {k: FIXED[k] if given[k] is None else given[k] for k in given}, "--recipe fixed"
-    why = []
-    lr, augment = given["lr"], given["augment"]
-    if lr is None:
-        lr = start_lr(start)
-        why.append(f"lr {lr:g}: a student {'of random layers' if start == 'random' else 'that starts trained'}")
-    if augment is None:
-        augment = min(MAX_AUTO_AUGMENT, math.ceil(AUGMENT_ROWS / examples) - 1) if augmentable else 0
-        if augmentable and augment:
-            why.append(f"--augment {augment}: {examples:,} training examples, under {AUGMENT_ROWS:,}")
-    return {"lr": lr, "augment": augment}, "; ".join(why)
-
-
-def distill_epochs(recipe: str, row_count: int, batch_size: int) -> tuple[float, str]:
-    """The epochs `recipe` gives for `row_count` rows (the examples, their variants, unlabelled text) at
-    `batch_size`, and why."""
-    if recipe == "fixed":
-        return FIXED["epochs"], "--recipe fixed"
-    per_epoch = math.ceil(row_count / batch_size)
-    epochs = max(1, min(MAX_EPOCHS, math.ceil(MIN_STEPS / per_epoch)))
-    return float(epochs), (f"{epochs} epochs: {epochs * per_epoch:,} steps over {row_count:,} rows (at least "
-                           f"{MIN_STEPS:,}, at most {MAX_EPOCHS} epochs)")
 
 
 def distill(task: str, teacher_dir, student: str | None, data, out, temperature: float = 2.0, alpha: float = 0.5,

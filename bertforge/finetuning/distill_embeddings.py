@@ -172,7 +172,7 @@ def build_encoder(spec: str, teacher_dir: Path, tokenizer, rows: dict, prune: bo
     from ..model.bert import BertModel
 
     if spec not in SIZES:
-        from .distill import student_folder
+        from .distill_recipe import student_folder
 
         return BertModel.from_pretrained(student_folder(spec, tokenizer))
     teacher = BertModel.from_pretrained(teacher_dir)
@@ -272,7 +272,7 @@ def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: boo
     """Distil the sentence-embedding teacher `teacher_dir` into `student` on the texts of `inputs`; writes the run
     folder (best/ and final/ sentence-transformers folders, metrics.jsonl, eval_results.json) and returns the best
     held-out figures. `options`: TrainArgs fields (defaults: distill's, DISTILL_DEFAULTS)."""
-    from .distill import DISTILL_DEFAULTS, start_lr, student_start
+    from .distill_recipe import DISTILL_DEFAULTS, start_lr, student_start
     from .distill_data import default_cache
     from .finetune import task_training_options
 

@@ -17,9 +17,10 @@ from bertforge import (
     BertForTokenClassification, BertTokenizer
 )
 from bertforge.cli import main
-from bertforge.finetuning.distill import (
-    AUGMENT_ROWS, FIXED, MAX_AUTO_AUGMENT, MAX_EPOCHS, MIN_STEPS, RANDOM_LR, TRAINED_LR, build_student, distill,
-    distill_epochs, distill_settings, make_distiller, soft_target_loss, student_start
+from bertforge.finetuning.distill import build_student, distill, make_distiller, soft_target_loss
+from bertforge.finetuning.distill_recipe import (
+    AUGMENT_ROWS, FIXED, MAX_AUTO_AUGMENT, MAX_EPOCHS, MIN_STEPS, RANDOM_LR, TRAINED_LR, distill_epochs,
+    distill_settings, student_start
 )
 from bertforge.finetuning.soft_targets import span_loss, token_loss
 from bertforge.finetuning.distill_data import augment_words, augmented, read_unlabelled
@@ -731,7 +732,7 @@ def test_the_default_command_says_and_records_its_choices_and_resumes_them(teach
                                                                             monkeypatch):
     """With no recipe flag, 48 examples (the row count and step floor made small) get variants and epochs; a
     resumed run goes on with them, though the command line still names none."""
-    from bertforge.finetuning import distill as module
+    from bertforge.finetuning import distill_recipe as module
 
     monkeypatch.setattr(module, "AUGMENT_ROWS", 96)
     monkeypatch.setattr(module, "MIN_STEPS", 20)
