@@ -213,6 +213,7 @@ def truncated_normal_(weight: torch.Tensor, std: float) -> torch.Tensor:
 
 class BertPreTrainedModel(nn.Module, PretrainedMixin, ModelApiMixin):
     base_model_prefix = "bert"
+    config_class = BertConfig
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -341,9 +342,15 @@ def masked_lm(head: BertLMPredictionHead, embedding_weight, encoded: EncoderOutp
     """
     if labels is None:
         return head(encoded.sequence(), embedding_weight), None
+    return masked_lm_loss(lambda x: head(x, embedding_weight), encoded, labels)
+
+
+def masked_lm_loss(score, encoded: EncoderOutput, labels):
+    """`score`'s logits [masked, V] of the positions labels mark (not -100), in row-major order, and the mean
+    cross-entropy over them."""
     flat = labels.reshape(-1)
     positions = (flat != -100).nonzero().squeeze(1)
-    logits = head(encoded.rows(positions), embedding_weight)
+    logits = score(encoded.rows(positions))
     return logits, F.cross_entropy(logits.float(), flat[positions])
 
 

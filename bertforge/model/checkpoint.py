@@ -15,6 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from . import google_checkpoint, sizes
+from .architectures import head_of, model_class, read_config
 from .config import BertConfig, check_size
 from ..core.errors import BertforgeError
 from .heads import PART_NAMES
@@ -189,8 +190,9 @@ class PretrainedMixin:
         folder = Path(folder)
         google = google_checkpoint.find(folder)
         if config is None:
-            config = google_checkpoint.read_config(google) if google else BertConfig.from_json_file(
-                folder / "config.json")
+            config = google_checkpoint.read_config(google) if google else read_config(folder / "config.json")
+        if not isinstance(config, cls.config_class):  # another architecture's folder: its class with this head
+            cls = own_class(cls, config, folder)
         if config_overrides.pop("attn_implementation", None) is not None:
             log.warning("attn_implementation is ignored: bertforge runs SDPA, or the written-out product where "
                         "dropout or output_attentions need it")
@@ -200,7 +202,7 @@ class PretrainedMixin:
             raise TypeError(f"{cls.__name__}.from_pretrained() got unexpected keyword arguments: {', '.join(unknown)}"
                             " (neither its own nor BertConfig fields; pass output_attentions and the like to forward)")
         if overrides:
-            config = BertConfig.from_dict({**config.to_dict(), **overrides})
+            config = type(config).from_dict({**config.to_dict(), **overrides})
         check_header(cls, config, folder, ignore_mismatched_sizes)  # sizes checked before anything is allocated
         if skip_init:
             with sizes.no_random_init():
@@ -253,6 +255,15 @@ class PretrainedMixin:
             save_file(tensors, tmp, metadata={"format": "pt"})
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
+
+
+def own_class(cls, config, folder: Path) -> type:
+    """The class of `config`'s architecture with the head `cls` has (as transformers' AutoModelFor... classes)."""
+    head = head_of(cls.architecture())
+    if head is None:
+        raise BertforgeError(f"{folder}: a {config.model_type} checkpoint; {cls.__name__} reads "
+                             f"{cls.config_class.model_type} checkpoints only")
+    return model_class(head, config)
 
 
 def check_shapes(own: dict, theirs: dict, file: Path, prefix: str, ignore_mismatched_sizes: bool) -> list[str]:

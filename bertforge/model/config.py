@@ -44,8 +44,103 @@ def check_size(name: str, value) -> int:
     return value
 
 
+def check_labels(config) -> None:
+    """id2label as label ids 0..n-1 (keys read as numbers) to names."""
+    if not isinstance(config.id2label, dict):
+        raise BertforgeError(f"id2label must be an object of label ids to names, not {config.id2label!r}")
+    check_size("num_labels", len(config.id2label))
+    try:
+        config.id2label = {int(k): v for k, v in config.id2label.items()}
+    except (TypeError, ValueError):
+        raise BertforgeError(f"id2label keys must be label ids 0, 1, ..., not {list(config.id2label)[:5]}") from None
+    if sorted(config.id2label) != list(range(len(config.id2label))):
+        raise BertforgeError(f"id2label keys must be the label ids 0 to {len(config.id2label) - 1}, not "
+                             f"{sorted(config.id2label)[:5]}{'...' if len(config.id2label) > 5 else ''}")
+
+
+def check_sizes(config, names) -> None:
+    """The sizes a model allocates, each within LIMITS, the parameters within MAX_PARAMETERS, the heads dividing
+    the width."""
+    for name in names:
+        check_size(name, getattr(config, name))
+    if config.parameter_count() > MAX_PARAMETERS:
+        raise BertforgeError(
+            f"num_hidden_layers {config.num_hidden_layers}, hidden_size {config.hidden_size}, intermediate_size "
+            f"{config.intermediate_size} and vocab_size {config.vocab_size} make {config.parameter_count():,} "
+            f"parameters, more than the {MAX_PARAMETERS:,} bertforge builds")
+    if config.hidden_size % config.num_attention_heads:
+        raise BertforgeError(
+            f"hidden_size {config.hidden_size} is not a multiple of num_attention_heads {config.num_attention_heads}"
+        )
+
+
+class ConfigFile:
+    """What every architecture's config shares: config.json's reading and writing (fields the class does not
+    use kept in `extra`, so that saving preserves them) and the task head's labels. A subclass is a dataclass
+    with `id2label`, `extra` and `model_type` (config.json's, which `architectures.read_config` dispatches on)."""
+
+    model_type = ""
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label)
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {v: k for k, v in self.id2label.items()}
+
+    def with_labels(self, labels: list[str]):
+        """A copy whose task head predicts these labels (one label name means regression)."""
+        return dataclasses.replace(self, id2label=dict(enumerate(labels)))
+
+    @classmethod
+    def normalise(cls, d: dict) -> dict:
+        """config.json's fields as this class's (older spellings read into today's)."""
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        """From a Hugging Face config.json dictionary; unknown fields are kept in `extra`."""
+        d = cls.normalise(dict(d))
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in d.items() if k in names}
+        # label2id and num_labels follow from id2label; model_type is the class's (to_dict writes it).
+        extra = {k: v for k, v in d.items() if k not in names and k not in ("label2id", "num_labels", "model_type")}
+        if "id2label" not in known and "num_labels" in d:
+            known["id2label"] = {i: f"LABEL_{i}" for i in range(check_size("num_labels", d["num_labels"]))}
+        return cls(**known, extra=extra)
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "extra"}
+        d["id2label"] = {str(k): v for k, v in self.id2label.items()}
+        d["label2id"] = self.label2id
+        return {**self.extra, "model_type": self.model_type, **d}
+
+    @classmethod
+    def from_json_file(cls, path):
+        path = Path(path)
+        if not os.path.lexists(path):
+            raise BertforgeError(f"{path}: config file not found")
+        return cls.from_file_dict(path, read_model_json(path))
+
+    @classmethod
+    def from_file_dict(cls, path, d: dict):
+        """From the dictionary read from config.json `path` (which errors name)."""
+        if d.get("model_type", "bert") != cls.model_type:
+            raise BertforgeError(f"{path}: model_type is {d['model_type']!r}, expected {cls.model_type!r}")
+        try:
+            return cls.from_dict(d)
+        except (TypeError, BertforgeError) as e:
+            raise BertforgeError(f"{path}: {e}") from None
+
+    def save(self, path):
+        write_json(path, self.to_dict(), sort_keys=True)
+
+
 @dataclass
-class BertConfig:
+class BertConfig(ConfigFile):
+    model_type = "bert"
+
     vocab_size: int = 30522
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -70,48 +165,17 @@ class BertConfig:
     extra: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                     "max_position_embeddings", "type_vocab_size"):
-            check_size(name, getattr(self, name))
-        if not isinstance(self.id2label, dict):
-            raise BertforgeError(f"id2label must be an object of label ids to names, not {self.id2label!r}")
-        check_size("num_labels", len(self.id2label))
-        if self.parameter_count() > MAX_PARAMETERS:
-            raise BertforgeError(
-                f"num_hidden_layers {self.num_hidden_layers}, hidden_size {self.hidden_size}, intermediate_size "
-                f"{self.intermediate_size} and vocab_size {self.vocab_size} make {self.parameter_count():,} "
-                f"parameters, more than the {MAX_PARAMETERS:,} bertforge builds")
-        if self.hidden_size % self.num_attention_heads:
-            raise BertforgeError(
-                f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}"
-            )
+        check_sizes(self, ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "intermediate_size", "max_position_embeddings", "type_vocab_size"))
         if self.hidden_act not in ACTIVATIONS:
             raise BertforgeError(f"hidden_act {self.hidden_act!r} is not one of {', '.join(ACTIVATIONS)}")
-        try:
-            self.id2label = {int(k): v for k, v in self.id2label.items()}
-        except (TypeError, ValueError):
-            raise BertforgeError(f"id2label keys must be label ids 0, 1, ..., not {list(self.id2label)[:5]}") from None
-        if sorted(self.id2label) != list(range(len(self.id2label))):
-            raise BertforgeError(f"id2label keys must be the label ids 0 to {len(self.id2label) - 1}, not "
-                                 f"{sorted(self.id2label)[:5]}{'...' if len(self.id2label) > 5 else ''}")
+        check_labels(self)
 
     def parameter_count(self) -> int:
         """About how many parameters a model of these sizes has (the encoder with its embeddings)."""
         h, layers = self.hidden_size, self.num_hidden_layers
         embeddings = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * h
         return embeddings + layers * (4 * h * h + 2 * h * self.intermediate_size)
-
-    @property
-    def num_labels(self) -> int:
-        return len(self.id2label)
-
-    @property
-    def label2id(self) -> dict[str, int]:
-        return {v: k for k, v in self.id2label.items()}
-
-    def with_labels(self, labels: list[str]) -> "BertConfig":
-        """A copy whose task head predicts these labels (one label name means regression)."""
-        return dataclasses.replace(self, id2label=dict(enumerate(labels)))
 
     @classmethod
     def from_name(cls, name: str, **overrides) -> "BertConfig":
@@ -124,39 +188,6 @@ class BertConfig:
         return cls(**{**sizes, **overrides})
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BertConfig":
-        """From a Hugging Face config.json dictionary; unknown fields are kept in `extra`."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in d.items() if k in names}
-        # label2id and num_labels follow from id2label; model_type is always "bert" (to_dict writes it).
-        extra = {k: v for k, v in d.items() if k not in names and k not in ("label2id", "num_labels", "model_type")}
-        if "id2label" not in known and "num_labels" in d:
-            known["id2label"] = {i: f"LABEL_{i}" for i in range(check_size("num_labels", d["num_labels"]))}
-        return cls(**known, extra=extra)
-
-    def to_dict(self) -> dict:
-        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "extra"}
-        d["id2label"] = {str(k): v for k, v in self.id2label.items()}
-        d["label2id"] = self.label2id
-        return {**self.extra, "model_type": "bert", **d}
-
-    @classmethod
-    def from_json_file(cls, path) -> "BertConfig":
-        path = Path(path)
-        if not os.path.lexists(path):
-            raise BertforgeError(f"{path}: config file not found")
-        d = read_model_json(path)
-        if d.get("model_type", "bert") != "bert":
-            raise BertforgeError(f"{path}: model_type is {d['model_type']!r}, expected 'bert'")
-        try:
-            return cls.from_dict(d)
-        except (TypeError, BertforgeError) as e:
-            raise BertforgeError(f"{path}: {e}") from None
-
-    def save(self, path):
-        write_json(path, self.to_dict(), sort_keys=True)
-
-    @classmethod
     def load(cls, name_or_path: str) -> "BertConfig":
         """A named size, a config.json file, or a folder holding one."""
         if name_or_path in SIZES:
@@ -166,3 +197,142 @@ class BertConfig:
             raise BertforgeError(f"{name_or_path}: neither a model size ({', '.join(SIZES)}) nor a config.json file "
                                  "or a folder holding one")
         return cls.from_json_file(path / "config.json" if path.is_dir() else path)
+
+
+ROPE_THETA = {"full_attention": 160_000.0, "sliding_attention": 10_000.0}  # ModernBERT's global and local bases
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def layer_pattern(layers: int, every: int) -> list[str]:
+    """Global attention in every `every`-th layer from the first, sliding-window attention between."""
+    return ["sliding_attention" if i % every else "full_attention" for i in range(layers)]
+
+
+@dataclass
+class ModernBertConfig(ConfigFile):
+    """ModernBERT (Warner et al., 2024) and the encoders that share its layout (Ettin, gte-modernbert, mmBERT):
+    transformers' `ModernBertConfig` fields and defaults (ModernBERT-base's). Read from either form of config.json:
+    today's `layer_types` and `rope_parameters`, or the first release's `global_attn_every_n_layers`,
+    `global_rope_theta` and `local_rope_theta`; written in both, so that either transformers reads it."""
+
+    model_type = "modernbert"
+
+    vocab_size: int = 50368
+    hidden_size: int = 768
+    intermediate_size: int = 1152
+    num_hidden_layers: int = 22
+    num_attention_heads: int = 12
+    hidden_activation: str = "gelu"
+    max_position_embeddings: int = 8192
+    initializer_range: float = 0.02
+    initializer_cutoff_factor: float = 2.0
+    norm_eps: float = 1e-5
+    norm_bias: bool = False
+    pad_token_id: int = 50283
+    eos_token_id: int | None = 50282
+    bos_token_id: int | None = 50281
+    cls_token_id: int | None = 50281
+    sep_token_id: int | None = 50282
+    attention_bias: bool = False
+    attention_dropout: float = 0.0
+    layer_types: list[str] | None = None  # per layer: full_attention (global) or sliding_attention (local)
+    rope_parameters: dict | None = None  # per layer type: {"rope_type": "default", "rope_theta": base}
+    local_attention: int = 128  # the sliding window: a token sees the tokens within local_attention // 2 of it
+    embedding_dropout: float = 0.0
+    mlp_bias: bool = False
+    mlp_dropout: float = 0.0
+    decoder_bias: bool = True
+    classifier_pooling: str = "cls"
+    classifier_dropout: float = 0.0
+    classifier_bias: bool = False
+    classifier_activation: str = "gelu"
+    tie_word_embeddings: bool = True
+    id2label: dict[int, str] = field(default_factory=lambda: {0: "LABEL_0", 1: "LABEL_1"})
+    problem_type: str | None = None
+    extra: dict = field(default_factory=dict, repr=False)
+
+    # What the layers shared with BERT (pipelines, distillation, training options) read under BERT's names.
+    is_decoder = False
+    type_vocab_size = 1
+
+    @property
+    def hidden_act(self) -> str:
+        return self.hidden_activation
+
+    @property
+    def layer_norm_eps(self) -> float:
+        return self.norm_eps
+
+    @property
+    def hidden_dropout_prob(self) -> float:
+        return self.mlp_dropout
+
+    @property
+    def window(self) -> int:
+        """How far a sliding-attention layer sees on each side."""
+        return self.local_attention // 2
+
+    def rope_theta(self, layer_type: str) -> float:
+        return self.rope_parameters[layer_type]["rope_theta"]
+
+    @classmethod
+    def normalise(cls, d: dict) -> dict:
+        every = d.pop("global_attn_every_n_layers", 3)
+        layers = d.get("num_hidden_layers", cls.num_hidden_layers)
+        if d.get("layer_types") is None and isinstance(every, int) and not isinstance(every, bool) and every > 0 \
+                and isinstance(layers, int):
+            d["layer_types"] = layer_pattern(layers, every)
+        rope = {t: dict(v) for t, v in (d.get("rope_parameters") or {}).items() if isinstance(v, dict)}
+        old_names = {"full_attention": "global_rope_theta", "sliding_attention": "local_rope_theta"}
+        for layer_type, old_name in old_names.items():
+            theta = d.pop(old_name, None)
+            rope.setdefault(layer_type, {"rope_type": "default"})
+            rope[layer_type].setdefault("rope_theta", theta if theta is not None else ROPE_THETA[layer_type])
+        d["rope_parameters"] = rope
+        if d.pop("rope_scaling", None) is not None:
+            raise BertforgeError("rope_scaling is not supported: bertforge runs ModernBERT's default rotary positions")
+        return d
+
+    def __post_init__(self):
+        check_sizes(self, ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "intermediate_size", "max_position_embeddings"))
+        for name in ("hidden_activation", "classifier_activation"):
+            if getattr(self, name) not in ACTIVATIONS:
+                raise BertforgeError(f"{name} {getattr(self, name)!r} is not one of {', '.join(ACTIVATIONS)}")
+        if self.classifier_pooling not in ("cls", "mean"):
+            raise BertforgeError(f"classifier_pooling {self.classifier_pooling!r} is not cls or mean")
+        if not isinstance(self.local_attention, int) or isinstance(self.local_attention, bool) \
+                or self.local_attention < 2:
+            raise BertforgeError(f"local_attention must be a whole number of at least 2, not {self.local_attention!r}")
+        if self.layer_types is None:
+            self.layer_types = self.normalise({"num_hidden_layers": self.num_hidden_layers})["layer_types"]
+        if self.rope_parameters is None:
+            self.rope_parameters = self.normalise({})["rope_parameters"]
+        if not isinstance(self.layer_types, list) or len(self.layer_types) != self.num_hidden_layers \
+                or any(t not in LAYER_TYPES for t in self.layer_types):
+            raise BertforgeError(f"layer_types must name {' or '.join(LAYER_TYPES)} for each of the "
+                                 f"{self.num_hidden_layers} layers, not {str(self.layer_types)[:80]}")
+        for layer_type in LAYER_TYPES:
+            rope = self.rope_parameters.get(layer_type) or {}
+            if rope.get("rope_type", "default") != "default":
+                raise BertforgeError(f"rope_parameters.{layer_type}.rope_type {rope['rope_type']!r} is not supported:"
+                                     " bertforge runs the default rotary positions")
+            theta = rope.get("rope_theta")
+            if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 1:
+                raise BertforgeError(f"rope_parameters.{layer_type}.rope_theta must be a number above 1, not {theta!r}")
+        check_labels(self)
+
+    def parameter_count(self) -> int:
+        h, i = self.hidden_size, self.intermediate_size
+        return self.vocab_size * h + self.num_hidden_layers * (4 * h * h + 3 * h * i)
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        # the first release's names too, for transformers from before layer_types
+        layers = self.num_hidden_layers
+        every = [n for n in range(1, layers + 1) if self.layer_types == layer_pattern(layers, n)]
+        if every:
+            d["global_attn_every_n_layers"] = every[0]
+        d["global_rope_theta"] = self.rope_theta("full_attention")
+        d["local_rope_theta"] = self.rope_theta("sliding_attention")
+        return d

@@ -50,17 +50,7 @@ class BertForSequenceClassification(TaskHead):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, groups=None,
                 return_dict=True, **inputs):
         logits, states = self.head_outputs(input_ids, attention_mask, token_type_ids, inputs)
-        loss = None
-        if labels is not None:
-            if groups is not None:
-                loss = ranking_loss(logits, labels, groups)
-            elif self.config.problem_type == "multi_label_classification":  # one output: a reranker's relevance
-                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float().reshape(logits.shape))
-            elif self.config.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                loss = F.cross_entropy(logits.float(), labels)
-        return finish(return_dict, loss=loss, logits=logits, **states)
+        return finish(return_dict, loss=sequence_loss(self.config, logits, labels, groups), logits=logits, **states)
 
 
 class BertForTokenClassification(TaskHead):
@@ -74,10 +64,7 @@ class BertForTokenClassification(TaskHead):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
                 **inputs):
         logits, states = self.head_outputs(input_ids, attention_mask, token_type_ids, inputs)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
-        return finish(return_dict, loss=loss, logits=logits, **states)
+        return finish(return_dict, loss=token_loss(logits, labels), logits=logits, **states)
 
 
 class BertForQuestionAnswering(TaskHead):
@@ -92,17 +79,7 @@ class BertForQuestionAnswering(TaskHead):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, start_positions=None,
                 end_positions=None, return_dict=True, **inputs):
         logits, states = self.head_outputs(input_ids, attention_mask, token_type_ids, inputs)
-        logits = logits.float()
-        if attention_mask is not None:  # an answer never lies in the padding (whose states are not computed)
-            logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)
-        start_logits, end_logits = logits.unbind(-1)
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            length = start_logits.shape[1]  # positions outside the input are ignored, as the reference does
-            start = start_positions.clamp(0, length)
-            end = end_positions.clamp(0, length)
-            loss = (F.cross_entropy(start_logits, start, ignore_index=length)
-                    + F.cross_entropy(end_logits, end, ignore_index=length)) / 2
+        start_logits, end_logits, loss = span_outputs(logits, attention_mask, start_positions, end_positions)
         return finish(return_dict, loss=loss, start_logits=start_logits, end_logits=end_logits, **states)
 
 
@@ -117,13 +94,67 @@ class BertForMultipleChoice(TaskHead):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, choice_mask=None,
                 return_dict=True, **inputs):
-        given = input_ids if input_ids is not None else inputs.get("inputs_embeds")
-        batch, choices = given.shape[:2] if given is not None else (0, 0)  # (encode says what is missing)
-        flat = [t.flatten(0, 1) if torch.is_tensor(t) else t for t in (input_ids, attention_mask, token_type_ids)]
-        inputs = {k: v.flatten(0, 1) if torch.is_tensor(v) else v for k, v in inputs.items()}
+        batch, choices, flat, inputs = flatten_choices(input_ids, attention_mask, token_type_ids, inputs)
         logits, states = self.head_outputs(*flat, inputs)
-        logits = logits.view(batch, choices)
-        if choice_mask is not None:
-            logits = logits.masked_fill(~choice_mask.bool(), -math.inf)
-        loss = None if labels is None else F.cross_entropy(logits.float(), labels)
+        logits, loss = choice_outputs(logits, batch, choices, choice_mask, labels)
         return finish(return_dict, loss=loss, logits=logits, **states)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What each head computes from its layer's outputs, shared by every architecture's heads (modernbert.py's too)
+
+
+def sequence_loss(config, logits, labels, groups=None):
+    """Cross-entropy, mean squared error with one label, binary cross-entropy per output for
+    multi_label_classification; with `groups` (a query's id per row), the ranking loss of each query's rows."""
+    if labels is None:
+        return None
+    if groups is not None:
+        return ranking_loss(logits, labels, groups)
+    if config.problem_type == "multi_label_classification":  # one output: a reranker's relevance
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float().reshape(logits.shape))
+    if config.num_labels == 1:
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+    return F.cross_entropy(logits.float(), labels)
+
+
+def token_loss(logits, labels):
+    """Cross-entropy per token; labels of -100 are ignored."""
+    if labels is None:
+        return None
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+
+
+def span_outputs(logits, attention_mask, start_positions, end_positions):
+    """Start and end scores per token from [B, L, 2] (padding scores lowest: an answer never lies there), and the
+    mean of the two cross-entropies when the positions are given (those outside the input ignored, as the
+    reference does)."""
+    logits = logits.float()
+    if attention_mask is not None:
+        logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)
+    start_logits, end_logits = logits.unbind(-1)
+    loss = None
+    if start_positions is not None and end_positions is not None:
+        length = start_logits.shape[1]
+        start = start_positions.clamp(0, length)
+        end = end_positions.clamp(0, length)
+        loss = (F.cross_entropy(start_logits, start, ignore_index=length)
+                + F.cross_entropy(end_logits, end, ignore_index=length)) / 2
+    return start_logits, end_logits, loss
+
+
+def flatten_choices(input_ids, attention_mask, token_type_ids, inputs: dict):
+    """Inputs [B, C, L] as [B * C, L] rows: (B, C, the rows' input_ids/attention_mask/token_type_ids, inputs)."""
+    given = input_ids if input_ids is not None else inputs.get("inputs_embeds")
+    batch, choices = given.shape[:2] if given is not None else (0, 0)  # (encode says what is missing)
+    flat = [t.flatten(0, 1) if torch.is_tensor(t) else t for t in (input_ids, attention_mask, token_type_ids)]
+    inputs = {k: v.flatten(0, 1) if torch.is_tensor(v) else v for k, v in inputs.items()}
+    return batch, choices, flat, inputs
+
+
+def choice_outputs(logits, batch: int, choices: int, choice_mask, labels):
+    """[B, C] scores (padded choices at -inf) and the cross-entropy across the choices."""
+    logits = logits.view(batch, choices)
+    if choice_mask is not None:
+        logits = logits.masked_fill(~choice_mask.bool(), -math.inf)
+    return logits, None if labels is None else F.cross_entropy(logits.float(), labels)

@@ -1,0 +1,79 @@
+"""The architectures bertforge reads, each declared once (`ARCHITECTURES`, by config.json's `model_type`): its
+config class, the model class of each head (`heads.HEADS` names the heads by BERT's classes; an architecture
+gives its own class for each head it has), the state-dict prefix of its encoder, and how `--prune` ranks and cuts
+it. Checkpoint loading, the pipelines, the task families, the server, export, `info` and distillation ask this
+module, never `model_type` itself: a new architecture is its model module, its config dataclass and an entry here.
+torch-free: classes are imported only when asked for."""
+
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import BertforgeError
+from ..core.io import read_model_json
+from .config import BertConfig, ConfigFile, ModernBertConfig
+from .heads import HEADS
+
+
+@dataclass(frozen=True)
+class Architecture:
+    model_type: str  # config.json's
+    config: type  # its config dataclass (config.py)
+    prefix: str  # the encoder's name in a head's state dict (transformers' base_model_prefix)
+    classes: dict[str, str]  # head (a HEADS name) -> "module:Class" of this architecture's model with that head
+    segments: bool = True  # reads token_type_ids (BERT's sentence A / B); others ignore them
+
+    def class_name(self, head: str) -> str:
+        return self.classes[head].split(":")[1]
+
+
+def bert_classes() -> dict[str, str]:
+    return {name: f"{head.module}:{name}" for name, head in HEADS.items()}
+
+
+MODERNBERT = "bertforge.model.modernbert"
+ARCHITECTURES = {arch.model_type: arch for arch in (
+    Architecture("bert", BertConfig, "bert", bert_classes()),
+    Architecture("modernbert", ModernBertConfig, "model", {
+        "BertModel": f"{MODERNBERT}:ModernBertModel",
+        "BertForMaskedLM": f"{MODERNBERT}:ModernBertForMaskedLM",
+        "BertForSequenceClassification": f"{MODERNBERT}:ModernBertForSequenceClassification",
+        "BertForTokenClassification": f"{MODERNBERT}:ModernBertForTokenClassification",
+        "BertForQuestionAnswering": f"{MODERNBERT}:ModernBertForQuestionAnswering",
+        "BertForMultipleChoice": f"{MODERNBERT}:ModernBertForMultipleChoice",
+    }, segments=False),
+)}
+# Each architecture's class names, as config.json's `architectures` lists them, to the head each one is.
+HEAD_OF = {arch.class_name(head): head for arch in ARCHITECTURES.values() for head in arch.classes}
+
+
+def architecture(config: ConfigFile) -> Architecture:
+    return ARCHITECTURES[config.model_type]
+
+
+def read_config(path) -> ConfigFile:
+    """A config.json of any architecture bertforge reads, as that architecture's config dataclass."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        raise BertforgeError(f"{path}: config file not found")
+    d = read_model_json(path)
+    model_type = d.get("model_type", "bert")
+    if model_type not in ARCHITECTURES:
+        raise BertforgeError(f"{path}: model_type is {model_type!r}; bertforge reads "
+                             f"{', '.join(repr(t) for t in ARCHITECTURES)}")
+    return ARCHITECTURES[model_type].config.from_file_dict(path, d)
+
+
+def model_class(head: str, config: ConfigFile) -> type:
+    """The model class of `config`'s architecture with this head (a HEADS name)."""
+    arch = architecture(config)
+    if head not in arch.classes:
+        raise BertforgeError(f"{arch.model_type} has no {head.removeprefix('Bert')} head in bertforge")
+    module, name = arch.classes[head].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def head_of(class_name: str) -> str | None:
+    """The head (a HEADS name) of a class config.json's `architectures` names, of any architecture."""
+    return HEAD_OF.get(class_name)

@@ -1,0 +1,396 @@
+"""ModernBERT (Warner et al., 2024), top to bottom, and the heads on it; the Ettin encoders share this layout.
+
+What differs from BERT (bert.py): no position or token-type tables, rotary positions instead (RoPE, a base per
+layer type); pre-LayerNorm layers, without biases by default, the first layer reading the embeddings' norm
+directly; a gated feed-forward (GeGLU: act(x W_in) * (x W_gate)); global attention in every few layers and a
+sliding window elsewhere (a token sees those within local_attention // 2 of it); a final norm. Parameter names
+follow transformers' layout (`model.layers.N.attn.Wqkv`, `head`, `decoder`, `classifier`).
+
+As in bert.py, a batch with padding runs packed: every layer but the attention product works on the real tokens
+alone ([T, H], packing.py), rotary positions included. Long inputs run their attention in blocks of queries, a
+sliding-window block against only the keys within its reach, so that memory grows with the length, not its square.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from .bert import ACT, masked_lm_loss
+from .checkpoint import PretrainedMixin
+from .compat import ModelApiMixin, finish
+from .config import ModernBertConfig
+from .packing import EncoderOutput, Layout, Packing
+from .task_heads import choice_outputs, flatten_choices, sequence_loss, span_outputs, token_loss
+
+BLOCK = 512  # queries per attention block beyond this length
+
+
+class ModernBertEmbeddings(nn.Module):
+    def __init__(self, config: ModernBertConfig):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.drop = nn.Dropout(config.embedding_dropout)
+
+    def forward(self, input_ids, inputs_embeds=None):
+        x = self.tok_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        return self.drop(self.norm(x))
+
+
+def rotary(positions: torch.Tensor, head_size: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [..., head_size] of each position's angles, the frequencies theta^(-2i/d) repeated for the
+    two halves that rotate_half pairs."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_size, 2, dtype=torch.float, device=positions.device) / head_size))
+    angles = positions[..., None].float() * inv_freq
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [..., heads, d] turned by each position's angles (in float32, as the reference)."""
+    x32 = x.float()
+    half = x32.shape[-1] // 2
+    turned = torch.cat([-x32[..., half:], x32[..., :half]], dim=-1)
+    return (x32 * cos[..., None, :] + turned * sin[..., None, :]).to(x.dtype)
+
+
+def window_mask(length: int, window: int, device) -> torch.Tensor:
+    """[L, L] True where |query - key| <= window."""
+    i = torch.arange(length, device=device)
+    return (i[:, None] - i[None, :]).abs() <= window
+
+
+class ModernBertAttention(nn.Module):
+    def __init__(self, config: ModernBertConfig, layer_type: str):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.hidden_size // config.num_attention_heads
+        self.Wqkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.attention_bias)
+        self.Wo = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
+        self.window = config.window if layer_type == "sliding_attention" else None
+        self.dropout = config.attention_dropout
+        self.out_drop = nn.Dropout(config.attention_dropout)
+
+    def forward(self, x, layout: Layout, cos, sin):
+        qkv = self.Wqkv(x)
+        parts = qkv.view(*qkv.shape[:-1], 3, self.num_heads, self.head_size)
+        q, k = rotate(parts[..., 0, :, :], cos, sin), rotate(parts[..., 1, :, :], cos, sin)
+        qkv = torch.stack([q, k, parts[..., 2, :, :]], dim=-3).flatten(-3)
+        q, k, v = layout.split_heads(qkv, self.num_heads)  # [B, heads, L, d]
+        context = self.attend(q, k, v, layout)
+        if layout.attentions is not None:
+            layout.attentions.append(self.probabilities(q, k, layout))
+        return self.out_drop(self.Wo(layout.merge_heads(context)))
+
+    def mask(self, layout: Layout, queries: slice, keys: slice) -> torch.Tensor | None:
+        """Which keys each query of the block may attend to: the real ones (and, in a sliding-window layer, those
+        within its reach); each query always sees itself, so that no row is empty (a padded query's row is dropped
+        afterwards)."""
+        mask = layout.key_mask
+        if mask is not None:
+            mask = mask[..., keys]
+        if self.window is not None or mask is not None:
+            i = torch.arange(queries.start, queries.stop, device=layout.device)[:, None]
+            j = torch.arange(keys.start, keys.stop, device=layout.device)[None, :]
+            near = (i - j).abs() <= self.window if self.window is not None else None
+            mask = near if mask is None else mask if near is None else mask & near
+            mask = mask | (i == j)
+        return mask
+
+    def attend(self, q, k, v, layout: Layout) -> torch.Tensor:
+        length = layout.length
+        p = self.dropout if self.training else 0.0
+        if length <= BLOCK:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask(layout, slice(0, length),
+                                                                                 slice(0, length)), dropout_p=p)
+        blocks = []
+        for start in range(0, length, BLOCK):
+            queries = slice(start, min(start + BLOCK, length))
+            keys = slice(0, length) if self.window is None else \
+                slice(max(0, queries.start - self.window), min(length, queries.stop + self.window))
+            blocks.append(F.scaled_dot_product_attention(q[:, :, queries], k[:, :, keys], v[:, :, keys],
+                                                         attn_mask=self.mask(layout, queries, keys), dropout_p=p))
+        return torch.cat(blocks, dim=2)
+
+    def probabilities(self, q, k, layout: Layout) -> torch.Tensor:
+        """output_attentions: [B, heads, L, L], zeros in padded query rows."""
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)
+        mask = self.mask(layout, slice(0, layout.length), slice(0, layout.length))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        probs = scores.softmax(-1)
+        if layout.packing is not None:
+            probs = probs * layout.packing.key_mask.transpose(-1, -2)
+        return probs
+
+
+class ModernBertMLP(nn.Module):
+    """GeGLU: Wo(act(input) * gate), input and gate the two halves of Wi's output."""
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__()
+        self.Wi = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
+        self.act = ACT[config.hidden_activation]
+        self.drop = nn.Dropout(config.mlp_dropout)
+        self.Wo = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, x):
+        value, gate = self.Wi(x).chunk(2, dim=-1)
+        return self.Wo(self.drop(self.act(value) * gate))
+
+
+class ModernBertEncoderLayer(nn.Module):
+    """x = x + Attn(LN(x)); x = x + MLP(LN(x)). The first layer has no attention norm: the embeddings' norm is it."""
+
+    def __init__(self, config: ModernBertConfig, index: int):
+        super().__init__()
+        self.attention_type = config.layer_types[index]
+        self.attn_norm = nn.Identity() if index == 0 else \
+            nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.attn = ModernBertAttention(config, self.attention_type)
+        self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.mlp = ModernBertMLP(config)
+
+    def forward(self, x, layout: Layout, cos, sin):
+        x = x + self.attn(self.attn_norm(x), layout, cos, sin)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The shared base: initialisation (transformers' scheme) and checkpoint loading
+
+
+class ModernBertPreTrainedModel(nn.Module, PretrainedMixin, ModelApiMixin):
+    base_model_prefix = "model"
+    config_class = ModernBertConfig
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__()
+        self.config = config
+
+    def init_weights(self):
+        """Truncated normal cut at initializer_cutoff_factor std: std initializer_range for the input projections
+        and the token table, scaled by 1/sqrt(2 x layers) for the output projections and the heads' dense layers,
+        1/sqrt(H) for task classifiers; zero biases, norms 1/0."""
+        c = self.config
+        std_in, std_out = c.initializer_range, c.initializer_range / math.sqrt(2.0 * c.num_hidden_layers)
+
+        def draw(module, std):
+            cut = c.initializer_cutoff_factor * std
+            nn.init.trunc_normal_(module.weight, std=std, a=-cut, b=cut)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+        for module in self.modules():
+            if isinstance(module, ModernBertEmbeddings):
+                draw(module.tok_embeddings, std_in)
+            elif isinstance(module, (ModernBertMLP, ModernBertAttention)):
+                draw(module.Wi if isinstance(module, ModernBertMLP) else module.Wqkv, std_in)
+                draw(module.Wo, std_out)
+            elif isinstance(module, ModernBertPredictionHead):
+                draw(module.dense, std_out)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        if isinstance(self, ModernBertForMaskedLM) and self.decoder.bias is not None:
+            nn.init.zeros_(self.decoder.bias)
+        if hasattr(self, "classifier"):
+            draw(self.classifier, c.hidden_size ** -0.5)
+
+    @property
+    def word_embeddings(self) -> nn.Embedding:
+        return self.base_model.embeddings.tok_embeddings
+
+
+class ModernBertModel(ModernBertPreTrainedModel):
+    """The encoder: last_hidden_state [B, L, H] (after the final norm) and optionally hidden_states (the embeddings'
+    output and each layer's, as transformers returns them). Padding holds zeros in every returned state."""
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__(config)
+        self.embeddings = ModernBertEmbeddings(config)
+        self.layers = nn.ModuleList(ModernBertEncoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.gradient_checkpointing = False
+        self.init_weights()
+
+    @property
+    def encoder(self):
+        """Where the gradient-checkpointing switch is (BERT's is on its encoder): the layers are this module's own,
+        under transformers' names."""
+        return self
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+                *, return_dict=True, **inputs):
+        """`token_type_ids` are accepted and ignored (ModernBERT has no segments); `inputs`: output_attentions,
+        output_hidden_states."""
+        enc = self.encode(input_ids, attention_mask, position_ids=position_ids, inputs_embeds=inputs_embeds, **inputs)
+        return finish(return_dict, last_hidden_state=enc.sequence(), hidden_states=enc.hidden_states,
+                      attentions=enc.attentions)
+
+    def encode(self, input_ids=None, attention_mask=None, token_type_ids=None, *, position_ids=None,
+               inputs_embeds=None, output_attentions=False, output_hidden_states=False) -> EncoderOutput:
+        """The encoder's output as the heads read it: packed [T, H] when the batch has padding."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        tokens = input_ids if input_ids is not None else inputs_embeds[..., 0]
+        batch, length = tokens.shape
+        padded = attention_mask is not None and torch.onnx.is_in_onnx_export()
+        packing = Packing.from_attention_mask(attention_mask) if attention_mask is not None and not padded else None
+        if packing is not None:
+            input_ids, inputs_embeds = (t.flatten(0, 1)[packing.indices] if t is not None else None
+                                        for t in (input_ids, inputs_embeds))
+            position_ids = packing.cols if position_ids is None else position_ids.reshape(-1)[packing.indices]
+        elif position_ids is None:
+            position_ids = torch.arange(length, device=tokens.device).expand(batch, length)
+        layout = Layout(batch, length, packing, None, [] if output_attentions else None, False, tokens.device,
+                        attention_mask.bool() if padded else None)
+        x = self.embeddings(input_ids, inputs_embeds)
+        angles = {kind: rotary(position_ids, self.config.hidden_size // self.config.num_attention_heads,
+                               self.config.rope_theta(kind)) for kind in set(self.config.layer_types)}
+        states = [x] if output_hidden_states else None
+        for layer in self.layers:
+            cos, sin = (t.to(x.dtype) for t in angles[layer.attention_type])
+            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(layer, x, layout, cos, sin, use_reentrant=False)
+            else:
+                x = layer(x, layout, cos, sin)
+            if output_hidden_states:
+                states.append(x)
+        x = self.final_norm(x)
+        if states:
+            states[-1] = x
+            if packing is not None:
+                states = [packing.unpack(s) for s in states]
+        return EncoderOutput(x, packing, batch, length, tuple(states) if states else None,
+                             tuple(layout.attentions) if output_attentions else None, False, layout.padding)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Heads: the masked-LM decoder tied to the token table, and the task heads on a pooled or per-token vector
+
+
+class ModernBertPredictionHead(nn.Module):
+    """dense, activation, norm: what the masked-LM decoder and every task classifier read."""
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias)
+        self.act = ACT[config.classifier_activation]
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+
+    def forward(self, x):
+        return self.norm(self.act(self.dense(x)))
+
+
+class ModernBertForMaskedLM(ModernBertPreTrainedModel):
+    def __init__(self, config: ModernBertConfig):
+        super().__init__(config)
+        self.model = ModernBertModel(config)
+        self.head = ModernBertPredictionHead(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=config.decoder_bias)
+        self.init_weights()
+        self.decoder.weight = self.model.embeddings.tok_embeddings.weight
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
+                **inputs):
+        """With labels (-100 = not predicted), only the masked positions are scored: logits [masked, V]."""
+        enc = self.model.encode(input_ids, attention_mask, **inputs)
+        if labels is None:
+            logits, loss = self.decoder(self.head(enc.sequence())), None
+        else:
+            logits, loss = masked_lm_loss(lambda x: self.decoder(self.head(x)), enc, labels)
+        return finish(return_dict, loss=loss, logits=logits, hidden_states=enc.hidden_states,
+                      attentions=enc.attentions)
+
+
+class ModernBertTaskHead(ModernBertPreTrainedModel):
+    """The encoder, the prediction head, dropout and one linear layer of `num_outputs`; a sequence-level head pools
+    by config.classifier_pooling (cls: the first token; mean: the real tokens' mean), a token-level one reads every
+    token."""
+
+    per_token = False
+
+    def __init__(self, config: ModernBertConfig, num_outputs: int):
+        super().__init__(config)
+        self.model = ModernBertModel(config)
+        self.head = ModernBertPredictionHead(config)
+        self.drop = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, num_outputs)
+        self.init_weights()
+
+    def head_outputs(self, input_ids, attention_mask, inputs: dict):
+        enc = self.model.encode(input_ids, attention_mask, **inputs)
+        if self.per_token:
+            x = enc.sequence()
+        elif self.config.classifier_pooling == "cls":
+            x = enc.pooled_tokens()
+        else:
+            x = mean_of_rows(enc)
+        return self.classifier(self.drop(self.head(x))), dict(hidden_states=enc.hidden_states,
+                                                             attentions=enc.attentions)
+
+
+def mean_of_rows(enc: EncoderOutput) -> torch.Tensor:
+    """[B, H]: each row's mean over its real tokens."""
+    if enc.packing is None:
+        if enc.padding is None:
+            return enc.x.mean(1)
+        weights = enc.padding.to(enc.x.dtype)[..., None]
+        return (enc.x * weights).sum(1) / weights.sum(1)
+    sums = enc.x.new_zeros(enc.batch, enc.x.shape[-1]).index_add_(0, enc.packing.rows, enc.x)
+    counts = torch.bincount(enc.packing.rows, minlength=enc.batch).to(enc.x.dtype)
+    return sums / counts[:, None]
+
+
+class ModernBertForSequenceClassification(ModernBertTaskHead):
+    """Classification, or regression with one label; multi-label with problem_type multi_label_classification."""
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__(config, config.num_labels)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, groups=None,
+                return_dict=True, **inputs):
+        logits, states = self.head_outputs(input_ids, attention_mask, inputs)
+        return finish(return_dict, loss=sequence_loss(self.config, logits, labels, groups), logits=logits, **states)
+
+
+class ModernBertForTokenClassification(ModernBertTaskHead):
+    per_token = True
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__(config, config.num_labels)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
+                **inputs):
+        logits, states = self.head_outputs(input_ids, attention_mask, inputs)
+        return finish(return_dict, loss=token_loss(logits, labels), logits=logits, **states)
+
+
+class ModernBertForQuestionAnswering(ModernBertTaskHead):
+    per_token = True
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__(config, 2)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, start_positions=None,
+                end_positions=None, return_dict=True, **inputs):
+        logits, states = self.head_outputs(input_ids, attention_mask, inputs)
+        start_logits, end_logits, loss = span_outputs(logits, attention_mask, start_positions, end_positions)
+        return finish(return_dict, loss=loss, start_logits=start_logits, end_logits=end_logits, **states)
+
+
+class ModernBertForMultipleChoice(ModernBertTaskHead):
+    def __init__(self, config: ModernBertConfig):
+        super().__init__(config, 1)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, choice_mask=None,
+                return_dict=True, **inputs):
+        batch, choices, flat, inputs = flatten_choices(input_ids, attention_mask, None, inputs)
+        logits, states = self.head_outputs(flat[0], flat[1], inputs)
+        logits, loss = choice_outputs(logits, batch, choices, choice_mask, labels)
+        return finish(return_dict, loss=loss, logits=logits, **states)

@@ -1,0 +1,178 @@
+"""ModernBERT against transformers' own implementation (the reference), on checkpoints transformers writes: random
+weights at a scaled-down shape with every part of the real models (global and sliding-window layers, GeGLU, the
+heads), for inputs shorter and longer than the window, batches with padding, and a 4,096-token input."""
+
+import json
+
+import pytest
+import torch
+
+from bertforge.model import modernbert
+from bertforge.model.architectures import read_config
+from bertforge.model.config import ModernBertConfig
+from bertforge.model.task_heads import BertForSequenceClassification
+
+transformers = pytest.importorskip("transformers")
+
+HEADS = ["ModernBertModel", "ModernBertForMaskedLM", "ModernBertForSequenceClassification",
+         "ModernBertForTokenClassification", "ModernBertForQuestionAnswering", "ModernBertForMultipleChoice"]
+# rows' real lengths: all under the window's reach; across it; padded; long ones in attention blocks
+LENGTHS = [[10], [50, 50], [50, 23, 7], [600, 130]]
+
+
+def reference_config(**overrides):
+    sizes = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                 local_attention=16, max_position_embeddings=4200, pad_token_id=0, cls_token_id=1, sep_token_id=2,
+                 bos_token_id=1, eos_token_id=2, num_labels=3, attn_implementation="eager")
+    return transformers.ModernBertConfig(**{**sizes, **overrides})
+
+
+def saved(tmp_path, name: str, **overrides):
+    """A reference model with random weights (its biases and norms moved off their initial values too), saved."""
+    torch.manual_seed(0)
+    config = reference_config(num_labels=2 if "Question" in name else 3, **overrides)
+    reference = getattr(transformers, name)(config).eval()
+    with torch.no_grad():
+        for parameter in reference.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.02)
+    reference.save_pretrained(tmp_path / name)
+    return reference, tmp_path / name
+
+
+def batch(lengths: list[int], multiple_choice: bool):
+    ids = torch.randint(3, 300, (len(lengths), max(lengths)))
+    mask = (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).long()
+    ids = ids * mask
+    if multiple_choice:  # two choices per example
+        return ids[None].repeat(2, 1, 1), mask[None].repeat(2, 1, 1)
+    return ids, mask
+
+
+def compare(reference, ours, ids, mask, **inputs) -> dict[str, float]:
+    """The worst difference of each output at the real tokens, and of the hidden states."""
+    with torch.no_grad():
+        theirs = reference(input_ids=ids, attention_mask=mask, output_hidden_states=True, **inputs)
+        mine = ours(input_ids=ids, attention_mask=mask, output_hidden_states=True, **inputs)
+    real = mask.bool().reshape(-1, mask.shape[-1])
+    worst = {}
+    for key in ("logits", "start_logits", "end_logits", "last_hidden_state"):
+        if theirs.get(key) is not None:
+            a, b = theirs[key], mine[key]
+            if a.shape[:2] == mask.shape:
+                a, b = a[mask.bool()], b[mask.bool()]
+            worst[key] = (a - b).abs().max().item()
+    assert len(theirs.hidden_states) == len(mine.hidden_states)
+    worst["hidden_states"] = max((a - b)[real].abs().max().item()
+                                 for a, b in zip(theirs.hidden_states, mine.hidden_states))
+    return worst
+
+
+@pytest.mark.parametrize("name", HEADS)
+def test_every_head_agrees_with_the_reference_within_1e_5(tmp_path, name):
+    reference, folder = saved(tmp_path, name)
+    ours = getattr(modernbert, name).from_pretrained(folder)
+    for lengths in LENGTHS:
+        ids, mask = batch(lengths, "MultipleChoice" in name)
+        worst = compare(reference, ours, ids, mask)
+        assert max(worst.values()) < 1e-5, (lengths, worst)
+
+
+def test_mean_pooling_and_biases_agree_with_the_reference(tmp_path):
+    name = "ModernBertForSequenceClassification"
+    reference, folder = saved(tmp_path, name, classifier_pooling="mean", attention_bias=True, mlp_bias=True,
+                              norm_bias=True, classifier_bias=True, global_attn_every_n_layers=2,
+                              hidden_activation="gelu_pytorch_tanh")
+    ours = getattr(modernbert, name).from_pretrained(folder)
+    assert ours.config.classifier_pooling == "mean" and ours.model.layers[0].attn.Wqkv.bias is not None
+    for lengths in LENGTHS:
+        worst = compare(reference, ours, *batch(lengths, False))
+        assert max(worst.values()) < 1e-5, (lengths, worst)
+
+
+def test_a_4096_token_input_agrees_with_the_reference(tmp_path):
+    reference, folder = saved(tmp_path, "ModernBertForMaskedLM")
+    ours = modernbert.ModernBertForMaskedLM.from_pretrained(folder)
+    worst = compare(reference, ours, *batch([4096], False))
+    assert max(worst.values()) < 1e-5, worst
+
+
+def test_attention_probabilities_agree_with_the_reference(tmp_path):
+    reference, folder = saved(tmp_path, "ModernBertModel")
+    ours = modernbert.ModernBertModel.from_pretrained(folder)
+    ids, mask = batch([50, 23], False)
+    with torch.no_grad():
+        theirs = reference(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+        mine = ours(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    real_queries = mask.bool()[:, None, :, None]
+    for a, b in zip(theirs, mine, strict=True):
+        assert torch.allclose(a * real_queries, b, atol=1e-6)
+
+
+def test_the_masked_lm_scores_only_the_labelled_positions_with_the_reference_loss(tmp_path):
+    reference, folder = saved(tmp_path, "ModernBertForMaskedLM")
+    ours = modernbert.ModernBertForMaskedLM.from_pretrained(folder)
+    ids, mask = batch([50, 23], False)
+    labels = torch.full_like(ids, -100)
+    labels[0, 3], labels[1, 20] = 7, 9
+    with torch.no_grad():
+        theirs = reference(input_ids=ids, attention_mask=mask, labels=labels)
+        mine = ours(input_ids=ids, attention_mask=mask, labels=labels)
+    assert mine.logits.shape == (2, 300)
+    assert torch.allclose(mine.logits, theirs.logits[labels != -100], atol=1e-5)
+    assert abs(mine.loss.item() - theirs.loss.item()) < 1e-5
+
+
+def test_the_decoder_is_tied_to_the_token_table(tmp_path):
+    _, folder = saved(tmp_path, "ModernBertForMaskedLM")
+    ours = modernbert.ModernBertForMaskedLM.from_pretrained(folder)
+    assert ours.decoder.weight is ours.model.embeddings.tok_embeddings.weight
+
+
+def test_a_bert_head_class_loads_a_modernbert_folder_as_the_modernbert_model_with_that_head(tmp_path):
+    _, folder = saved(tmp_path, "ModernBertForSequenceClassification")
+    model = BertForSequenceClassification.from_pretrained(folder)
+    assert type(model) is modernbert.ModernBertForSequenceClassification
+
+
+def test_saved_students_load_in_transformers_with_the_same_outputs(tmp_path):
+    reference, folder = saved(tmp_path, "ModernBertForSequenceClassification")
+    ours = modernbert.ModernBertForSequenceClassification.from_pretrained(folder)
+    ours.save_pretrained(tmp_path / "again")
+    again = transformers.ModernBertForSequenceClassification.from_pretrained(tmp_path / "again",
+                                                                            attn_implementation="eager").eval()
+    ids, mask = batch([50, 23], False)
+    worst = compare(again, ours, ids, mask)
+    assert max(worst.values()) < 1e-5, worst
+
+
+def test_both_forms_of_config_json_are_read_and_written(tmp_path):
+    first_release = {"model_type": "modernbert", "num_hidden_layers": 6, "global_attn_every_n_layers": 3,
+                     "global_rope_theta": 160000.0, "local_rope_theta": 10000.0, "local_attention": 128}
+    (tmp_path / "config.json").write_text(json.dumps(first_release))
+    config = read_config(tmp_path / "config.json")
+    assert isinstance(config, ModernBertConfig)
+    assert config.layer_types == ["full_attention", "sliding_attention", "sliding_attention"] * 2
+    assert config.rope_theta("full_attention") == 160000.0 and config.window == 64
+    written = config.to_dict()
+    assert written["global_attn_every_n_layers"] == 3 and written["layer_types"] == config.layer_types
+    theirs = transformers.ModernBertConfig(**{k: v for k, v in written.items() if k != "model_type"})
+    assert theirs.layer_types == config.layer_types
+    assert theirs.rope_parameters["sliding_attention"]["rope_theta"] == 10000.0
+    assert ModernBertConfig.from_dict(theirs.to_dict()).layer_types == config.layer_types
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("layer_types", ["full_attention", "nearby"], "layer_types must name"),
+    ("rope_parameters", {"full_attention": {"rope_type": "yarn", "rope_theta": 1e4}}, "rope_type 'yarn'"),
+    ("classifier_pooling", "max", "classifier_pooling 'max'"),
+    ("local_attention", 0, "local_attention"),
+])
+def test_a_config_bertforge_cannot_run_is_one_line(field, value, says):
+    with pytest.raises(Exception, match=says):
+        ModernBertConfig.from_dict({"num_hidden_layers": 2, field: value})
+
+
+def test_a_model_type_bertforge_does_not_read_says_which_it_reads(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(Exception, match="model_type is 'llama'; bertforge reads 'bert', 'modernbert'"):
+        read_config(tmp_path / "config.json")
