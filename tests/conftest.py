@@ -103,3 +103,55 @@ def tiny_model(tmp_path_factory):
     tokenizer = BertTokenizer.from_pretrained(vocab)
     BertForPreTraining(BertConfig.from_name("tiny", vocab_size=tokenizer.vocab_size)).save_pretrained(folder, tokenizer)
     return folder
+
+
+MODERNBERT_TEXTS = ["The quick brown fox jumps over the lazy dog.", "A gripping film, beautifully shot.",
+                    "A dull mess that never finds its feet.", "Paris is the capital of France.",
+                    "George Washington was born in Virginia in 1732.", "Who wrote the novel? Jane Austen did.",
+                    "Ünïcödé text, emojis 🙂 and numbers 12345 are bytes too."] * 20
+
+
+def modernbert_tokenizer(folder: Path) -> Path:
+    """A tokenizer laid out as ModernBERT's and Ettin's: byte-level BPE (trained here on a few sentences), the
+    special tokens [UNK] [CLS] [SEP] [PAD] [MASK] (the mask stripping the space before it), [CLS] A [SEP] B [SEP]."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    backend.decoder = decoders.ByteLevel()
+    specials = ["<|padding|>", "[UNK]", "[CLS]", "[SEP]", "[PAD]"]
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(MODERNBERT_TEXTS, trainer)
+    backend.add_special_tokens([AddedToken("[MASK]", lstrip=True, special=True)])
+    cls_id, sep_id = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:0 [SEP]:0",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+    folder.mkdir(parents=True, exist_ok=True)
+    backend.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 8192, "cls_token": "[CLS]",
+        "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]", "mask_token": "[MASK]",
+        "model_input_names": ["input_ids", "attention_mask"]}))
+    return folder
+
+
+def modernbert_folder(folder: Path, head: str = "ModernBertForMaskedLM", **config) -> Path:
+    """A ModernBERT checkpoint as transformers writes one: its tokenizer (above) and random weights at a
+    scaled-down shape (4 layers of 64, global attention every third layer, a window of 16 tokens)."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    modernbert_tokenizer(folder)
+    backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    ids = {token: backend.token_to_id(token) for token in ("[CLS]", "[SEP]", "[PAD]")}
+    sizes = dict(vocab_size=backend.get_vocab_size(), hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+                 num_attention_heads=4, local_attention=16, max_position_embeddings=1024, pad_token_id=ids["[PAD]"],
+                 cls_token_id=ids["[CLS]"], sep_token_id=ids["[SEP]"], bos_token_id=ids["[CLS]"],
+                 eos_token_id=ids["[SEP]"])
+    torch.manual_seed(0)
+    model = getattr(transformers, head)(transformers.ModernBertConfig(**{**sizes, **config}))
+    model.save_pretrained(folder)
+    return folder

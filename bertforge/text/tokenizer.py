@@ -6,6 +6,7 @@ owns the BERT-specific parts: the vocabulary file, cased/uncased checkpoints, th
 truncation, padding and the Hugging Face folder layout.
 """
 
+import json
 import re
 from pathlib import Path
 
@@ -75,20 +76,28 @@ def google_casing(vocab_file: Path, vocab) -> tuple[bool, str]:
 
 
 class BertTokenizer:
+    """BERT's WordPiece tokenizer; `from_pretrained` also reads a folder whose tokenizer.json is another kind
+    (ModernBERT's byte-level BPE, say), as a `PipelineTokenizer`."""
+
+    specials = SPECIAL_NAMES  # the special tokens by attribute name
+
     def __init__(self, vocab: dict[str, int], do_lower_case: bool, model_max_length: int = DEFAULT_MAX_LENGTH):
         missing = [t for t in SPECIAL_TOKENS if t not in vocab]
         if missing:
             raise BertforgeError(f"vocabulary lacks the special tokens {' '.join(missing)}")
+        self.setup(vocab, build_backend(dict(vocab), do_lower_case), do_lower_case, model_max_length)
+
+    def setup(self, vocab: dict[str, int], backend: Tokenizer, do_lower_case: bool, model_max_length: int):
         self._vocab = dict(vocab)
-        self._added: dict[str, int] = {}  # add_tokens: matched whole before WordPiece, ids after the vocabulary
-        self._given = set(SPECIAL_TOKENS)  # every token added to the pipeline, new or in the vocabulary
+        self._added: dict[str, int] = {}  # add_tokens: matched whole before the model, ids after the vocabulary
+        self._given = set(self.specials.values())  # every token added to the pipeline, new or in the vocabulary
         self._id_to_token = {i: t for t, i in self._vocab.items()}
-        self._backend = build_backend(self._vocab, do_lower_case)
+        self._backend = backend
         self.do_lower_case = do_lower_case
         self.model_max_length = model_max_length
         self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id = (
-            self._vocab[t] for t in SPECIAL_TOKENS
-        )
+            self._vocab.get(self.specials[name]) for name in ("pad_token", "unk_token", "cls_token", "sep_token",
+                                                               "mask_token"))
 
     @classmethod
     def from_pretrained(cls, path, do_lower_case: bool | None = None) -> "BertTokenizer":
@@ -99,6 +108,12 @@ class BertTokenizer:
         vocab_file = path / "vocab.txt" if path.is_dir() else path
         json_file = vocab_file.parent / "tokenizer.json" if vocab_file.name != "tokenizer.json" else vocab_file
         pipeline = read_model_json(json_file) if has_model_file(json_file) else None
+        if pipeline is not None and (pipeline.get("model") or {}).get("type") != "WordPiece" \
+                and not has_model_file(vocab_file.parent / "vocab.txt"):
+            if do_lower_case is not None:
+                raise BertforgeError(f"{json_file}: do_lower_case applies to WordPiece vocabularies; this "
+                                     "tokenizer's own normalizer decides")
+            return PipelineTokenizer.from_file(json_file, pipeline)
         if has_model_file(vocab_file) and vocab_file.name != "tokenizer.json":
             vocab, vocab_source = read_vocab(vocab_file), vocab_file
         elif pipeline is not None:
@@ -179,17 +194,17 @@ class BertTokenizer:
 
     @property
     def all_special_tokens(self) -> list[str]:
-        return list(SPECIAL_NAMES.values())
+        return [t for t in self.specials.values() if t is not None]
 
     @property
     def all_special_ids(self) -> list[int]:
-        return [self._vocab[t] for t in SPECIAL_NAMES.values()]
+        return [self._vocab[t] for t in self.all_special_tokens]
 
-    pad_token = property(lambda self: "[PAD]")
-    unk_token = property(lambda self: "[UNK]")
-    cls_token = property(lambda self: "[CLS]")
-    sep_token = property(lambda self: "[SEP]")
-    mask_token = property(lambda self: "[MASK]")
+    pad_token = property(lambda self: self.specials["pad_token"])
+    unk_token = property(lambda self: self.specials["unk_token"])
+    cls_token = property(lambda self: self.specials["cls_token"])
+    sep_token = property(lambda self: self.specials["sep_token"])
+    mask_token = property(lambda self: self.specials["mask_token"])
 
     @property
     def backend_tokenizer(self) -> Tokenizer:
@@ -356,3 +371,48 @@ class BertTokenizer:
         if i not in self._id_to_token:
             raise BertforgeError(f"token id {i} is outside the vocabulary (size {len(self)})")
         return self._id_to_token[i]
+
+
+class PipelineTokenizer(BertTokenizer):
+    """A tokenizer.json of any kind `tokenizers` reads (byte-level BPE as ModernBERT's and Ettin's, Unigram,
+    WordLevel), run as the file says, with the special tokens tokenizer_config.json (or special_tokens_map.json)
+    names; inputs are laid out as BERT's, [CLS] A [SEP] B [SEP], with the folder's [CLS] and [SEP]."""
+
+    @classmethod
+    def from_file(cls, json_file: Path, pipeline: dict) -> "PipelineTokenizer":
+        folder = json_file.parent
+        try:
+            backend = Tokenizer.from_str(json.dumps(pipeline))
+        except Exception as e:  # the library's message says what it could not read
+            raise BertforgeError(f"{json_file}: not a tokenizer `tokenizers` reads ({e})") from None
+        config_file = folder / "tokenizer_config.json"
+        config = read_model_json(config_file) if has_model_file(config_file) else {}
+        map_file = folder / "special_tokens_map.json"
+        given = {**(read_model_json(map_file) if has_model_file(map_file) else {}), **config}
+        vocab = backend.get_vocab(with_added_tokens=True)
+        specials = {}
+        for name in SPECIAL_NAMES:
+            token = given.get(name)
+            token = token.get("content") if isinstance(token, dict) else token
+            if token is not None and token not in vocab:
+                raise BertforgeError(f"{config_file}: {name} {token!r} is not in {json_file.name}'s vocabulary")
+            specials[name] = token
+        for name in ("cls_token", "sep_token"):
+            if specials[name] is None:
+                raise BertforgeError(f"{config_file}: no {name} given, which inputs are laid out with")
+        tokenizer = cls.__new__(cls)
+        tokenizer.specials = specials
+        tokenizer.setup(vocab, backend, False, max_length_of(config_file, config, DEFAULT_MAX_LENGTH))
+        check_fits(max(vocab.values()) + 1, json_file, folder)
+        return tokenizer
+
+    def save_pretrained(self, out_dir):
+        """Write tokenizer.json, tokenizer_config.json and special_tokens_map.json."""
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out_dir / "tokenizer.json") as tmp:
+            self._backend.save(str(tmp))
+        special = {name: token for name, token in self.specials.items() if token is not None}
+        write_json(out_dir / "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast",
+                                                       "model_max_length": self.model_max_length, **special})
+        write_json(out_dir / "special_tokens_map.json", special)
