@@ -37,6 +37,10 @@ def vocabulary(folder: Path, config: BertConfig) -> str:
 
 def vocabulary_case(folder: Path) -> str:
     """"cased" or "uncased", and where that came from: tokenizer_config.json, tokenizer.json, or vocab.txt."""
+    pipeline = folder / "tokenizer.json"
+    kind = (read_model_json(pipeline).get("model") or {}).get("type") if has_model_file(pipeline) else None
+    if kind not in (None, "WordPiece"):
+        return f"{kind} (tokenizer.json), its own normalizer"
     for name, find in (("tokenizer_config.json", lambda d: d.get("do_lower_case")),
                        ("tokenizer.json", lambda d: (d.get("normalizer") or {}).get("lowercase"))):
         path = folder / name
@@ -52,28 +56,28 @@ def vocabulary_case(folder: Path) -> str:
     return "unknown (no tokenizer files in the folder)"
 
 
-def check_sizes(config: BertConfig, header: dict, source) -> None:
+def check_sizes(config, header: dict, source) -> None:
     """The config's sizes against the weights' shapes (the encoder's tensors, built on the meta device)."""
-    import torch
+    from ..model.architectures import architecture, model_class
+    from ..model.sizes import model_shapes
 
-    from ..model.bert import BertModel
-
-    with torch.device("meta"):
-        expected = BertModel(config, add_pooling_layer=False).state_dict()
-    layers = {int(k.split(".")[2]) for k in header if k.startswith("encoder.layer.")}
-    if layers and max(layers) + 1 != config.num_hidden_layers:
-        raise BertforgeError(f"{source}: the weights have {max(layers) + 1} layers, config.json says "
+    arch = architecture(config)
+    expected = model_shapes(model_class("BertModel", config), config)
+    layers = arch.layer_count(header)
+    if layers and layers != config.num_hidden_layers:
+        raise BertforgeError(f"{source}: the weights have {layers} layers, config.json says "
                              f"{config.num_hidden_layers}")
-    for key, tensor in expected.items():
-        if key in header and tuple(header[key][0]) != tuple(tensor.shape):
+    for key, shape in expected.items():
+        if key in header and tuple(header[key][0]) != shape:
             raise BertforgeError(f"{source}: {key} is {tuple(header[key][0])}, config.json gives "
-                                 f"{tuple(tensor.shape)}: the config does not describe these weights")
+                                 f"{shape}: the config does not describe these weights")
 
 
 def describe(folder: Path) -> list[str]:
     """The lines `bertforge info` prints."""
     from ..model import google_checkpoint  # here, not at the top: the command's --help does not load torch
-    from ..model.checkpoint import PART_NAMES, normalise_keys, part_name, weight_files
+    from ..model.architectures import PARTS, architecture, read_config
+    from ..model.checkpoint import normalise_keys, part_name, weight_files
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -82,24 +86,26 @@ def describe(folder: Path) -> list[str]:
     if google is not None:  # Google's TensorFlow checkpoint: the index alone is read
         config, header, files = google_checkpoint.header(google)
     else:
-        config = BertConfig.from_json_file(folder / "config.json")
+        config = read_config(folder / "config.json")
         files = weight_files(folder)
         if files[0].suffix == ".bin":
             raise BertforgeError(f"{files[0]}: info reads safetensors headers only; convert a pickle you trust "
                                  f"first (`bertforge convert {folder} OUT`)")
         header = read_header(files)
     # Without the prefix, the position-ids buffer, and the reference's second names for the tied decoder.
-    header = normalise_keys(header, "bert", wants_prefix=False)
+    header = normalise_keys(header, architecture(config).prefix, wants_prefix=False)
     check_sizes(config, header, files[0])
     dtypes = sorted({dtype for _, dtype in header.values()})
 
     counts = {"embeddings": 0, "encoder": 0, "heads": 0}
     for key, (shape, _) in header.items():
-        group = key.split(".")[0]
-        counts[group if group in ("embeddings", "encoder") else "heads"] += prod(shape)
+        group = "heads" if part_name(key) in PARTS.values() else "embeddings" if key.startswith("embeddings.") \
+            else "encoder"
+        counts[group] += prod(shape)
     parts = {part_name(key) for key in header}
     untrained = config.extra.get("untrained_heads") or []
-    heads = [part + (" (untrained)" if part in untrained else "") for part in PART_NAMES.values() if part in parts]
+    heads = [part + (" (untrained)" if part in untrained else "") for part in dict.fromkeys(PARTS.values())
+             if part in parts]
     if "classifier" in parts:
         outputs = header["classifier.bias"][0][0]
         labels = f": {', '.join(config.id2label.values())}" if config.num_labels == outputs else ""
@@ -122,6 +128,12 @@ def describe(folder: Path) -> list[str]:
         f"weights:       {', '.join(f.name for f in files)}, {', '.join(dtypes)}, {size / 2**20:.1f} MiB",
         f"vocabulary:    {vocabulary(folder, config)}, {vocabulary_case(folder)}",
     ]
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types:
+        full = [str(i) for i, kind in enumerate(layer_types) if kind == "full_attention"]
+        lines.insert(3, f"attention:     global in layer{'s' if len(full) > 1 else ''} {', '.join(full)}, a window of "
+                        f"{config.window} tokens each side elsewhere; rotary positions (bases "
+                        f"{config.rope_theta('full_attention'):g} / {config.rope_theta('sliding_attention'):g})")
     if declared:
         lines.append(f"embedding:     sentence-transformers folder: {declared.summary()}")
     return lines

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import BertforgeError
+from ..model.architectures import head_of, heads_of
 from ..inference.batches import padding, row_lengths, run_model
 from ..core.io import check_output, write_json
 from ..core.flags import add_device_argument, count
@@ -122,7 +123,7 @@ def check_model(family: TaskFamily, model, folder, fine_tuned: bool) -> None:
     check_length(family, config, folder)
     saved_as = config.extra.get("architectures") or []
     wanted = family.model_class.architecture()
-    if fine_tuned and saved_as and wanted not in saved_as:
+    if fine_tuned and saved_as and head_of(wanted) not in heads_of(config):
         raise BertforgeError(f"{folder}: a {saved_as[0]} model, but {family.task} needs a {wanted}")
     if fine_tuned and model.fresh_parts:
         raise BertforgeError(f"{folder}: has no trained {', '.join(model.fresh_parts)} for {family.task}; "

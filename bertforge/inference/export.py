@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..model.config import BertConfig
+from ..model.architectures import heads_of, read_config
 from ..core.errors import BertforgeError
 from .batches import pad
 from ..core.io import atomic_path, has_model_file, model_file, new_model_folder, write_text_atomic
@@ -88,8 +88,8 @@ def export_onnx(model_dir, out, int8: bool = False, opset: int = 17, overwrite: 
         raise BertforgeError(f"opset {opset!r}: the export writes ONNX operator sets {ONNX_OPSETS[0]} to "
                              f"{ONNX_OPSETS[1]}")
     folder, out = Path(model_dir), Path(out)
-    config = BertConfig.from_json_file(folder / "config.json")
-    heads = [HEADS[a].runs_as for a in config.extra.get("architectures") or [] if a in HEADS]
+    config = read_config(folder / "config.json")
+    heads = [HEADS[h].runs_as for h in heads_of(config)]
     architecture = heads[0] if heads else "BertModel"
     in_place = out.is_dir() and out.resolve() == folder.resolve()
     with nullcontext(out) if in_place else new_model_folder(out, "OUT", overwrite, folder) as target:

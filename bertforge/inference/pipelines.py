@@ -13,6 +13,7 @@ import numpy as np
 
 from . import answer_spans
 from ..model import bert, task_heads
+from ..model.architectures import heads_of, read_config
 from ..model.config import BertConfig
 from .entities import STRATEGIES, Entities, entities, softmax, token_entries
 from ..core.errors import BertforgeError
@@ -367,7 +368,7 @@ def head_task(config: BertConfig, folder: Path) -> str:
     if read_sentence_folder(folder) is not None:
         return "sentence-embedding"
     heads = config.extra.get("architectures") or []
-    known = [HEADS[h].task for h in heads if h in HEADS]
+    known = [HEADS[h].task for h in heads_of(config)]
     if not known:
         raise BertforgeError(f"{folder / 'config.json'}: architectures {heads or 'missing'} name no head bertforge "
                              f"serves; give the task ({', '.join(TASKS)})")
@@ -390,7 +391,7 @@ def pipeline(task: str | None = None, model=None, device: str | None = None, bac
     folder = Path(model)
     if not folder.is_dir():
         raise BertforgeError(f"{folder}: no such model folder")
-    config = BertConfig.from_json_file(folder / "config.json")
+    config = read_config(folder / "config.json")
     task = ALIASES.get(task, task) or head_task(config, folder)
     if task not in TASKS:
         raise BertforgeError(f"unknown task {task!r}: choose one of {', '.join([*TASKS, *ALIASES])}")

@@ -16,6 +16,7 @@ import torch
 from ..model import bert as models
 from ..core.errors import BertforgeError
 from ..core.io import has_model_file, read_model_json
+from ..model.architectures import head_of, heads_of
 from ..model.heads import HEADS, head_class
 from ..core.flags import device_problem
 
@@ -91,7 +92,7 @@ class TorchRuntime:
         self.model, self.device, self.mask_id, self.bf16 = model.eval(), device, mask_id, bf16
         if bf16:
             linear_weights_in_bf16(model)
-        self.architecture = type(model).__name__
+        self.architecture = head_of(type(model).__name__) or type(model).__name__  # its head, by BERT's name
         self.outputs = tuple(HEADS[self.architecture].outputs)
 
     def __call__(self, batch: dict) -> dict[str, torch.Tensor]:
@@ -158,7 +159,7 @@ def check_precision(backend: str, int8: bool, bf16: bool) -> None:
 def head_for(config, task: str, default: type) -> type:
     """The class a pipeline of `task` runs: the checkpoint's own head where its task is `task` (a head added to the
     registry runs as itself), else `default` (the encoder, for embeddings from a classifier's folder)."""
-    own = [HEADS[h].runs_as for h in config.extra.get("architectures") or [] if h in HEADS and HEADS[h].task == task]
+    own = [HEADS[h].runs_as for h in heads_of(config) if HEADS[h].task == task]
     return head_class(own[0]) if own else default
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..core.errors import BertforgeError
 from ..core.io import read_model_json
 from .config import BertConfig, ConfigFile, ModernBertConfig
-from .heads import HEADS
+from .heads import HEADS, PART_NAMES
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,14 @@ class Architecture:
     config: type  # its config dataclass (config.py)
     prefix: str  # the encoder's name in a head's state dict (transformers' base_model_prefix)
     classes: dict[str, str]  # head (a HEADS name) -> "module:Class" of this architecture's model with that head
+    layers: str  # the encoder layers' list in the state dict, under the prefix ("encoder.layer", "layers")
+    parts: dict[str, str]  # state-dict prefix of each part outside the encoder -> its plain name, for reports
     segments: bool = True  # reads token_type_ids (BERT's sentence A / B); others ignore them
+
+    def layer_count(self, keys) -> int:
+        """How many encoder layers the tensor names (without the prefix) hold."""
+        start = self.layers + "."
+        return len({key[len(start):].split(".")[0] for key in keys if key.startswith(start)})
 
     def class_name(self, head: str) -> str:
         return self.classes[head].split(":")[1]
@@ -34,7 +41,7 @@ def bert_classes() -> dict[str, str]:
 
 MODERNBERT = "bertforge.model.modernbert"
 ARCHITECTURES = {arch.model_type: arch for arch in (
-    Architecture("bert", BertConfig, "bert", bert_classes()),
+    Architecture("bert", BertConfig, "bert", bert_classes(), "encoder.layer", PART_NAMES),
     Architecture("modernbert", ModernBertConfig, "model", {
         "BertModel": f"{MODERNBERT}:ModernBertModel",
         "BertForMaskedLM": f"{MODERNBERT}:ModernBertForMaskedLM",
@@ -42,10 +49,13 @@ ARCHITECTURES = {arch.model_type: arch for arch in (
         "BertForTokenClassification": f"{MODERNBERT}:ModernBertForTokenClassification",
         "BertForQuestionAnswering": f"{MODERNBERT}:ModernBertForQuestionAnswering",
         "BertForMultipleChoice": f"{MODERNBERT}:ModernBertForMultipleChoice",
-    }, segments=False),
+    }, "layers", {"head": "prediction head", "decoder": "masked-LM decoder", "classifier": "classifier"},
+        segments=False),
 )}
 # Each architecture's class names, as config.json's `architectures` lists them, to the head each one is.
 HEAD_OF = {arch.class_name(head): head for arch in ARCHITECTURES.values() for head in arch.classes}
+# Every architecture's parts outside the encoder, by state-dict prefix, in the order reports list them.
+PARTS = {prefix: name for arch in ARCHITECTURES.values() for prefix, name in arch.parts.items()}
 
 
 def architecture(config: ConfigFile) -> Architecture:
@@ -77,3 +87,8 @@ def model_class(head: str, config: ConfigFile) -> type:
 def head_of(class_name: str) -> str | None:
     """The head (a HEADS name) of a class config.json's `architectures` names, of any architecture."""
     return HEAD_OF.get(class_name)
+
+
+def heads_of(config: ConfigFile) -> list[str]:
+    """The heads (HEADS names) of the classes config.json's `architectures` lists, of any architecture."""
+    return [HEAD_OF[name] for name in config.extra.get("architectures") or [] if name in HEAD_OF]

@@ -15,10 +15,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from . import google_checkpoint, sizes
-from .architectures import head_of, model_class, read_config
+from .architectures import PARTS, head_of, model_class, read_config
 from .config import BertConfig, check_size
 from ..core.errors import BertforgeError
-from .heads import PART_NAMES
 from ..core.io import atomic_path, has_model_file, model_file, read_model_json, write_text_atomic
 
 log = logging.getLogger("bertforge")
@@ -125,7 +124,7 @@ def normalise_keys(weights: dict, prefix: str, wants_prefix: bool) -> dict:
 
 
 def part_name(key: str) -> str:
-    for prefix, name in PART_NAMES.items():
+    for prefix, name in PARTS.items():
         if key.startswith(prefix) or key.startswith(prefix.removeprefix("bert.")):
             return name
     return key.rsplit(".", 1)[0]
@@ -137,7 +136,7 @@ def describe_mismatch(model_name: str, missing: list[str], unexpected: list[str]
     with `new_head` (fine-tuning), a fresh task head and unused heads are information, not warnings."""
     lines = []
     for part in sorted({part_name(k) for k in missing}):
-        if part not in PART_NAMES.values():
+        if part not in PARTS.values():
             lines.append((logging.WARNING, f"{part} missing from the checkpoint: initialised fresh"))
         elif new_head:
             lines.append((logging.INFO, f"{part}: a new head, initialised at random; fine-tuning trains it"))

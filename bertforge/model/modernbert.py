@@ -196,8 +196,11 @@ class ModernBertPreTrainedModel(nn.Module, PretrainedMixin, ModelApiMixin):
                 nn.init.ones_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-        if isinstance(self, ModernBertForMaskedLM) and self.decoder.bias is not None:
-            nn.init.zeros_(self.decoder.bias)
+        if isinstance(self, ModernBertForMaskedLM):
+            if self.decoder.weight is not None:
+                draw(self.decoder, std_out)
+            if self.decoder.bias is not None:
+                nn.init.zeros_(self.decoder.bias)
         if hasattr(self, "classifier"):
             draw(self.classifier, c.hidden_size ** -0.5)
 
@@ -287,23 +290,37 @@ class ModernBertPredictionHead(nn.Module):
         return self.norm(self.act(self.dense(x)))
 
 
+class ModernBertDecoder(nn.Module):
+    """Scores against the token table (tied, as the released models: the checkpoint's `decoder.weight` is the
+    table's other name) plus an output bias; a table of its own where config.tie_word_embeddings is false."""
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__()
+        self.weight = None if config.tie_word_embeddings else \
+            nn.Parameter(torch.empty(config.vocab_size, config.hidden_size))
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.decoder_bias else None
+
+    def forward(self, x, table):
+        return F.linear(x, table if self.weight is None else self.weight, self.bias)
+
+
 class ModernBertForMaskedLM(ModernBertPreTrainedModel):
     def __init__(self, config: ModernBertConfig):
         super().__init__(config)
         self.model = ModernBertModel(config)
         self.head = ModernBertPredictionHead(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=config.decoder_bias)
+        self.decoder = ModernBertDecoder(config)
         self.init_weights()
-        self.decoder.weight = self.model.embeddings.tok_embeddings.weight
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
                 **inputs):
         """With labels (-100 = not predicted), only the masked positions are scored: logits [masked, V]."""
         enc = self.model.encode(input_ids, attention_mask, **inputs)
+        table = self.word_embeddings.weight
         if labels is None:
-            logits, loss = self.decoder(self.head(enc.sequence())), None
+            logits, loss = self.decoder(self.head(enc.sequence()), table), None
         else:
-            logits, loss = masked_lm_loss(lambda x: self.decoder(self.head(x)), enc, labels)
+            logits, loss = masked_lm_loss(lambda x: self.decoder(self.head(x), table), enc, labels)
         return finish(return_dict, loss=loss, logits=logits, hidden_states=enc.hidden_states,
                       attentions=enc.attentions)
 

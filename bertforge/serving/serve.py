@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .batcher import Batcher, Overloaded
-from ..model.config import BertConfig
+from ..model.architectures import read_config
 from ..model.heads import SERVED, SERVED_AS, Route
 from ..core.errors import BertforgeError
 from .prometheus import Registry
@@ -357,7 +357,7 @@ def run_serve(args) -> int:
     folder = Path(args.model)
     if not folder.is_dir():
         raise BertforgeError(f"{folder}: no such model folder")
-    config = BertConfig.from_json_file(folder / "config.json")
+    config = read_config(folder / "config.json")
     task = ALIASES.get(args.task, args.task) or head_task(config, folder)
     task = SERVED_AS.get(task, task)  # an encoder's feature-extraction is served as sentence-embedding
     if task not in SERVED:

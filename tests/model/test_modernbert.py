@@ -122,10 +122,15 @@ def test_the_masked_lm_scores_only_the_labelled_positions_with_the_reference_los
     assert abs(mine.loss.item() - theirs.loss.item()) < 1e-5
 
 
-def test_the_decoder_is_tied_to_the_token_table(tmp_path):
+def test_the_decoder_reads_the_token_table_and_loads_with_nothing_fresh(tmp_path):
     _, folder = saved(tmp_path, "ModernBertForMaskedLM")
     ours = modernbert.ModernBertForMaskedLM.from_pretrained(folder)
-    assert ours.decoder.weight is ours.model.embeddings.tok_embeddings.weight
+    assert ours.decoder.weight is None and ours.fresh_parts == []
+    ids, mask = batch([12], False)
+    before = ours(input_ids=ids, attention_mask=mask).logits
+    with torch.no_grad():
+        ours.model.embeddings.tok_embeddings.weight[:, 0] += 1
+    assert not torch.allclose(before, ours(input_ids=ids, attention_mask=mask).logits)
 
 
 def test_a_bert_head_class_loads_a_modernbert_folder_as_the_modernbert_model_with_that_head(tmp_path):
