@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..model.architectures import load_config
 from ..model.config import SIZES, BertConfig
 from ..core.errors import BertforgeError
 from .finetune import (
@@ -120,7 +121,7 @@ def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | No
 
     width = teacher.config.hidden_size
     if spec is not None:
-        config = BertConfig.from_name(spec) if spec in SIZES else BertConfig.load(student_folder(spec, tokenizer))
+        config = BertConfig.from_name(spec) if spec in SIZES else load_config(student_folder(spec, tokenizer))
         if config.hidden_size != width or config.num_hidden_layers != len(layers):
             raise BertforgeError(f"--student-layers: the student {spec} has {config.num_hidden_layers} layers of "
                                  f"{config.hidden_size}, the teacher's layers are {width} wide: give "

@@ -34,6 +34,7 @@ import numpy as np
 from ..core.errors import BertforgeError
 from ..core.flags import probability
 from ..core.io import atomic_path, check_output, read_json_lines, read_records, read_text, text_files, write_json
+from ..model.architectures import load_config
 from ..model.config import SIZES, BertConfig
 from ..model.sentence_folder import SentencePooling, declaration_files, read_sentence_folder
 from ..text.tokenizer import BertTokenizer
@@ -295,10 +296,10 @@ def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: boo
     if prune:  # the cut's shape, before any text is read
         from ..model.student import cut_config
 
-        cut_config(BertConfig.load(teacher_dir), BertConfig.from_name(student), student)
+        cut_config(load_config(teacher_dir), BertConfig.from_name(student), student)
     declared = read_sentence_folder(teacher_dir) or SentencePooling()
     tokenizer = BertTokenizer.from_pretrained(teacher_dir)
-    limit = min(tokenizer.model_max_length, BertConfig.load(teacher_dir).max_position_embeddings)
+    limit = min(tokenizer.model_max_length, load_config(teacher_dir).max_position_embeddings)
     max_length = min(max_length or declared.max_seq_length or DEFAULT_LENGTH, limit)
     run = {"task": "embeddings", "teacher": str(teacher_dir), "model": student, "prune": prune,
            "student_embeddings": student_embeddings, "input": [str(p) for p in inputs], "held_out": held_out,

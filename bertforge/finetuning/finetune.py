@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.config import BertConfig
+from ..model.architectures import load_config
 from ..core.errors import BertforgeError
 from .evaluate import check_length, evaluate_splits, predict_split
 from ..inference.batches import pad_batch, row_lengths
@@ -138,7 +138,7 @@ def finetune(task: str, model_dir, data, out, epochs: float | None = None, max_l
     started = time.perf_counter()
     train_options = task_training_options(options, FINETUNE_DEFAULTS)
     family = make_family(task, data, max_length, options, reading=True)
-    check_length(family, BertConfig.load(str(model_dir)), model_dir)  # before the data is read
+    check_length(family, load_config(str(model_dir)), model_dir)  # before the data is read
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
     epochs, chosen_by = choose_settings(recipe, len(splits.train.examples), train_options, epochs, out)

@@ -24,6 +24,7 @@ import statistics
 import time
 from pathlib import Path
 
+from ..model.architectures import load_config
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
 from .evaluate import SPEED_FIGURES, mebibytes, millions, run_conditions, whole
@@ -64,7 +65,7 @@ def check_model(model: str, vocab: str | None) -> None:
     if model.startswith("random:"):
         if vocab is None:
             raise BertforgeError(f"--model {model}: a random model needs --vocab (a vocab.txt or tokenizer folder)")
-        BertConfig.load(model.split(":", 1)[1])
+        load_config(model.split(":", 1)[1])
         return
     folder = Path(model)
     if not folder.is_dir():
@@ -83,7 +84,7 @@ def random_model(spec: str, vocab: str, seed: int, folder: Path) -> Path:
         from ..model.bert import BertModel
 
         tokenizer = BertTokenizer.from_pretrained(vocab)
-        config = BertConfig.load(spec.split(":", 1)[1])
+        config = load_config(spec.split(":", 1)[1])
         config = BertConfig.from_dict({**config.to_dict(), "vocab_size": tokenizer.vocab_size,
                                        "pad_token_id": tokenizer.pad_token_id})
         torch.manual_seed(seed)

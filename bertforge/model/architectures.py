@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..core.errors import BertforgeError
 from ..core.io import read_model_json
-from .config import BertConfig, ConfigFile, ModernBertConfig
+from .config import SIZES, BertConfig, ConfigFile, ModernBertConfig
 from .heads import HEADS, PART_NAMES
 
 
@@ -73,6 +73,17 @@ def read_config(path) -> ConfigFile:
         raise BertforgeError(f"{path}: model_type is {model_type!r}; bertforge reads "
                              f"{', '.join(repr(t) for t in ARCHITECTURES)}")
     return ARCHITECTURES[model_type].config.from_file_dict(path, d)
+
+
+def load_config(name_or_path: str) -> ConfigFile:
+    """A named BERT size (config.SIZES), a config.json file of any architecture, or a folder holding one."""
+    if name_or_path in SIZES:
+        return BertConfig.from_name(name_or_path)
+    path = Path(name_or_path)
+    if not path.exists():
+        raise BertforgeError(f"{name_or_path}: neither a model size ({', '.join(SIZES)}) nor a config.json file "
+                             "or a folder holding one")
+    return read_config(path / "config.json" if path.is_dir() else path)
 
 
 def model_class(head: str, config: ConfigFile) -> type:

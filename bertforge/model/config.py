@@ -187,16 +187,6 @@ class BertConfig(ConfigFile):
                      intermediate_size=4 * hidden)
         return cls(**{**sizes, **overrides})
 
-    @classmethod
-    def load(cls, name_or_path: str) -> "BertConfig":
-        """A named size, a config.json file, or a folder holding one."""
-        if name_or_path in SIZES:
-            return cls.from_name(name_or_path)
-        path = Path(name_or_path)
-        if not path.exists():
-            raise BertforgeError(f"{name_or_path}: neither a model size ({', '.join(SIZES)}) nor a config.json file "
-                                 "or a folder holding one")
-        return cls.from_json_file(path / "config.json" if path.is_dir() else path)
 
 
 ROPE_THETA = {"full_attention": 160_000.0, "sliding_attention": 10_000.0}  # ModernBERT's global and local bases

@@ -14,7 +14,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from ..model.config import BertConfig
+from ..model.architectures import load_config
 from ..data.create import create_pretraining_data
 from ..core.io import check_output
 from .objectives import OBJECTIVES
@@ -127,7 +127,7 @@ def run_demo(args) -> int:
     print(f"   {tokenizer.vocab_size} pieces; 'tokenization' -> {tokenizer.tokenize('tokenization')}")
 
     device = str(pick_device(args.device))  # the command line's spelling, for the hints and pretrain
-    recipe = resolve(args.recipe, {"batch_size": args.batch_size}, BertConfig.load(args.config).hidden_size, device)
+    recipe = resolve(args.recipe, {"batch_size": args.batch_size}, load_config(args.config).hidden_size, device)
     nsp = OBJECTIVES[recipe["objective"] or "mlm+nsp"].next_sentence  # None: the data's, pairs here
     kind = "sentence pairs" if nsp else "single segments filled with whole sentences (no NSP)"
     step(f"pre-training data: {kind}, masked afresh at training time",

@@ -20,6 +20,7 @@ import numpy as np
 from ..core.io import check_output, exclusive, write_json
 from ..training.options import add_training_arguments, recorded_arguments, training_options
 from ..core.flags import count
+from ..model.architectures import load_config
 from ..model.config import BertConfig
 from ..data.shards import check_vocab, load_pretraining_data
 from ..core.errors import BertforgeError
@@ -146,7 +147,7 @@ def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | Non
     overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_token_id, "is_decoder": causal}
     if dropout is not None:
         overrides |= {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
-    config = BertConfig.load(config_name)
+    config = load_config(config_name)
     config = BertConfig.from_dict({**config.to_dict(), **overrides})
     return BertForPreTraining(config)
 
@@ -201,7 +202,7 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
         raise BertforgeError(f"{data}: rows of {job.train.max_seq_length} tokens, but the model has "
                              f"{model.config.max_position_embeddings} positions (--config, --init-from)")
     if dropout is not None and not init_from:
-        job.saved_dropout = BertConfig.load(config).hidden_dropout_prob
+        job.saved_dropout = load_config(config).hidden_dropout_prob
     tokens = job.objective.predicts_tokens
     recorded = {"recipe": recipe, "objective": job.objective.name, "teacher": teacher,
                 "mask_prob": mask_prob or job.train.index.get("masked_lm_prob") if job.objective.masks else None,
@@ -267,7 +268,7 @@ def run_pretrain(args) -> int:
                              ("one from --init-from" if args.init_from else "beside --student-embeddings"
                               if args.teacher else "without a teacher"))
     check_output(args.out, "--out", inputs=[args.data])
-    width = BertConfig.load(args.init_from or args.config).hidden_size
+    width = load_config(args.init_from or args.config).hidden_size
     r = resolve(args.recipe, {k: getattr(args, k) for k in RECIPES[args.recipe]}, width, pick_device(args.device))
     if args.time_budget and r["warmup"] >= 1:
         raise BertforgeError(f"--warmup {r['warmup']:g}: with --time-budget the warm-up is a fraction (< 1) of it")

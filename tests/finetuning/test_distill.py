@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from bertforge.model.architectures import load_config
 from bertforge import (
     BertConfig, BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification,
     BertForTokenClassification, BertTokenizer
@@ -315,7 +316,7 @@ def test_student_is_an_ordinary_checkpoint_for_evaluate_pipeline_and_transformer
     with torch.no_grad():
         probs = reference(**tokenizer(texts, padding=True, return_tensors="pt")).logits.softmax(-1)
     assert ours == pytest.approx(probs.max(-1).values.tolist(), abs=1e-5)
-    assert BertConfig.load(str(best)).num_hidden_layers == 2
+    assert load_config(str(best)).num_hidden_layers == 2
 
 
 def test_student_layers_copy_exactly_the_named_layers(teacher, sst2):
@@ -375,7 +376,7 @@ def random_teacher(teacher, folder, **config):
     """A random (never trained) teacher of the task with the fixture teacher's labels and vocabulary: one layer,
     256 wide (wider than a tiny student), with these config fields."""
     torch.manual_seed(0)
-    fields = {**BertConfig.load(str(teacher)).to_dict(), "num_hidden_layers": 1, "hidden_size": 256,
+    fields = {**load_config(str(teacher)).to_dict(), "num_hidden_layers": 1, "hidden_size": 256,
               "num_attention_heads": 4, "intermediate_size": 512, **config}
     BertForSequenceClassification(BertConfig.from_dict(fields)).save_pretrained(
         folder, tokenizer=BertTokenizer.from_pretrained(teacher))
@@ -388,12 +389,12 @@ def test_a_student_of_a_size_takes_the_teachers_positions_token_types_and_vocabu
     """Teachers of 128 and 1024 positions against the size's 512 (one with a single token type, one with a table
     of words padded past the vocabulary): the student of a size has the teacher's tables, its embeddings
     projected from them, and distils end to end."""
-    vocab = BertConfig.load(str(teacher)).vocab_size + more_words
+    vocab = load_config(str(teacher)).vocab_size + more_words
     other = random_teacher(teacher, tmp_path / "teacher", max_position_embeddings=positions, type_vocab_size=types,
                            vocab_size=vocab)
     distill("sst2", other, "tiny", sst2, tmp_path / "run", cache_dir=tmp_path / "cache",
             **{**DISTILLED, "max_train_examples": 16, "max_eval_examples": 8})
-    student = BertConfig.load(str(tmp_path / "run" / "best"))
+    student = load_config(str(tmp_path / "run" / "best"))
     assert (student.max_position_embeddings, student.type_vocab_size, student.vocab_size) == (positions, types, vocab)
     assert (student.num_hidden_layers, student.hidden_size) == (2, 128)  # the size's
 
@@ -605,7 +606,7 @@ def test_ner_distils_a_cut_student_per_token_that_evaluate_and_transformers_read
     assert logits.shape[1] == max(lengths)
     assert all(not logits[i, n:].any() and logits[i, :n].any() for i, n in enumerate(lengths))
     best = run / "best"
-    assert (BertConfig.load(str(best)).hidden_size, BertConfig.load(str(best)).num_hidden_layers) == (128, 2)
+    assert (load_config(str(best)).hidden_size, load_config(str(best)).num_hidden_layers) == (128, 2)
     assert main(["evaluate", "conll2003", "--model", str(best), "--data", str(conll), "--no-progress"]) == 0
     assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(results["f1"])
     inputs = tokenizer(["Carol Jones went to Zanzibar ."], return_tensors="pt")
@@ -671,7 +672,7 @@ def test_question_answering_distils_start_and_end_per_window(task, wide_base, tm
     assert all(not logits[i, len(r):].any() for i, r in enumerate(train.encoded["input_ids"]))
     best = tmp_path / "run" / "best"
     if task == "squad":
-        assert BertConfig.load(str(best)).hidden_size == 128
+        assert load_config(str(best)).hidden_size == 128
     assert main(["evaluate", task, "--model", str(best), "--data", str(data), "--max-length", "72",
                  "--max-eval-examples", "16", "--no-progress"]) == 0
     assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(results["f1"])

@@ -7,6 +7,7 @@ import torch
 import transformers
 
 import bertforge.model.bert as bf
+from bertforge.model.architectures import load_config
 from bertforge.model.config import BertConfig
 from bertforge.core.errors import BertforgeError
 
@@ -20,7 +21,7 @@ SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "inter
     ("medium", 8, 512, 8), ("base", 12, 768, 12), ("large", 24, 1024, 16),
 ])
 def test_named_sizes_are_the_papers(name, layers, hidden, heads):
-    config = BertConfig.load(name)
+    config = load_config(name)
     assert [getattr(config, f) for f in SIZE_FIELDS] == [layers, hidden, heads, 4 * hidden]
     assert (config.vocab_size, config.max_position_embeddings, config.type_vocab_size) == (30522, 512, 2)
     assert (config.hidden_act, config.hidden_dropout_prob, config.layer_norm_eps) == ("gelu", 0.1, 1e-12)
@@ -62,7 +63,7 @@ def test_we_read_the_references_config_json(tmp_path):
                                   intermediate_size=1024, id2label={0: "O", 1: "B-LOC", 2: "I-LOC"},
                                   problem_type="single_label_classification", position_embedding_type="absolute")
     ref.save_pretrained(tmp_path)
-    config = BertConfig.load(str(tmp_path))
+    config = load_config(str(tmp_path))
     assert (config.vocab_size, config.num_hidden_layers, config.hidden_size) == (8000, 4, 256)
     assert config.id2label == {0: "O", 1: "B-LOC", 2: "I-LOC"} and config.num_labels == 3
     assert config.problem_type == "single_label_classification"
@@ -111,20 +112,20 @@ def test_unknown_size_name():
 
 @pytest.mark.parametrize("text,problem", [
     ('{"hidden_size": 768,\n "vocab_size": }', "config.json:2: not valid JSON"),
-    ('{"model_type": "roberta"}', "config.json: model_type is 'roberta', expected 'bert'"),
+    ('{"model_type": "roberta"}', "config.json: model_type is 'roberta'; bertforge reads 'bert', 'modernbert'"),
 ])
 def test_bad_config_files(tmp_path, text, problem):
     (tmp_path / "config.json").write_text(text)
     with pytest.raises(BertforgeError) as excinfo:
-        BertConfig.load(str(tmp_path))
+        load_config(str(tmp_path))
     message = str(excinfo.value)
     assert "\n" not in message and f"{tmp_path}/{problem}" in message
 
 
 def test_missing_config_file(tmp_path):
     with pytest.raises(BertforgeError, match="config file not found"):
-        BertConfig.load(str(tmp_path))  # a folder without config.json
+        load_config(str(tmp_path))  # a folder without config.json
     with pytest.raises(BertforgeError) as excinfo:  # neither a size nor a path: the sizes are listed
-        BertConfig.load(str(tmp_path / "nowhere.json"))
+        load_config(str(tmp_path / "nowhere.json"))
     message = str(excinfo.value)
     assert "nowhere.json: neither a model size (tiny, mini, small, medium, base, large)" in message

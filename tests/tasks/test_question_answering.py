@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import bertforge
+from bertforge.model.architectures import load_config
 from bertforge.cli import main
-from bertforge.model.config import BertConfig
 from bertforge.core.errors import BertforgeError
 from bertforge.tasks import make_family
 from tests.conftest import fine_tune, one_line_error, write_jsonl
@@ -44,7 +44,7 @@ def test_unanswerable_questions_make_a_v2_model(fine_tuned):
     results = json.loads((fine_tuned / "eval_results.json").read_text())
     assert results["HasAns_total"] == len(FACTS) and results["NoAns_total"] == len(UNANSWERABLE)
     assert {"exact_match", "f1", "best_f1", "best_f1_thresh"} <= set(results)
-    assert BertConfig.load(str(fine_tuned / "best")).extra["version_2_with_negative"] is True
+    assert load_config(str(fine_tuned / "best")).extra["version_2_with_negative"] is True
 
 
 def test_predict_is_the_best_span_of_the_transformers_model(fine_tuned, capsys):
