@@ -139,7 +139,7 @@ def modernbert_tokenizer(folder: Path) -> Path:
 
 def modernbert_folder(folder: Path, head: str = "ModernBertForMaskedLM", **config) -> Path:
     """A ModernBERT checkpoint as transformers writes one: its tokenizer (above) and random weights at a
-    scaled-down shape (4 layers of 64, global attention every third layer, a window of 16 tokens)."""
+    scaled-down shape (4 layers of 64, global attention every third layer, a window of 16 tokens), drawn wide."""
     import torch
     import transformers
     from tokenizers import Tokenizer
@@ -153,5 +153,8 @@ def modernbert_folder(folder: Path, head: str = "ModernBertForMaskedLM", **confi
                  eos_token_id=ids["[SEP]"])
     torch.manual_seed(0)
     model = getattr(transformers, head)(transformers.ModernBertConfig(**{**sizes, **config}))
+    with torch.no_grad():  # wide weights, norms and biases off their first values: predictions well apart
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape) * 0.1)
     model.save_pretrained(folder)
     return folder

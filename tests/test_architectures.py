@@ -1,0 +1,175 @@
+"""Every job on a ModernBERT folder, as transformers writes one (conftest.modernbert_folder: byte-level BPE,
+random weights at a scaled-down shape): pipelines against transformers' pipelines, info, fine-tuning, evaluation,
+prediction, ONNX export and serving, each through the architecture registry."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import bertforge
+from bertforge.model.architectures import ARCHITECTURES, heads_of, read_config
+from bertforge.model.heads import HEADS
+from tests.conftest import REPO, modernbert_folder
+from tests.inference.test_pipelines import assert_same, best_span
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+TEXTS = ["A gripping film, beautifully shot.", "George Washington was born in Virginia in 1732.",
+         "A dull mess that never finds its feet, " * 6 + "and it goes on.", "Paris"]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    made = {}
+
+    def make(head, **config):
+        key = (head, repr(sorted(config.items())))
+        if key not in made:
+            made[key] = modernbert_folder(tmp_path_factory.mktemp(head), head, **config)
+        return made[key]
+    return make
+
+
+def reference(task, folder, **kw):
+    return transformers.pipeline(task, model=str(folder), device="cpu", **kw)
+
+
+def test_every_head_of_the_registry_has_a_modernbert_class_but_the_pre_training_one():
+    arch = ARCHITECTURES["modernbert"]
+    assert set(HEADS) - set(arch.classes) == {"BertForPreTraining"}  # ModernBERT pre-trains without NSP
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_text_classification_is_the_references(folders, pooling):
+    folder = folders("ModernBertForSequenceClassification", num_labels=3, classifier_pooling=pooling)
+    assert_same(bertforge.pipeline(model=folder)(TEXTS, top_k=None),
+                reference("text-classification", folder)(TEXTS, top_k=None))
+
+
+def test_fill_mask_is_the_references(folders):
+    folder = folders("ModernBertForMaskedLM")
+    texts = ["The capital of France is [MASK].", "George [MASK] was born in Virginia."]
+    assert_same(bertforge.pipeline("fill-mask", model=folder)(texts, top_k=3),
+                reference("fill-mask", folder)(texts, top_k=3))
+
+
+def test_token_classification_is_the_references(folders):
+    folder = folders("ModernBertForTokenClassification", num_labels=5,
+                     id2label={0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"})
+    ours = bertforge.pipeline(model=folder)(TEXTS, aggregation_strategy="none")
+    theirs = reference("token-classification", folder)(TEXTS, aggregation_strategy="none")
+    for a, b in zip(ours, theirs, strict=True):
+        assert_same([{k: e[k] for k in ("entity", "score", "index", "start", "end")} for e in a],
+                    [{k: e[k] for k in ("entity", "score", "index", "start", "end")} for e in b])
+
+
+def test_question_answering_answers_the_reference_models_best_span(folders):
+    """One window: the answer is the brute-force best span of transformers' logits, sliced by the reference
+    tokenizer's character offsets (byte-level BPE's include the space before a word, as transformers' do)."""
+    folder = folders("ModernBertForQuestionAnswering")
+    model = transformers.AutoModelForQuestionAnswering.from_pretrained(folder).eval()
+    ref_tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    question, context = "Who wrote it?", "The novel was written by Jane Austen in 1813, in Hampshire."
+    answer = bertforge.pipeline(model=folder)(question=question, context=context)
+    enc = ref_tokenizer(question, context, return_offsets_mapping=True, return_tensors="pt")
+    offsets = enc.pop("offset_mapping")[0].tolist()
+    in_context = [i for i, s in enumerate(enc.sequence_ids(0)) if s == 1]
+    with torch.no_grad():
+        out = model(**enc)
+    (s, e), _ = best_span(out.start_logits[0].numpy(), out.end_logits[0].numpy(), in_context[0], in_context[-1])
+    assert (answer["start"], answer["end"]) == (offsets[s][0], offsets[e][1])
+    assert answer["answer"] == context[answer["start"]:answer["end"]] and 0 < answer["score"] <= 1
+
+
+def test_feature_extraction_is_the_reference_models_hidden_states(folders):
+    folder = folders("ModernBertForMaskedLM")
+    tokens = bertforge.pipeline("feature-extraction", model=folder)(TEXTS[0])
+    model = transformers.AutoModel.from_pretrained(folder).eval()
+    ids = transformers.AutoTokenizer.from_pretrained(folder)(TEXTS[0], return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**ids).last_hidden_state[0]
+    assert torch.allclose(torch.tensor(tokens), expected, atol=1e-4)
+
+
+def test_a_sentence_transformers_folder_of_modernbert_embeds_as_sentence_transformers(tmp_path):
+    """gte-modernbert's layout: a ModernBERT encoder, mean pooling, unit vectors."""
+    st = pytest.importorskip("sentence_transformers")
+    folder = modernbert_folder(tmp_path / "st", "ModernBertModel")
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 64, "pooling_mode": "mean"}))
+    (folder / "2_Normalize").mkdir()
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 512, "do_lower_case": False}))
+    ours = bertforge.pipeline(model=folder)(TEXTS)
+    theirs = st.SentenceTransformer(str(folder), device="cpu").encode(TEXTS)
+    assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)
+
+
+def bertforge_cli(*args, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bertforge", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+def test_info_describes_the_attention_and_the_tokenizer(folders):
+    result = bertforge_cli("info", folders("ModernBertForMaskedLM"))
+    assert result.returncode == 0, result.stderr
+    assert "architecture:  ModernBertForMaskedLM" in result.stdout
+    assert "global in layers 0, 3, a window of 8 tokens each side elsewhere" in result.stdout
+    assert "BPE (tokenizer.json)" in result.stdout and "prediction head, masked-LM decoder" in result.stdout
+
+
+def test_finetune_evaluate_predict_and_export_run_on_modernbert(folders, tmp_path):
+    rows = [("a gripping film and beautifully shot", "pos"), ("a dull mess", "neg"), ("wonderful and moving", "pos"),
+            ("tedious and flat and long", "neg")] * 8
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.csv").write_text("text,label\n" + "".join(f"{t},{lab}\n" for t, lab in rows))
+    run = tmp_path / "run"
+    result = bertforge_cli("finetune", "text-classification", "--model", folders("ModernBertForMaskedLM"),
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "dev.csv", "--epochs", 3,
+                           "--out", run, "--no-progress", "--seed", 1)
+    assert result.returncode == 0, result.stderr
+    config = read_config(run / "best" / "config.json")
+    assert config.model_type == "modernbert" and heads_of(config) == ["BertForSequenceClassification"]
+    saved = transformers.AutoModelForSequenceClassification.from_pretrained(run / "best").eval()
+    ours = bertforge.pipeline(model=run / "best")(TEXTS, top_k=None)
+    assert_same(ours, reference("text-classification", run / "best")(TEXTS, top_k=None))
+    assert type(saved).__name__ == "ModernBertForSequenceClassification"
+
+    result = bertforge_cli("evaluate", "text-classification", "--model", run / "best", "--dev", tmp_path / "dev.csv")
+    assert result.returncode == 0 and json.loads(result.stdout)["accuracy"] >= 0.5, result.stderr
+    result = bertforge_cli("predict", "text-classification", "--model", run / "best", "--input", tmp_path / "dev.csv")
+    assert result.returncode == 0 and json.loads(result.stdout.splitlines()[0])["label"] in ("pos", "neg")
+
+    pytest.importorskip("onnxruntime")
+    result = bertforge_cli("export", "onnx", run / "best", tmp_path / "onnx")
+    assert result.returncode == 0, result.stderr
+    assert_same(bertforge.pipeline(model=tmp_path / "onnx", backend="onnx")(TEXTS, top_k=None), ours)
+
+
+def test_serve_answers_tei_openai_and_bertforge_routes_on_modernbert(folders):
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+    from tests.serving.test_serve import Served
+
+    classifier = Served(folders("ModernBertForSequenceClassification", num_labels=3)).wait()
+    embedder = Served(folders("ModernBertForMaskedLM"), "--task", "sentence-embedding").wait()
+    try:
+        expected = bertforge.pipeline(model=folders("ModernBertForSequenceClassification", num_labels=3))
+        assert_same(classifier.post("classify", {"inputs": TEXTS[:2]}).json(), expected(TEXTS[:2]))
+        tei = httpx.post(classifier.url + "/predict", json={"inputs": TEXTS[0]}, timeout=60).json()
+        assert {s["label"] for s in tei} == {"LABEL_0", "LABEL_1", "LABEL_2"}
+        vectors = httpx.post(embedder.url + "/embed", json={"inputs": TEXTS[:2]}, timeout=60).json()
+        openai = httpx.post(embedder.url + "/v1/embeddings", json={"input": TEXTS[:2]}, timeout=60).json()
+        assert len(vectors) == 2 and len(vectors[0]) == 64
+        assert torch.allclose(torch.tensor(vectors), torch.tensor([d["embedding"] for d in openai["data"]]),
+                              atol=1e-6)
+    finally:
+        classifier.stop()
+        embedder.stop()
