@@ -45,12 +45,17 @@ def model_type(pipe) -> str | None:
     return "reranker" if kind == "classifier" and pipe.config.num_labels == 1 else kind
 
 
+def model_routes(pipe) -> tuple[str, ...]:
+    """The routes of this module and openai_api.py that answer for the served model."""
+    return (*MODEL_ROUTES[model_type(pipe)], *EVERY_MODEL)
+
+
 def require(server, path: str):
     """Refused (TEI's 424, as TEI answers a route the model does not fit) unless the model answers `path`."""
     server.ready()
     kind = model_type(server.pipe)
     if path not in MODEL_ROUTES[kind]:
-        fits = ", ".join([*MODEL_ROUTES[kind], *EVERY_MODEL])
+        fits = ", ".join(model_routes(server.pipe))
         what = f"a{'n' if kind == 'embedding' else ''} {kind} model" if kind else f"a {server.pipe.task} model"
         raise Refused(424, "backend", f"{path}: this server's model is {what}, which answers {fits} (and bertforge's "
                                       f"/v1/{server.endpoint})")
