@@ -387,7 +387,7 @@ def add_distill_arguments(p):
                         "teacher's head size) and feed-forward neurons most active on the training data")
     p.add_argument("--prune-from", type=Path, metavar="DIR",
                    help="--prune, cutting this model of the task instead of the teacher: a larger student distilled "
-                        "before, to cut in steps (SST-2: BERT-Tiny cut from a cut Mini 83.2, from the teacher 81.8)")
+                        "before, to cut a much narrower student in steps (measured: docs/distillation.md)")
     p.add_argument("--temperature", type=positive, default=2.0, help="softens both distributions")
     p.add_argument("--alpha", type=share, default=0.5, help="weight of the loss on the labels (1 - alpha: on the "
                    "teacher's outputs)")

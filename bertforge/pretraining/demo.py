@@ -146,7 +146,7 @@ def run_demo(args) -> int:
                       objective=recipe["objective"], mask_prob=recipe["mask_prob"], recipe=args.recipe,
                       output_bias=recipe["output_bias"], bf16=recipe["bf16"],
                       schedule=recipe["schedule"], warmup=recipe["warmup"], eval_every=10**12,
-                      save_every=10**12, log_every=10, overwrite=True, device=device)
+                      save_every=10**12, log_every=10, overwrite=True, device=device, progress=args.progress)
 
     step("held-out documents (15% of their tokens masked)", f"tail -n 1 {run / 'metrics.jsonl'}")
     print(f"   masked-LM accuracy {result['eval_mlm_accuracy']:.1%}  (most frequent token: "
@@ -193,4 +193,5 @@ def add_demo_arguments(p):
     p.add_argument("--time-budget", type=positive_duration, default=200.0, metavar="DURATION",
                    help="pre-training time, evaluation and checkpoints excluded (default: 200s)")
     p.add_argument("--seed", type=count(0), default=0, help="random seed (data, pre-training)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar (for logs)")
     add_device_argument(p)

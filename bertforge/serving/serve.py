@@ -89,7 +89,10 @@ class Server:
                                    self.max_concurrent, self.max_wait, self.on_batch, self.workers,
                                    pipe.runtime.call_tokens)
             self.pipe = pipe
-            log.info(f"bertforge: serving {pipe.task} from {self.model_dir} on /v1/{self.endpoint}")
+            from .tei import model_routes
+
+            log.info(f"bertforge: serving {pipe.task} from {self.model_dir} on /v1/{self.endpoint}, and as "
+                     f"text-embeddings-inference on {', '.join(model_routes(pipe))}")
         except Exception as e:  # reported by /health and every request
             self.load_error = str(e)
             log.error(f"bertforge: cannot load {self.model_dir}: {e}")

@@ -45,12 +45,17 @@ def model_type(pipe) -> str | None:
     return "reranker" if kind == "classifier" and pipe.config.num_labels == 1 else kind
 
 
+def model_routes(pipe) -> tuple[str, ...]:
+    """The routes of this module and openai_api.py that answer for the served model."""
+    return (*MODEL_ROUTES[model_type(pipe)], *EVERY_MODEL)
+
+
 def require(server, path: str):
     """Refused (TEI's 424, as TEI answers a route the model does not fit) unless the model answers `path`."""
     server.ready()
     kind = model_type(server.pipe)
     if path not in MODEL_ROUTES[kind]:
-        fits = ", ".join([*MODEL_ROUTES[kind], *EVERY_MODEL])
+        fits = ", ".join(model_routes(server.pipe))
         what = f"a{'n' if kind == 'embedding' else ''} {kind} model" if kind else f"a {server.pipe.task} model"
         raise Refused(424, "backend", f"{path}: this server's model is {what}, which answers {fits} (and bertforge's "
                                       f"/v1/{server.endpoint})")
@@ -98,7 +103,8 @@ class EmbedAllRequest(TeiRequest):
 
 
 class PredictRequest(TeiRequest):
-    inputs: Any = Field(..., description="a text, a pair [text, text_pair], or a list of [text] / [text, text_pair]")
+    inputs: Any = Field(..., description="a text; a pair [text, text_pair] (a list of two texts is one pair); or a "
+                                         "batch, a list of [text] / [text, text_pair]")
     raw_scores: bool = False
 
 
@@ -148,33 +154,38 @@ async def embed_all(server, body: EmbedAllRequest, receive):
     return await server.compute("/embed_all", body.inputs, body.truncation(server), {}, receive, finish)
 
 
-def predict_items(inputs) -> tuple[list, bool]:
-    """TEI's /predict inputs as the text-classification pipeline's, and whether one was given: a text, a pair
-    [text, text_pair], or a batch, a list of [text] or [text, text_pair] (or of texts)."""
+# How /predict read its inputs, in the response's Input-Read-As header: TEI reads a list of two texts as one
+# pair, which a newcomer sending two texts to classify would not guess from the one answer it gets.
+READ_AS = "Input-Read-As"
+
+
+def predict_items(inputs) -> tuple[list, str]:
+    """TEI's /predict inputs as the text-classification pipeline's, and how they were read: a text ("text"), a
+    pair [text, text_pair] ("pair"), or a batch, a list of [text] or [text, text_pair] (or of texts) ("batch")."""
     if isinstance(inputs, str):
-        return [inputs], True
+        return [inputs], "text"
     not_empty(inputs, "inputs")
     if isinstance(inputs, list) and all(isinstance(x, str) for x in inputs):
         if len(inputs) > 2:
             raise Refused(422, "validation", "inputs: a list of texts is one input, [text] or [text, text_pair]; a "
                                              "batch is a list of them")
-        return [inputs[0] if len(inputs) == 1 else inputs], True
+        return ([inputs[0]], "text") if len(inputs) == 1 else ([inputs], "pair")
     if isinstance(inputs, list):
-        return [x[0] if isinstance(x, list) and len(x) == 1 else x for x in inputs], False
-    return inputs, False  # refused by the pipeline, by name
+        return [x[0] if isinstance(x, list) and len(x) == 1 else x for x in inputs], "batch"
+    return inputs, "batch"  # refused by the pipeline, by name
 
 
 async def predict(server, body: PredictRequest, receive):
     """Per input, its labels and scores best first: softmax (sigmoid for one output) unless raw_scores."""
     require(server, "/predict")
-    items, single = predict_items(body.inputs)
+    items, read_as = predict_items(body.inputs)
     one = server.pipe.config.num_labels == 1
     function = "none" if body.raw_scores else "sigmoid" if one else None  # None: the model's (softmax)
 
     def finish(prepared, outputs):
         ranked = [[{"score": r["score"], "label": r["label"]} for r in result]
                   for result in server.pipe.postprocess(prepared, outputs)]
-        return result_bytes(ranked[0] if single else ranked), {}
+        return result_bytes(ranked if read_as == "batch" else ranked[0]), {READ_AS: read_as}
 
     return await server.compute("/predict", items, body.truncation(server),
                                 {"top_k": None, "function_to_apply": function}, receive, finish)

@@ -1,6 +1,9 @@
 """`bertforge demo` end to end at a small size: every step runs and the model it reports is saved."""
 
+import itertools
+
 from bertforge.cli import main
+from bertforge.pretraining import demo
 
 
 def test_the_demo_runs_end_to_end(tmp_path, capsys):
@@ -14,3 +17,12 @@ def test_the_demo_runs_end_to_end(tmp_path, capsys):
     assert "s of training [" in err and "s/s" not in err  # the time budget's bar counts seconds, not a rate
     starts = [line for line in err.replace("\r", "\n").splitlines() if " 0/2 s of training" in line]
     assert starts and len(starts) == len(set(starts))  # a step within the same second redraws nothing
+
+
+def test_no_progress_leaves_the_bars_out(tmp_path, capsys, monkeypatch):
+    documents = demo.module_documents
+    monkeypatch.setattr(demo, "module_documents", lambda: itertools.islice(documents(), 30))  # a small corpus
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--vocab-size", "300", "--time-budget", "1s",
+                 "--eval-docs", "2", "--batch-size", "8", "--no-progress"]) == 0
+    printed, err = capsys.readouterr()
+    assert "masked-LM accuracy" in printed and "of training" not in err

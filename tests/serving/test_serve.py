@@ -5,6 +5,7 @@ tests/test_pipelines.py compares with transformers).
 """
 
 import concurrent.futures
+import logging
 import os
 import re
 import signal
@@ -18,6 +19,7 @@ import transformers
 
 import bertforge
 from bertforge.cli import main
+from bertforge.serving.serve import Server
 from tests.conftest import REPO
 from tests.inference.test_pipelines import LONG_TEXT, QA, TAGS, TEXTS, assert_same, random_model
 
@@ -96,6 +98,18 @@ CASES = {
 }
 TASKS = {"classify": "text-classification", "embed": "sentence-embedding", "fill-mask": "fill-mask",
          "ner": "token-classification", "qa": "question-answering"}
+
+
+@pytest.mark.parametrize("endpoint, routes", [
+    ("classify", "/v1/classify, and as text-embeddings-inference on /predict, /tokenize, /decode"),
+    ("embed", "/v1/embed, and as text-embeddings-inference on /embed, /embed_all, /v1/embeddings, /tokenize, /decode")])
+def test_the_start_up_line_names_every_route_the_model_answers(folders, caplog, endpoint, routes):
+    server = Server(folders[endpoint], TASKS[endpoint])
+    with caplog.at_level(logging.INFO, logger="bertforge"):
+        server.load()
+    server.tokenizing.shutdown()
+    server.batcher.close()
+    assert f"from {folders[endpoint]} on {routes}" in caplog.text
 
 
 @pytest.mark.parametrize("endpoint", list(CASES))

@@ -120,15 +120,20 @@ def test_predict_ranks_labels_as_transformers(servers, folders):
     s, folder = servers["classifier"], folders["classifier"]
     single = post(s, "/predict", {"inputs": TEXTS[0]})
     assert single.status_code == 200, single.text
+    assert single.headers["Input-Read-As"] == "text"
     probabilities = torch.tensor(logits(folder, TEXTS[:1])[0]).softmax(0).numpy()
     labels = ["neg", "pos", "mixed"]
     expected = [{"score": probabilities[i], "label": labels[i]} for i in np.argsort(-probabilities)]
     assert [p["label"] for p in single.json()] == [e["label"] for e in expected]
     assert np.allclose([p["score"] for p in single.json()], [e["score"] for e in expected], atol=1e-5)
-    pair = post(s, "/predict", {"inputs": [QUERY, PASSAGES[0]], "raw_scores": True}).json()  # one pair
+    pair = post(s, "/predict", {"inputs": [QUERY, PASSAGES[0]], "raw_scores": True})  # two texts: one pair
+    assert pair.headers["Input-Read-As"] == "pair"
+    pair = pair.json()
     raw = logits(folder, [(QUERY, PASSAGES[0])])[0]
     assert np.allclose(sorted(p["score"] for p in pair), sorted(raw), atol=1e-4)
-    batch = post(s, "/predict", {"inputs": [[TEXTS[1]], [QUERY, PASSAGES[2]]]}).json()  # a batch: a list each
+    batch = post(s, "/predict", {"inputs": [[TEXTS[1]], [QUERY, PASSAGES[2]]]})  # a batch: a list each
+    assert batch.headers["Input-Read-As"] == "batch"
+    batch = batch.json()
     assert len(batch) == 2 and all(len(ranked) == 3 for ranked in batch)
     best = logits(folder, [(QUERY, PASSAGES[2])])[0].argmax()
     assert batch[1][0]["label"] == labels[best]
