@@ -3,6 +3,7 @@ random weights at a scaled-down shape): pipelines against transformers' pipeline
 prediction, ONNX export and serving, each through the architecture registry."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -112,9 +113,10 @@ def test_a_sentence_transformers_folder_of_modernbert_embeds_as_sentence_transfo
     assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)
 
 
-def bertforge_cli(*args, timeout=300) -> subprocess.CompletedProcess:
+def bertforge_cli(*args, timeout=300, env_cache=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"BERTFORGE_CACHE": str(env_cache)} if env_cache else {})}
     return subprocess.run([sys.executable, "-m", "bertforge", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+                          timeout=timeout, cwd=REPO, env=env)
 
 
 def test_info_describes_the_attention_and_the_tokenizer(folders):
@@ -173,3 +175,23 @@ def test_serve_answers_tei_openai_and_bertforge_routes_on_modernbert(folders):
     finally:
         classifier.stop()
         embedder.stop()
+
+
+def test_distill_cuts_a_modernbert_student_that_transformers_loads_with_the_same_outputs(tmp_path):
+    teacher = modernbert_folder(tmp_path / "teacher", "ModernBertForSequenceClassification", hidden_size=128,
+                                intermediate_size=192, num_attention_heads=4, num_labels=2,
+                                id2label={0: "neg", 1: "pos"})
+    rows = "".join(f"a gripping film {i},pos\na dull mess {i},neg\n" for i in range(20))
+    (tmp_path / "train.csv").write_text("text,label\n" + rows)
+    result = bertforge_cli("distill", "text-classification", "--teacher", teacher, "--student", "tiny", "--prune",
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "train.csv", "--epochs", 1,
+                           "--augment", 0, "--out", tmp_path / "tiny", "--no-progress",
+                           env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    assert "student cut from the teacher's layers 0,3: 128 wide, 4 heads, feed-forward 192" in result.stderr
+    student = read_config(tmp_path / "tiny" / "best" / "config.json")
+    assert student.layer_types == ["full_attention", "full_attention"]  # the teacher's layers 0 and 3: global
+    reference_model = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "tiny" / "best")
+    assert type(reference_model).__name__ == "ModernBertForSequenceClassification"
+    assert_same(bertforge.pipeline(model=tmp_path / "tiny" / "best")(TEXTS, top_k=None),
+                reference("text-classification", tmp_path / "tiny" / "best")(TEXTS, top_k=None))

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..model.architectures import load_config
+from ..model.architectures import head_of, load_config
 from ..model.config import SIZES, BertConfig
 from ..core.errors import BertforgeError
 from .finetune import (
@@ -150,13 +150,14 @@ def cut_from_teacher(teacher, spec: str, layers: list[int] | None, family: TaskF
     from ..inference.batches import padding, run_model
     from ..model.student import activation_ranks, cut_config, evenly_spaced, pruned_student, task_head
 
-    config = cut_config(teacher.config, BertConfig.from_name(spec), spec)
+    size = BertConfig.from_name(spec)
     if layers is None:
-        layers = evenly_spaced(teacher.config.num_hidden_layers, config.num_hidden_layers)
-    elif len(layers) != config.num_hidden_layers:
+        layers = evenly_spaced(teacher.config.num_hidden_layers, size.num_hidden_layers)
+    elif len(layers) != size.num_hidden_layers:
         raise BertforgeError(f"--student-layers {','.join(map(str, layers))}: the student {spec} has "
-                             f"{config.num_hidden_layers} layers")
-    ranks = activation_ranks(teacher.bert, lambda: run_model(teacher, sample, padding(family.inputs, pad_id),
+                             f"{size.num_hidden_layers} layers")
+    config = cut_config(teacher.config, size, spec, layers)
+    ranks = activation_ranks(teacher, lambda: run_model(teacher, sample, padding(family.inputs, pad_id),
                                                              family.output_keys), task_head(teacher))
     print(f"student cut from the teacher's layers {','.join(map(str, layers))}: {config.hidden_size} wide, "
           f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}", file=sys.stderr)
@@ -170,7 +171,7 @@ def make_distiller(student, temperature: float, alpha: float, regression: bool, 
     the teacher's encoder to this student, or None."""
     from torch import nn
 
-    targets = SOFT_TARGETS[type(student).__name__]
+    targets = SOFT_TARGETS[head_of(type(student).__name__)]
     own_loss = targets.label_loss is None
 
     class Distiller(nn.Module):

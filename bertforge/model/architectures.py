@@ -24,7 +24,12 @@ class Architecture:
     classes: dict[str, str]  # head (a HEADS name) -> "module:Class" of this architecture's model with that head
     layers: str  # the encoder layers' list in the state dict, under the prefix ("encoder.layer", "layers")
     parts: dict[str, str]  # state-dict prefix of each part outside the encoder -> its plain name, for reports
+    cut: str  # "module:Class" of how --prune ranks and cuts it (model/student.py)
     segments: bool = True  # reads token_type_ids (BERT's sentence A / B); others ignore them
+
+    def cut_rules(self):
+        module, name = self.cut.split(":")
+        return getattr(importlib.import_module(module), name)
 
     def layer_count(self, keys) -> int:
         """How many encoder layers the tensor names (without the prefix) hold."""
@@ -39,9 +44,9 @@ def bert_classes() -> dict[str, str]:
     return {name: f"{head.module}:{name}" for name, head in HEADS.items()}
 
 
-MODERNBERT = "bertforge.model.modernbert"
+MODERNBERT, STUDENT = "bertforge.model.modernbert", "bertforge.model.student"
 ARCHITECTURES = {arch.model_type: arch for arch in (
-    Architecture("bert", BertConfig, "bert", bert_classes(), "encoder.layer", PART_NAMES),
+    Architecture("bert", BertConfig, "bert", bert_classes(), "encoder.layer", PART_NAMES, f"{STUDENT}:BertCut"),
     Architecture("modernbert", ModernBertConfig, "model", {
         "BertModel": f"{MODERNBERT}:ModernBertModel",
         "BertForMaskedLM": f"{MODERNBERT}:ModernBertForMaskedLM",
@@ -50,7 +55,7 @@ ARCHITECTURES = {arch.model_type: arch for arch in (
         "BertForQuestionAnswering": f"{MODERNBERT}:ModernBertForQuestionAnswering",
         "BertForMultipleChoice": f"{MODERNBERT}:ModernBertForMultipleChoice",
     }, "layers", {"head": "prediction head", "decoder": "masked-LM decoder", "classifier": "classifier"},
-        segments=False),
+        f"{STUDENT}:ModernBertCut", segments=False),
 )}
 # Each architecture's class names, as config.json's `architectures` lists them, to the head each one is.
 HEAD_OF = {arch.class_name(head): head for arch in ARCHITECTURES.values() for head in arch.classes}

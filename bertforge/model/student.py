@@ -80,40 +80,133 @@ def evenly_spaced(depth: int, n: int) -> list[int]:
     return [round(i * (depth - 1) / (n - 1)) for i in range(n)] if n > 1 else [0]
 
 
-def cut_config(teacher: BertConfig, size: BertConfig, name: str) -> BertConfig:
-    """The teacher's config at the size `size` (named `name` in errors): its layers, width and feed-forward size,
-    with the teacher's head size, so as many heads as that divides the width into."""
+def cut_config(teacher, size: BertConfig, name: str, layers: list[int] | None = None):
+    """The teacher's config at the size `size` (named `name` in errors): its layers (`layers` of the teacher's, by
+    default evenly spaced), width, and a feed-forward at the teacher's ratio to the width (4 for BERT's, so the
+    size's own), with the teacher's head size, so as many heads as that divides the width into. Any architecture:
+    its fields that vary by layer (ModernBERT's layer types) are the kept layers'."""
     head_size = teacher.hidden_size // teacher.num_attention_heads
+    intermediate = size.hidden_size * teacher.intermediate_size // teacher.hidden_size
     if size.hidden_size > teacher.hidden_size or size.hidden_size % head_size:
         raise BertforgeError(f"--prune: the student {name} is {size.hidden_size} wide; the teacher's width "
                              f"({teacher.hidden_size}) cuts to a multiple of its head size ({head_size}) no wider")
-    if size.intermediate_size > teacher.intermediate_size or size.num_hidden_layers > teacher.num_hidden_layers:
-        raise BertforgeError(f"--prune: the student {name} ({size.num_hidden_layers} layers, feed-forward "
-                             f"{size.intermediate_size}) is larger than the teacher ({teacher.num_hidden_layers} "
-                             f"layers, {teacher.intermediate_size})")
-    return BertConfig.from_dict({**teacher.to_dict(), "num_hidden_layers": size.num_hidden_layers,
-                                 "hidden_size": size.hidden_size, "intermediate_size": size.intermediate_size,
-                                 "num_attention_heads": size.hidden_size // head_size})
+    if size.num_hidden_layers > teacher.num_hidden_layers:
+        raise BertforgeError(f"--prune: the student {name} ({size.num_hidden_layers} layers) is deeper than the "
+                             f"teacher ({teacher.num_hidden_layers} layers)")
+    layers = evenly_spaced(teacher.num_hidden_layers, size.num_hidden_layers) if layers is None else layers
+    per_layer = {"layer_types": [teacher.layer_types[i] for i in layers]} if hasattr(teacher, "layer_types") else {}
+    return type(teacher).from_dict({**teacher.to_dict(), "num_hidden_layers": size.num_hidden_layers,
+                                    "hidden_size": size.hidden_size, "intermediate_size": intermediate,
+                                    "num_attention_heads": size.hidden_size // head_size, **per_layer})
 
 
 def task_head(model) -> torch.nn.Linear:
-    """A task model's head layer (task_heads.TaskHead.head_name: `classifier`, `qa_outputs`). The cut keeps the
-    input channels it reads: the pooler's outputs where the model has a pooler (sequence classification, multiple
-    choice), else every token's hidden channels (token classification, question answering)."""
-    return getattr(model, model.head_name)
+    """A task model's head layer (task_heads.TaskHead.head_name: `classifier`, `qa_outputs`; ModernBERT's
+    `classifier`). The cut keeps the input channels it reads: the pooled vector's where the model has a pooler or
+    a prediction head, else every token's hidden channels (BERT's token classification and question answering)."""
+    return getattr(model, getattr(model, "head_name", "classifier"))
 
 
-def activation_ranks(encoder, run, head=None) -> dict[str, torch.Tensor]:
-    """How much the teacher's `encoder` (a BertModel) uses each of its parts while `run()` feeds it data: "hidden"
-    [H], each channel's mean |value| summed over every LayerNorm's output; "heads" [layers, heads], the mean norm
-    of each head's context vector; "neurons" [layers, I], each feed-forward activation's mean |value|; "pooled" [H]
-    (with a pooler), each pooler output's mean |value|, times the norm of the weights the task's `head` (task_head,
-    on the pooled output) gives it. A head on the tokens reads the hidden channels, ranked as they are."""
-    config = encoder.config
+class BertCut:
+    """Where BERT's parts are ranked (`watch`: module, rank, per head, on the module's input) and which rows and
+    columns of each tensor a cut keeps (`keep`)."""
+
+    @staticmethod
+    def watch(model):
+        encoder = model.base_model
+        yield encoder.embeddings.LayerNorm, "hidden.embeddings", False, False
+        if getattr(encoder, "pooler", None) is not None:
+            yield encoder.pooler, "pooled", False, False
+        for i, layer in enumerate(encoder.encoder.layer):
+            yield layer.attention.output.LayerNorm, f"hidden.{i}.attention", False, False
+            yield layer.output.LayerNorm, f"hidden.{i}.output", False, False
+            yield layer.attention.output.dense, f"heads.{i}", True, True
+            yield layer.output.dense, f"neurons.{i}", False, True
+
+    layer_list = "layer"  # a layer's tensors: ...layer.I.<module>.<parameter>
+
+    @staticmethod
+    def keep(parts: list[str], value, at: int | None, keep: dict, head: str | None):
+        """(rows, columns) of the tensor named `parts` (a layer's index at parts[at + 1], its renumbered kept sets in
+        keep["channels"], keep["neurons"]; keep["hidden"], keep["pooled"] for all); None keeps them all."""
+        hidden, pooled = keep["hidden"], keep["pooled"]
+        if at is not None:
+            channels, neurons = keep["channels"], keep["neurons"]
+            return {"attention.self.query": (channels, hidden), "attention.self.key": (channels, hidden),
+                    "attention.self.value": (channels, hidden), "attention.output.dense": (hidden, channels),
+                    "intermediate.dense": (neurons, hidden), "output.dense": (hidden, neurons),
+                    }.get(".".join(parts[at + 2:-1]), (hidden, None))  # the LayerNorms
+        if "pooler" in parts:
+            return pooled, hidden
+        if head in parts:
+            return None, hidden if pooled is None else pooled
+        if "embeddings" in parts:  # the tables [rows, H], their LayerNorm [H]
+            return (None, hidden) if value.dim() == 2 else (hidden, None)
+        return None, None
+
+
+class ModernBertCut:
+    """ModernBERT's ranks: the hidden channels at every norm's output (the embeddings', each layer's two, the final
+    one), each head's context vector, each GeGLU neuron (act(value) x gate, Wo's input), and a task model's
+    prediction head (dense, norm: the classifier's input, per example or per token). Wqkv keeps its heads' rows in
+    each of Q, K and V; Wi keeps its neurons' rows in both halves, value and gate."""
+
+    @staticmethod
+    def watch(model):
+        encoder = model.base_model
+        yield encoder.embeddings.norm, "hidden.embeddings", False, False
+        yield encoder.final_norm, "hidden.final", False, False
+        if hasattr(model, "classifier") and hasattr(model, "head"):
+            yield model.head, "pooled", False, False
+        for i, layer in enumerate(encoder.layers):
+            if i:
+                yield layer.attn_norm, f"hidden.{i}.attention", False, False
+            yield layer.mlp_norm, f"hidden.{i}.mlp", False, False
+            yield layer.attn.Wo, f"heads.{i}", True, True
+            yield layer.mlp.Wo, f"neurons.{i}", False, True
+
+    layer_list = "layers"
+
+    @staticmethod
+    def keep(parts: list[str], value, at: int | None, keep: dict, head: str | None):
+        hidden, pooled = keep["hidden"], keep["pooled"]
+        if at is not None:
+            channels, neurons = keep["channels"], keep["neurons"]
+            module = ".".join(parts[at + 2:-1])
+            if module == "attn.Wqkv":
+                third = len(value) // 3
+                return torch.cat([channels, channels + third, channels + 2 * third]), hidden
+            if module == "mlp.Wi":
+                return torch.cat([neurons, neurons + len(value) // 2]), hidden
+            return {"attn.Wo": (hidden, channels), "mlp.Wo": (hidden, neurons)}.get(module, (hidden, None))
+        if parts[0] == "head":  # the prediction head: dense [H, H] and its norm
+            return (pooled, hidden) if parts[1] == "dense" and parts[-1] == "weight" else (pooled, None)
+        if parts[0] == "classifier":
+            return None, pooled
+        if "embeddings" in parts or "final_norm" in parts:
+            return (None, hidden) if value.dim() == 2 else (hidden, None)
+        return None, None
+
+
+def cut_of(model):
+    """The cut rules of a model's architecture (architectures.Architecture.cut)."""
+    from .architectures import architecture
+
+    return architecture(model.config).cut_rules()
+
+
+def activation_ranks(model, run, head=None) -> dict[str, torch.Tensor]:
+    """How much the teacher `model` (an encoder or a task model, any architecture) uses each of its parts while
+    `run()` feeds it data: "hidden" [H], each channel's mean |value| summed over every norm's output; "heads"
+    [layers, heads], the mean norm of each head's context vector; "neurons" [layers, I], each feed-forward
+    activation's mean |value|; "pooled" [H] (with a pooler or prediction head), each of its outputs' mean |value|,
+    times the norm of the weights the task's `head` (task_head) gives it. A head reading the tokens directly reads
+    the hidden channels, ranked as they are."""
+    config = model.config
     head_size = config.hidden_size // config.num_attention_heads
     totals: dict = {}
 
-    def watch(module, key, per_head=False, on_input=False):
+    def watch(module, key, per_head, on_input):
         def hook(module, args, output):
             x = (args[0] if on_input else output).detach().float()
             x = x.reshape(-1, x.shape[-1])
@@ -122,14 +215,7 @@ def activation_ranks(encoder, run, head=None) -> dict[str, torch.Tensor]:
             totals[key] = (total + x.sum(0), rows + len(x))
         return module.register_forward_hook(hook)
 
-    hooks = [watch(encoder.embeddings.LayerNorm, "hidden.embeddings")]
-    if encoder.pooler is not None:
-        hooks.append(watch(encoder.pooler, "pooled"))
-    for i, layer in enumerate(encoder.encoder.layer):
-        hooks += [watch(layer.attention.output.LayerNorm, f"hidden.{i}.attention"),
-                  watch(layer.output.LayerNorm, f"hidden.{i}.output"),
-                  watch(layer.attention.output.dense, f"heads.{i}", per_head=True, on_input=True),
-                  watch(layer.output.dense, f"neurons.{i}", on_input=True)]
+    hooks = [watch(*point) for point in cut_of(model).watch(model)]
     try:
         with torch.no_grad():
             run()
@@ -151,16 +237,14 @@ def top(scores: torch.Tensor, k: int) -> torch.Tensor:
     return scores.topk(k).indices.sort().values
 
 
-def cut_weights(weights: dict, config: BertConfig, head_size: int, layers: list[int], ranks: dict,
-                head: str | None = None) -> dict:
-    """The teacher's `weights` (a state dict with or without the task model's "bert." prefix) cut to `config`:
-    its `layers` renumbered from 0, in each the hidden channels, heads and feed-forward neurons that `ranks`
-    (activation_ranks) rank highest; the pooler keeps the outputs ranked highest. The task's `head` (the name of
-    its parameters, task_heads.TaskHead.head_name) keeps the input channels it reads: the pooler's kept outputs,
-    or without a pooler the kept hidden channels."""
+def cut_weights(weights: dict, config, head_size: int, layers: list[int], ranks: dict, head: str | None = None,
+                rules=BertCut) -> dict:
+    """The teacher's `weights` (a state dict with or without the task model's prefix) cut to `config`: its `layers`
+    renumbered from 0, in each the hidden channels, heads and feed-forward neurons that `ranks` (activation_ranks)
+    rank highest; the pooled vector keeps the outputs ranked highest. The task's `head` (the name of its
+    parameters) keeps the input channels it reads. `rules`: the architecture's (BertCut, ModernBertCut)."""
     width = config.hidden_size
-    hidden = top(ranks["hidden"], width)
-    pooled = top(ranks["pooled"], width) if "pooled" in ranks else None
+    keep = {"hidden": top(ranks["hidden"], width), "pooled": top(ranks["pooled"], width) if "pooled" in ranks else None}
     heads = [top(ranks["heads"][i], width // head_size) for i in layers]
     channels = [(h[:, None] * head_size + torch.arange(head_size)).flatten() for h in heads]
     neurons = [top(ranks["neurons"][i], config.intermediate_size) for i in layers]
@@ -168,25 +252,14 @@ def cut_weights(weights: dict, config: BertConfig, head_size: int, layers: list[
     cut = {}
     for key, value in weights.items():
         parts = key.split(".")
-        if "layer" in parts:  # [bert.]encoder.layer.I.<module>.<parameter>
-            at = parts.index("layer")
+        at = parts.index(rules.layer_list) if rules.layer_list in parts else None
+        if at is not None:
             if int(parts[at + 1]) not in renumbered:
                 continue
             k = renumbered[int(parts[at + 1])]
-            rows, cols = {"attention.self.query": (channels[k], hidden), "attention.self.key": (channels[k], hidden),
-                          "attention.self.value": (channels[k], hidden),
-                          "attention.output.dense": (hidden, channels[k]),
-                          "intermediate.dense": (neurons[k], hidden), "output.dense": (hidden, neurons[k])
-                          }.get(".".join(parts[at + 2:-1]), (hidden, None))  # the LayerNorms
             key = ".".join(parts[:at + 1] + [str(k)] + parts[at + 2:])
-        elif "pooler" in parts:
-            rows, cols = pooled, hidden
-        elif head in parts:
-            rows, cols = None, hidden if pooled is None else pooled
-        elif "embeddings" in parts:  # the tables [rows, H], their LayerNorm [H]
-            rows, cols = (None, hidden) if value.dim() == 2 else (hidden, None)
-        else:
-            rows, cols = None, None
+            keep.update(channels=channels[k], neurons=neurons[k])
+        rows, cols = rules.keep(parts, value, at, keep, head)
         if rows is not None:
             value = value[rows]
         if cols is not None and value.dim() == 2:
@@ -195,13 +268,16 @@ def cut_weights(weights: dict, config: BertConfig, head_size: int, layers: list[
     return cut
 
 
-def pruned_student(teacher, config: BertConfig, layers: list[int], ranks: dict):
+def pruned_student(teacher, config, layers: list[int], ranks: dict):
     """A model of the teacher's class and `config` (cut_config), cut from the teacher (cut_weights): a task model,
-    or a bare encoder (a BertModel, with a pooler where the teacher has one)."""
+    or a bare encoder (with a pooler where the teacher has one). A layer without its own attention norm (the first,
+    in ModernBERT) drops the one of the teacher's layer it was cut from."""
     head_size = teacher.config.hidden_size // teacher.config.num_attention_heads
     bare = {"add_pooling_layer": teacher.pooler is not None} if isinstance(teacher, BertModel) else {}
     student = type(teacher)(config, **bare)
+    weights = cut_weights(teacher.state_dict(), config, head_size, layers, ranks, getattr(teacher, "head_name", None),
+                          cut_of(teacher))
+    own = student.state_dict()
     with torch.no_grad():
-        student.load_state_dict(cut_weights(teacher.state_dict(), config, head_size, layers, ranks,
-                                            getattr(teacher, "head_name", None)), strict=True)
+        student.load_state_dict({k: v for k, v in weights.items() if k in own}, strict=True)
     return student

@@ -8,7 +8,7 @@ from bertforge.core.errors import BertforgeError
 from bertforge.model.bert import BertModel
 from bertforge.model.config import BertConfig
 from bertforge.model.student import (
-    activation_ranks, project_embeddings, pruned_student, start_embeddings, student_config, task_head, top
+    activation_ranks, cut_config, project_embeddings, pruned_student, start_embeddings, student_config, task_head, top
 )
 from bertforge.model.task_heads import (
     BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
@@ -196,3 +196,27 @@ def test_every_head_keeps_the_input_channels_it_reads(head_class):
     ours, theirs = task_head(student), task_head(teacher)
     assert torch.equal(ours.weight, theirs.weight[:, read]) and torch.equal(ours.bias, theirs.bias)
     assert torch.isfinite(outputs(student)).all()
+
+
+def test_a_modernbert_teacher_cut_to_its_own_size_keeps_every_weight_and_output(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from bertforge.model.modernbert import ModernBertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = transformers.ModernBertConfig(vocab_size=60, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                                           num_attention_heads=4, local_attention=8, pad_token_id=0, num_labels=2)
+    transformers.ModernBertForSequenceClassification(config).save_pretrained(tmp_path)
+    teacher = ModernBertForSequenceClassification.from_pretrained(tmp_path)
+    ranks = activation_ranks(teacher, feed(teacher), task_head(teacher))
+    assert ranks["neurons"].shape == (3, 96) and ranks["heads"].shape == (3, 4) and ranks["pooled"].shape == (64,)
+    same = pruned_student(teacher, teacher.config, [0, 1, 2], ranks).eval()
+    for key, value in teacher.state_dict().items():
+        assert torch.equal(same.state_dict()[key], value), key
+    assert torch.equal(feed(same)(), feed(teacher)())
+    size = BertConfig.from_dict({**BertConfig().to_dict(), "hidden_size": 32, "num_attention_heads": 2,
+                                 "num_hidden_layers": 2})
+    cut = pruned_student(teacher, cut_config(teacher.config, size, "small", [0, 2]), [0, 2], ranks)
+    assert cut.model.layers[1].attn.Wqkv.weight.shape == (96, 32)  # Q, K and V of 2 heads of 16
+    assert cut.model.layers[1].mlp.Wi.weight.shape == (96, 32)  # value and gate of 48 neurons
+    assert cut.config.layer_types == ["full_attention", "sliding_attention"]
+    assert feed(cut.eval())().shape == (6, 2)
