@@ -7,8 +7,9 @@ sliding window elsewhere (a token sees those within local_attention // 2 of it);
 follow transformers' layout (`model.layers.N.attn.Wqkv`, `head`, `decoder`, `classifier`).
 
 As in bert.py, a batch with padding runs packed: every layer but the attention product works on the real tokens
-alone ([T, H], packing.py), rotary positions included. Long inputs run their attention in blocks of queries, a
-sliding-window block against only the keys within its reach, so that memory grows with the length, not its square.
+alone ([T, H], packing.py), rotary positions included, and long rows the attention too, row by row; a sliding
+window runs in blocks of queries against only the keys within its reach, so that its work and memory grow with
+the length, not its square (global layers use the CPU's flash-attention kernel, which holds no L x L matrix).
 """
 
 import math
@@ -25,7 +26,8 @@ from .config import ModernBertConfig
 from .packing import EncoderOutput, Layout, Packing
 from .task_heads import choice_outputs, flatten_choices, sequence_loss, span_outputs, token_loss
 
-BLOCK = 512  # queries per attention block beyond this length
+ROW_BY_ROW = 256  # from this padded length, a batch's attention runs row by row on its real tokens
+LOCAL_BLOCK = 256  # queries per block of a sliding-window layer, on rows longer than this and the window
 
 
 class ModernBertEmbeddings(nn.Module):
@@ -57,13 +59,18 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return (x32 * cos[..., None, :] + turned * sin[..., None, :]).to(x.dtype)
 
 
-def window_mask(length: int, window: int, device) -> torch.Tensor:
-    """[L, L] True where |query - key| <= window."""
-    i = torch.arange(length, device=device)
-    return (i[:, None] - i[None, :]).abs() <= window
+def band(queries: int, keys: int, offset: int, window: int, device) -> torch.Tensor:
+    """[queries, keys] True where |query - key| <= window, the first query at key `offset`."""
+    i = torch.arange(queries, device=device)[:, None] + offset
+    return (i - torch.arange(keys, device=device)[None, :]).abs() <= window
 
 
 class ModernBertAttention(nn.Module):
+    """Multi-head attention with rotary positions, global or in a sliding window. A padded batch of long rows runs
+    each row at its own length from the packed tokens (no work on padding); a sliding window runs in blocks of
+    queries against only the keys within reach. Short rows, exported graphs and output_attentions run the padded
+    batch with a mask."""
+
     def __init__(self, config: ModernBertConfig, layer_type: str):
         super().__init__()
         self.num_heads = config.num_attention_heads
@@ -76,49 +83,63 @@ class ModernBertAttention(nn.Module):
 
     def forward(self, x, layout: Layout, cos, sin):
         qkv = self.Wqkv(x)
-        parts = qkv.view(*qkv.shape[:-1], 3, self.num_heads, self.head_size)
-        q, k = rotate(parts[..., 0, :, :], cos, sin), rotate(parts[..., 1, :, :], cos, sin)
-        qkv = torch.stack([q, k, parts[..., 2, :, :]], dim=-3).flatten(-3)
-        q, k, v = layout.split_heads(qkv, self.num_heads)  # [B, heads, L, d]
-        context = self.attend(q, k, v, layout)
+        q, k, v = qkv.view(*qkv.shape[:-1], 3, self.num_heads, self.head_size).unbind(-3)  # [..., heads, d]
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        if layout.packing is not None and layout.length >= ROW_BY_ROW and layout.attentions is None:
+            context = self.rows(q, k, v, layout.packing)
+        else:
+            context = self.padded(q, k, v, layout)
+        return self.out_drop(self.Wo(context))
+
+    def rows(self, q, k, v, packing) -> torch.Tensor:
+        """Packed [T, heads, d] -> packed [T, H], each row attending within itself."""
+        ends = torch.bincount(packing.rows, minlength=packing.batch).cumsum(0).tolist()
+        out, start = [], 0
+        for end in ends:
+            if end > start:
+                row = (t[None, start:end].transpose(1, 2) for t in (q, k, v))  # [1, heads, n, d]: CPU flash
+                out.append(self.attend(*row, None)[0].transpose(0, 1).flatten(1))  # attention takes 4-d inputs
+            start = end
+        return torch.cat(out)
+
+    def padded(self, q, k, v, layout: Layout) -> torch.Tensor:
+        q, k, v = layout.split_heads(torch.stack([q, k, v], dim=-3).flatten(-3), self.num_heads)  # [B, heads, L, d]
         if layout.attentions is not None:
             layout.attentions.append(self.probabilities(q, k, layout))
-        return self.out_drop(self.Wo(layout.merge_heads(context)))
+        return layout.merge_heads(self.attend(q, k, v, layout.key_mask))
 
-    def mask(self, layout: Layout, queries: slice, keys: slice) -> torch.Tensor | None:
-        """Which keys each query of the block may attend to: the real ones (and, in a sliding-window layer, those
-        within its reach); each query always sees itself, so that no row is empty (a padded query's row is dropped
-        afterwards)."""
-        mask = layout.key_mask
-        if mask is not None:
-            mask = mask[..., keys]
-        if self.window is not None or mask is not None:
-            i = torch.arange(queries.start, queries.stop, device=layout.device)[:, None]
-            j = torch.arange(keys.start, keys.stop, device=layout.device)[None, :]
-            near = (i - j).abs() <= self.window if self.window is not None else None
-            mask = near if mask is None else mask if near is None else mask & near
-            mask = mask | (i == j)
-        return mask
-
-    def attend(self, q, k, v, layout: Layout) -> torch.Tensor:
-        length = layout.length
+    def attend(self, q, k, v, key_mask) -> torch.Tensor:
+        """softmax(Q K^T / sqrt(d)) V over [..., L, d], within the window if any; `key_mask` [B, 1, 1, L] or None.
+        Each query always sees itself, so that no row is empty (a padded query's row is dropped afterwards)."""
+        length, device = q.shape[-2], q.device
         p = self.dropout if self.training else 0.0
-        if length <= BLOCK:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask(layout, slice(0, length),
-                                                                                 slice(0, length)), dropout_p=p)
+        if self.window is None or length <= LOCAL_BLOCK + 2 * self.window:
+            mask = key_mask
+            if self.window is not None:
+                near = band(length, length, 0, self.window, device)
+                mask = near if mask is None else mask & near
+            if key_mask is not None:
+                mask = mask | torch.eye(length, dtype=torch.bool, device=device)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         blocks = []
-        for start in range(0, length, BLOCK):
-            queries = slice(start, min(start + BLOCK, length))
-            keys = slice(0, length) if self.window is None else \
-                slice(max(0, queries.start - self.window), min(length, queries.stop + self.window))
-            blocks.append(F.scaled_dot_product_attention(q[:, :, queries], k[:, :, keys], v[:, :, keys],
-                                                         attn_mask=self.mask(layout, queries, keys), dropout_p=p))
-        return torch.cat(blocks, dim=2)
+        for start in range(0, length, LOCAL_BLOCK):
+            stop = min(start + LOCAL_BLOCK, length)
+            first, last = max(0, start - self.window), min(length, stop + self.window)
+            mask = band(stop - start, last - first, start - first, self.window, device)
+            if key_mask is not None:
+                mask = (mask & key_mask[..., first:last]) | band(stop - start, last - first, start - first, 0, device)
+            blocks.append(F.scaled_dot_product_attention(q[..., start:stop, :], k[..., first:last, :],
+                                                         v[..., first:last, :], attn_mask=mask, dropout_p=p))
+        return torch.cat(blocks, dim=-2)
 
     def probabilities(self, q, k, layout: Layout) -> torch.Tensor:
         """output_attentions: [B, heads, L, L], zeros in padded query rows."""
+        length = layout.length
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)
-        mask = self.mask(layout, slice(0, layout.length), slice(0, layout.length))
+        mask = layout.key_mask
+        if self.window is not None:
+            near = band(length, length, 0, self.window, layout.device)
+            mask = near if mask is None else mask & near
         if mask is not None:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         probs = scores.softmax(-1)
