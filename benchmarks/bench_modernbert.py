@@ -2,8 +2,9 @@
 at 128, 512 and 2,048 tokens, in one process with the same threads, repetitions interleaved, medians.
 
 The checkpoint is written by transformers (random weights) at the shape of a released model (`--shape`: Ettin's
-17M or 32M encoders, ModernBERT-base), with a byte-level BPE tokenizer trained on the demo text; the inputs are
-wikitext-2 passages cut to between half and all of the length (a batch as a user's: mixed lengths, padded).
+17M or 32M encoders, ModernBERT-base), with a small byte-level BPE tokenizer; the inputs are wikitext-2
+passages of up to the length, "mixed" (lengths uniform from 8 tokens up: a user's texts, a batch padded) and
+"full" (every row the whole length: no padding, so only the model's own work differs).
 Inference: each library's text-classification pipeline over the passages at the same batch size (transformers
 batches in input order, bertforge sorts by length: each library's default use). A fine-tuning step: forward,
 backward and AdamW on one batch of the passages, padded to its longest, the same batch for both.
@@ -45,18 +46,25 @@ def checkpoint(folder: Path, shape: str) -> Path:
     return folder
 
 
-def passages(tokenizer, length: int, count: int, seed: int = 0) -> list[str]:
-    """`count` wikitext-2 (validation) passages of between length/2 and length - 2 tokens (room for [CLS] and [SEP])."""
+MIXES = {"mixed": lambda length: (8, length - 2), "full": lambda length: (length - 2, length - 2)}
+
+
+def passages(tokenizer, length: int, count: int, mix: str, seed: int = 0) -> list[str]:
+    """`count` wikitext-2 (validation) passages of up to `length` tokens with [CLS] and [SEP]: "mixed", of lengths
+    uniform from 8 up, as a user's texts are; "full", every one as long."""
     import random
 
     text = (common.SHARED / "data" / "corpus" / "wikitext-2-raw" / "wiki.valid.raw").read_text(encoding="utf-8")
-    ids = tokenizer.backend_tokenizer.encode(text[:3_000_000], add_special_tokens=False).ids
+    ids = tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids
     rng = random.Random(seed)
+    low, high = MIXES[mix](length)
     out = []
-    for _ in range(count):
-        n = rng.randint(length // 2, length - 2)
+    while len(out) < count:
+        n = rng.randint(low, high)
         start = rng.randrange(len(ids) - n)
-        out.append(tokenizer.decode(ids[start:start + n]))
+        passage = tokenizer.decode(ids[start:start + n])
+        if len(tokenizer.backend_tokenizer.encode(passage, add_special_tokens=False).ids) <= length - 2:
+            out.append(passage)  # a passage that re-encodes longer (a piece split across the cut) is drawn again
     return out
 
 
@@ -64,6 +72,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", choices=SHAPES, default="ettin-32m")
     p.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 2048])
+    p.add_argument("--mixes", nargs="+", choices=MIXES, default=list(MIXES))
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--texts", type=int, default=32, help="passages per inference run")
     p.add_argument("--reps", type=int, default=3)
@@ -88,34 +97,33 @@ def main():
     ours_opt = torch.optim.AdamW(ours_model.parameters(), lr=1e-5)
     theirs_opt = torch.optim.AdamW(theirs_model.parameters(), lr=1e-5)
     figures = {"shape": args.shape, "machine": common.machine(), "threads": args.threads, "rows": []}
-    print(f"{'job':<24}{'tokens':>8}{'bertforge s':>13}{'transformers s':>16}{'ratio':>8}")
+    print(f"{'job':<20}{'inputs':>8}{'tokens':>8}{'bertforge s':>13}{'transformers s':>16}{'ratio':>8}")
+
+    def report(job, mix, length, times):
+        row = {"job": job, "mix": mix, "tokens": length, **{k: common.median(v) for k, v in times.items()}}
+        figures["rows"].append(row)
+        print(f"{job:<20}{mix:>8}{length:>8}{row['bertforge']:>13.3f}{row['transformers']:>16.3f}"
+              f"{row['transformers'] / row['bertforge']:>7.2f}x", flush=True)
+
+    def step(model, optimizer, batch, labels):
+        def run():
+            model(**batch, labels=labels).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        return run
+
     for length in args.lengths:
-        texts = passages(tokenizer, length, args.texts)
-        times = common.interleaved({
-            "bertforge": lambda: ours_pipe(texts),
-            "transformers": lambda: theirs_pipe(texts, batch_size=args.batch_size, truncation=True,
-                                                max_length=8192)}, args.reps)
-        row = {"job": "pipeline inference", "tokens": length, **{k: common.median(v) for k, v in times.items()}}
-        figures["rows"].append(row)
-        print(f"{row['job']:<24}{length:>8}{row['bertforge']:>13.3f}{row['transformers']:>16.3f}"
-              f"{row['transformers'] / row['bertforge']:>7.2f}x", flush=True)
-
-        batch = tokenizer(texts[:args.batch_size], padding=True, return_tensors="pt", return_token_type_ids=False)
-        labels = torch.arange(len(texts[:args.batch_size])) % 2
-
-        def step(model, optimizer):
-            def run():
-                loss = model(**batch, labels=labels).loss
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad()
-            return run
-        times = common.interleaved({"bertforge": step(ours_model, ours_opt),
-                                    "transformers": step(theirs_model, theirs_opt)}, args.reps)
-        row = {"job": "fine-tuning step", "tokens": length, **{k: common.median(v) for k, v in times.items()}}
-        figures["rows"].append(row)
-        print(f"{row['job']:<24}{length:>8}{row['bertforge']:>13.3f}{row['transformers']:>16.3f}"
-              f"{row['transformers'] / row['bertforge']:>7.2f}x", flush=True)
+        for mix in args.mixes:
+            texts = passages(tokenizer, length, args.texts, mix)
+            report("pipeline inference", mix, length, common.interleaved({
+                "bertforge": lambda: ours_pipe(texts),
+                "transformers": lambda: theirs_pipe(texts, batch_size=args.batch_size, truncation=True,
+                                                    max_length=8192)}, args.reps))
+            batch = tokenizer(texts[:args.batch_size], padding=True, return_tensors="pt", return_token_type_ids=False)
+            labels = torch.arange(len(batch["input_ids"])) % 2
+            report("fine-tuning step", mix, length, common.interleaved({
+                "bertforge": step(ours_model, ours_opt, batch, labels),
+                "transformers": step(theirs_model, theirs_opt, batch, labels)}, args.reps))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
 

@@ -26,7 +26,7 @@ from .config import ModernBertConfig
 from .packing import EncoderOutput, Layout, Packing
 from .task_heads import choice_outputs, flatten_choices, sequence_loss, span_outputs, token_loss
 
-ROW_BY_ROW = 256  # from this padded length, a batch's attention runs row by row on its real tokens
+ROW_BY_ROW = 64  # from this padded length, a batch's attention runs row by row on its real tokens
 LOCAL_BLOCK = 256  # queries per block of a sliding-window layer, on rows longer than this and the window
 
 
@@ -43,20 +43,19 @@ class ModernBertEmbeddings(nn.Module):
 
 
 def rotary(positions: torch.Tensor, head_size: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin [..., head_size] of each position's angles, the frequencies theta^(-2i/d) repeated for the
-    two halves that rotate_half pairs."""
+    """cos and sin [..., head_size / 2] of each position's angles, at the frequencies theta^(-2i/d)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_size, 2, dtype=torch.float, device=positions.device) / head_size))
     angles = positions[..., None].float() * inv_freq
-    angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [..., heads, d] turned by each position's angles (in float32, as the reference)."""
+    """x [..., heads, d] turned by each position's angles, its two halves paired (the reference's rotate_half:
+    [x1 cos - x2 sin, x2 cos + x1 sin]), in float32 as the reference computes it."""
     x32 = x.float()
-    half = x32.shape[-1] // 2
-    turned = torch.cat([-x32[..., half:], x32[..., :half]], dim=-1)
-    return (x32 * cos[..., None, :] + turned * sin[..., None, :]).to(x.dtype)
+    x1, x2 = x32.chunk(2, dim=-1)
+    cos, sin = cos[..., None, :], sin[..., None, :]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
 
 def band(queries: int, keys: int, offset: int, window: int, device) -> torch.Tensor:
