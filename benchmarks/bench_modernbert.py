@@ -10,6 +10,7 @@ batches in input order, bertforge sorts by length: each library's default use). 
 backward and AdamW on one batch of the passages, padded to its longest, the same batch for both.
 
     python -m benchmarks.bench_modernbert [--shape ettin-32m] [--lengths 128 512 2048] [--reps 3] [--threads 2]
+    python -m benchmarks.bench_modernbert --memory 8192 [--shape modernbert-base]
 """
 
 import argparse
@@ -68,6 +69,26 @@ def passages(tokenizer, length: int, count: int, mix: str, seed: int = 0) -> lis
     return out
 
 
+def forward_memory(library: str, folder: Path, tokens: int) -> None:
+    """In a fresh process: one forward pass of one `tokens`-token row; prints the peak RSS over the loaded model's."""
+    import torch
+
+    if library == "bertforge":
+        from bertforge.model.modernbert import ModernBertForSequenceClassification as Model
+        model = Model.from_pretrained(folder)
+    else:
+        import transformers
+        model = transformers.ModernBertForSequenceClassification.from_pretrained(folder, attn_implementation="sdpa")
+    model.eval()
+    ids = torch.randint(10, 300, (1, tokens))
+    baseline = common.peak_rss_mb()
+    start = __import__("time").perf_counter()
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    seconds = __import__("time").perf_counter() - start
+    print(f"{common.child_memory_line(baseline)} seconds={seconds:.2f}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", choices=SHAPES, default="ettin-32m")
@@ -78,9 +99,23 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--threads", type=int, default=common.THREADS)
     p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument("--memory", type=int, help="instead: the peak memory of one forward pass of a row this long, "
+                                              "each library in a fresh process")
+    p.add_argument("--child", nargs=2, metavar=("LIBRARY", "FOLDER"), help=argparse.SUPPRESS)
     args = p.parse_args()
     common.setup(args.threads)
+    if args.child:
+        return forward_memory(args.child[0], Path(args.child[1]), args.memory)
     print(common.machine())
+    if args.memory:
+        folder = checkpoint(Path(tempfile.mkdtemp()) / "model", args.shape)
+        for library in ("bertforge", "transformers"):
+            got = common.run_child("benchmarks.bench_modernbert", ["--shape", args.shape, "--memory", str(args.memory),
+                                                                   "--threads", str(args.threads),
+                                                                   "--child", library, str(folder)], timeout=1800)
+            print(f"{library:<14} {args.memory} tokens: peak {got['peak_rss_mb'] - got['baseline_mb']:,.0f} MB above "
+                  f"the loaded model ({got['baseline_mb']:,.0f} MB), {got['seconds']:.1f} s", flush=True)
+        return
     import torch
     import transformers
 
