@@ -357,6 +357,8 @@ def masked_lm_loss(score, encoded: EncoderOutput, labels):
 class BertForPreTraining(BertPreTrainedModel):
     """Masked LM + next sentence prediction. Loss = mean CE over masked positions + mean CE of NSP."""
 
+    output_bias = property(lambda self: self.cls.predictions.bias)  # the masked-LM head's, per vocabulary entry
+
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config)

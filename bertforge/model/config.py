@@ -89,6 +89,10 @@ class ConfigFile:
     def label2id(self) -> dict[str, int]:
         return {v: k for k, v in self.id2label.items()}
 
+    def with_dropout(self, p: float):
+        """A copy whose every dropout rate (`dropout_fields`) is p."""
+        return dataclasses.replace(self, **dict.fromkeys(self.dropout_fields, p))
+
     def with_labels(self, labels: list[str]):
         """A copy whose task head predicts these labels (one label name means regression)."""
         return dataclasses.replace(self, id2label=dict(enumerate(labels)))
@@ -140,6 +144,7 @@ class ConfigFile:
 @dataclass
 class BertConfig(ConfigFile):
     model_type = "bert"
+    dropout_fields = ("hidden_dropout_prob", "attention_probs_dropout_prob")  # what `--dropout` sets
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -206,6 +211,7 @@ class ModernBertConfig(ConfigFile):
     `global_rope_theta` and `local_rope_theta`; written in both, so that either transformers reads it."""
 
     model_type = "modernbert"
+    dropout_fields = ("embedding_dropout", "mlp_dropout", "attention_dropout")
 
     vocab_size: int = 50368
     hidden_size: int = 768

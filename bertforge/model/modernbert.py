@@ -325,6 +325,9 @@ class ModernBertDecoder(nn.Module):
 
 
 class ModernBertForMaskedLM(ModernBertPreTrainedModel):
+    """The masked LM: transformers' outputs, and `mlm_loss` (the loss under pre-training's name, outside tuples)."""
+
+    output_bias = property(lambda self: self.decoder.bias)
     def __init__(self, config: ModernBertConfig):
         super().__init__(config)
         self.model = ModernBertModel(config)
@@ -342,7 +345,7 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         else:
             logits, loss = masked_lm_loss(lambda x: self.decoder(self.head(x), table), enc, labels)
         return finish(return_dict, loss=loss, logits=logits, hidden_states=enc.hidden_states,
-                      attentions=enc.attentions)
+                      attentions=enc.attentions, mlm_loss=loss)
 
 
 class ModernBertTaskHead(ModernBertPreTrainedModel):

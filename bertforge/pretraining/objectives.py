@@ -89,7 +89,8 @@ class MaskedLM:
                 out = model(**b, labels=labels)
             count = int((labels != -100).sum())
             mlm_loss += float(out.mlm_loss) * count
-            mlm_correct += float((out.prediction_logits.argmax(-1) == labels[labels != -100]).sum())
+            logits = out["prediction_logits"] if "prediction_logits" in out else out["logits"]  # or a masked LM's
+            mlm_correct += float((logits.argmax(-1) == labels[labels != -100]).sum())
             mlm_count += count
             rows += len(labels)
             if nsp is not None:

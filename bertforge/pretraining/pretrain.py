@@ -21,7 +21,6 @@ from ..core.io import check_output, exclusive, write_json
 from ..training.options import add_training_arguments, recorded_arguments, training_options
 from ..core.flags import count
 from ..model.architectures import load_config
-from ..model.config import BertConfig
 from ..data.shards import check_vocab, load_pretraining_data
 from ..core.errors import BertforgeError
 from .objectives import OBJECTIVES, choose_objective
@@ -120,22 +119,33 @@ class PretrainJob:
         model.config = dataclasses.replace(config, extra={**config.extra,
                                                           "untrained_heads": self.objective.untrained_heads})
         if self.saved_dropout is not None:
-            model.config = dataclasses.replace(model.config, hidden_dropout_prob=self.saved_dropout,
-                                               attention_probs_dropout_prob=self.saved_dropout)
+            model.config = model.config.with_dropout(self.saved_dropout)
         try:
             model.save_pretrained(folder, tokenizer=self.tokenizer)
         finally:
             model.config = config
 
 
-def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | None, dropout: float | None,
-                data_index: dict | None = None, causal: bool = False):
-    from ..model.bert import BertForPreTraining
+def pretraining_class(config, next_sentence: bool = False):
+    """The class pre-training trains for `config`'s architecture: BERT's with the next-sentence head; one without
+    (ModernBERT), its masked-LM model, for the objectives that need no next-sentence head."""
+    from ..model.architectures import architecture, model_class
 
+    arch = architecture(config)
+    if "BertForPreTraining" in arch.classes:
+        return model_class("BertForPreTraining", config)
+    if next_sentence:
+        raise BertforgeError(f"a {arch.model_type} model has no next-sentence head: pre-train it with --objective "
+                             "mlm (the budget recipe's)")
+    return model_class("BertForMaskedLM", config)
+
+
+def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | None, dropout: float | None,
+                data_index: dict | None = None, causal: bool = False, next_sentence: bool = False):
     if init_from:
         if data_index is not None and (Path(init_from) / "vocab.txt").is_file():
             check_vocab(data_index, BertTokenizer.from_pretrained(init_from))
-        model = BertForPreTraining.from_pretrained(init_from)
+        model = pretraining_class(load_config(init_from), next_sentence).from_pretrained(init_from)
         if model.config.vocab_size != tokenizer.vocab_size:
             raise BertforgeError(f"{init_from}: the model's vocabulary has {model.config.vocab_size} entries, "
                                  f"the data's {tokenizer.vocab_size}: the data was made with another vocabulary")
@@ -144,12 +154,15 @@ def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | Non
             raise BertforgeError(f"--init-from {init_from}: a {kind[model.config.is_decoder]} model cannot continue "
                                  f"with a {kind[causal]} objective")
         return model
-    overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_token_id, "is_decoder": causal}
-    if dropout is not None:
-        overrides |= {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     config = load_config(config_name)
-    config = BertConfig.from_dict({**config.to_dict(), **overrides})
-    return BertForPreTraining(config)
+    if causal and config.model_type != "bert":
+        raise BertforgeError(f"--config {config_name}: a {config.model_type} model has no causal attention: "
+                             "--objective ltr pre-trains BERTs")
+    overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_token_id}
+    config = type(config).from_dict({**config.to_dict(), **overrides, **({"is_decoder": True} if causal else {})})
+    if dropout is not None:
+        config = config.with_dropout(dropout)
+    return pretraining_class(config, next_sentence)(config)
 
 
 def init_output_bias(model, counts) -> None:
@@ -160,7 +173,7 @@ def init_output_bias(model, counts) -> None:
 
     smoothed = torch.as_tensor(counts, dtype=torch.float64) + 1
     with torch.no_grad():
-        model.cls.predictions.bias.copy_((smoothed / smoothed.sum()).log())
+        model.output_bias.copy_((smoothed / smoothed.sum()).log())
 
 
 def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = None, dropout: float | None = None,
@@ -190,7 +203,8 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     tokenizer = BertTokenizer.from_pretrained(data)
     job = PretrainJob(data, tokenizer, options["batch_size"], options["seed"], eval_rows, objective, mask_prob, teacher)
     torch.manual_seed(options["seed"])
-    model = build_model(config, tokenizer, init_from, dropout, job.train.index, causal=job.objective.causal)
+    model = build_model(config, tokenizer, init_from, dropout, job.train.index, causal=job.objective.causal,
+                        next_sentence=job.objective.next_sentence)
     if output_bias == "unigram" and not init_from and job.objective.predicts_tokens:
         init_output_bias(model, job.train.token_counts(model.config.vocab_size))
     model = job.objective.prepare(model, teacher, job, prune=config if prune else None)

@@ -203,7 +203,7 @@ def test_args_json_records_the_config_of_the_init_checkpoint(data_dir, tmp_path,
     """--init-from gives the model, its config with it: --config (mini, the default) is not what was used."""
     import logging
 
-    from bertforge.model.config import BertConfig
+    from bertforge.model.architectures import load_config
 
     caplog.set_level(logging.INFO, logger="bertforge")
     first, again = tmp_path / "first", tmp_path / "again"
@@ -214,9 +214,9 @@ def test_args_json_records_the_config_of_the_init_checkpoint(data_dir, tmp_path,
     extra = json.loads((again / "args.json").read_text())["extra"]
     assert extra["config"] == extra["init_from"] == str(first / "final")
     assert extra["arguments"]["config"] == "mini"  # the command line as typed, for --args-file
-    used = BertConfig.load(str(again / "final"))
+    used = load_config(str(again / "final"))
     assert (used.num_hidden_layers, used.hidden_size) == (2, 128) == \
-        (BertConfig.load("tiny").num_hidden_layers, BertConfig.load("tiny").hidden_size)
+        (load_config("tiny").num_hidden_layers, load_config("tiny").hidden_size)
 
 
 def folder_bytes(folder):
@@ -317,3 +317,45 @@ def test_a_missing_data_folder_is_named_and_a_finished_run_says_where_it_saved(d
     assert f"--data {tmp_path / 'nowhere'}: no such folder" in capsys.readouterr().err
     assert main(["pretrain", *cli(data_dir, tmp_path / "run", steps=2)]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith(f"saved: {tmp_path / 'run' / 'final'} ")
+
+
+MODERNBERT = {"model_type": "modernbert", "num_hidden_layers": 3, "hidden_size": 64, "num_attention_heads": 4,
+              "intermediate_size": 96, "max_position_embeddings": 128, "local_attention": 16,
+              "global_attn_every_n_layers": 3}
+
+
+def test_a_modernbert_config_pre_trains_with_the_masked_lm_and_resumes_exactly(data_dir, tmp_path):
+    """The budget recipe's objective (masked LM, no next-sentence head) on a ModernBERT shape; the checkpoint is a
+    ModernBertForMaskedLM that transformers loads with the same logits; a stopped run resumes to the same losses."""
+    transformers = pytest.importorskip("transformers")
+    (tmp_path / "config.json").write_text(json.dumps(MODERNBERT))
+    flags = ["--data", str(data_dir), "--config", str(tmp_path / "config.json"), "--objective", "mlm", "--steps",
+             "12", "--batch-size", "8", "--seed", "3", "--eval-every", "12", "--eval-rows", "16", "--log-every", "1",
+             "--no-progress", "--lr", "1e-3", "--output-bias", "unigram", "--save-every", "6"]
+    assert main(["pretrain", *flags, "--out", str(tmp_path / "whole")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    assert "eval_mlm_accuracy" in rows[-1] and all("nsp_loss" not in r for r in rows)
+    final = tmp_path / "whole" / "final"
+    assert json.loads((final / "config.json").read_text())["architectures"] == ["ModernBertForMaskedLM"]
+    from bertforge.model.modernbert import ModernBertForMaskedLM
+
+    ids = torch.tensor([[2, 40, 50, 60, 3]])
+    ours = ModernBertForMaskedLM.from_pretrained(final)(input_ids=ids).logits
+    theirs = transformers.ModernBertForMaskedLM.from_pretrained(final).eval()(input_ids=ids).logits
+    assert torch.allclose(ours, theirs, atol=1e-4)
+
+    stopped = tmp_path / "stopped"  # the run as if stopped after its checkpoint at step 6
+    shutil.copytree(tmp_path / "whole", stopped)
+    for folder in ("step-0000012", "final"):
+        shutil.rmtree(stopped / folder)
+    assert main(["pretrain", *flags, "--out", str(stopped), "--resume"]) == 0
+    first = {r["step"]: r["loss"] for r in rows}
+    again = {r["step"]: r["loss"] for r in map(json.loads, (stopped / "metrics.jsonl").read_text().splitlines())}
+    assert again == first
+
+
+def test_a_modernbert_config_refuses_the_next_sentence_objective(data_dir, tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps(MODERNBERT))
+    assert main(["pretrain", "--data", str(data_dir), "--config", str(tmp_path / "config.json"), "--objective",
+                 "mlm+nsp", "--steps", "1", "--out", str(tmp_path / "run")]) == 2
+    assert "has no next-sentence head: pre-train it with --objective mlm" in capsys.readouterr().err
