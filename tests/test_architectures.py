@@ -195,3 +195,21 @@ def test_distill_cuts_a_modernbert_student_that_transformers_loads_with_the_same
     assert type(reference_model).__name__ == "ModernBertForSequenceClassification"
     assert_same(bertforge.pipeline(model=tmp_path / "tiny" / "best")(TEXTS, top_k=None),
                 reference("text-classification", tmp_path / "tiny" / "best")(TEXTS, top_k=None))
+
+
+def test_distill_makes_a_random_modernbert_student_of_a_size_with_the_teachers_embeddings(tmp_path):
+    teacher = modernbert_folder(tmp_path / "teacher", "ModernBertForSequenceClassification", hidden_size=256,
+                                intermediate_size=384, num_attention_heads=4, num_labels=2,
+                                id2label={0: "neg", 1: "pos"})
+    rows = "".join(f"a gripping film {i},pos\na dull mess {i},neg\n" for i in range(10))
+    (tmp_path / "train.csv").write_text("text,label\n" + rows)
+    result = bertforge_cli("distill", "text-classification", "--teacher", teacher, "--student", "tiny",
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "train.csv", "--epochs", 1,
+                           "--augment", 0, "--out", tmp_path / "tiny", "--no-progress",
+                           env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    student = read_config(tmp_path / "tiny" / "best" / "config.json")
+    assert (student.model_type, student.num_hidden_layers, student.hidden_size) == ("modernbert", 2, 128)
+    assert student.intermediate_size == 192 and student.layer_types == ["full_attention", "sliding_attention"]
+    assert type(transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "tiny" / "best")).__name__ \
+        == "ModernBertForSequenceClassification"

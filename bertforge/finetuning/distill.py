@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..model.architectures import head_of, load_config
+from ..model.architectures import head_of, load_config, model_class
 from ..model.config import SIZES, BertConfig
 from ..core.errors import BertforgeError
 from .finetune import (
@@ -109,7 +109,8 @@ def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_d
         from ..model.student import start_embeddings, student_config
 
         config = student_config(teacher.config, spec, pad_token_id=tokenizer.pad_token_id)
-        student = family.model_class(BertConfig.from_dict({**config.to_dict(), **head}))
+        config = type(config).from_dict({**config.to_dict(), **head})
+        student = model_class(head_of(family.model_class.architecture()), config)(config)
         start_embeddings(student, teacher, embeddings)
         return student
     return family.model_class.from_pretrained(student_folder(spec, tokenizer), new_head=True, **head)

@@ -6,7 +6,7 @@ alike (`--student-embeddings`); or the teacher itself cut to the student's size 
 import torch
 
 from ..core.errors import BertforgeError
-from .bert import BertEmbeddings, BertModel
+from .bert import BertModel
 from .config import BertConfig
 
 
@@ -15,13 +15,23 @@ TABLES = {"word_embeddings": "vocab_size", "position_embeddings": "max_position_
           "token_type_embeddings": "type_vocab_size"}
 
 
-def student_config(teacher: BertConfig, size: str, **overrides) -> BertConfig:
+def student_config(teacher, size: str, **overrides):
     """A student of the size `size` (its layers, width, heads and feed-forward size) for `teacher`, with the
     teacher's vocabulary, position count and token types (`TABLES`), whatever the size's own (512 positions, 2
     token types): every row of its embedding tables is then one of the teacher's, projected (project_embeddings),
     and it reads the inputs its teacher reads, never longer ones than the teacher learned on. A student cut from
-    the teacher, or made of its layers, has the teacher's tables too."""
-    return BertConfig.from_name(size, **{field: getattr(teacher, field) for field in TABLES.values()}, **overrides)
+    the teacher, or made of its layers, has the teacher's tables too. Another architecture's teacher gets a
+    student of its own architecture, the feed-forward at the teacher's ratio to the width (GeGLU's is not 4), its
+    layer types in the teacher's pattern."""
+    if isinstance(teacher, BertConfig):
+        return BertConfig.from_name(size, **{field: getattr(teacher, field) for field in TABLES.values()},
+                                    **overrides)
+    sized = BertConfig.from_name(size)
+    fields = {k: v for k, v in teacher.to_dict().items() if k != "layer_types"}
+    return type(teacher).from_dict({**fields, "num_hidden_layers": sized.num_hidden_layers,
+                                    "hidden_size": sized.hidden_size, "num_attention_heads": sized.num_attention_heads,
+                                    "intermediate_size": sized.hidden_size * teacher.intermediate_size
+                                    // teacher.hidden_size, **overrides})
 
 
 def project_embeddings(teacher, student) -> None:
@@ -30,9 +40,9 @@ def project_embeddings(teacher, student) -> None:
     projection is a rotation, which keeps every inner product. A student with more positions or token types than
     its teacher (a `pretrain --config` size; never a student_config) keeps its own start for the rows the teacher
     lacks. The embedding LayerNorm and everything above stay fresh."""
-    source, target = (next(m for m in model.modules() if isinstance(m, BertEmbeddings)) for model in (teacher, student))
-    words = source.word_embeddings.weight.detach().float()
-    rows, width = target.word_embeddings.weight.shape
+    source, target = tables_of(teacher), tables_of(student)
+    words = source["word_embeddings"].weight.detach().float()
+    rows, width = target["word_embeddings"].weight.shape
     if width > words.shape[1]:
         raise BertforgeError(f"--student-embeddings teacher: the student is wider ({width}) than the teacher "
                              f"({words.shape[1]})")
@@ -42,12 +52,19 @@ def project_embeddings(teacher, student) -> None:
     centre = words.mean(0)
     directions = torch.linalg.svd(words - centre, full_matrices=False).Vh[:width].T  # teacher width x student width
     with torch.no_grad():
-        target.word_embeddings.weight.copy_((words - centre) @ directions)
-        for name in TABLES:
-            if name != "word_embeddings":
-                table, theirs = getattr(target, name).weight, getattr(source, name).weight.detach().float()
-                shared = min(len(table), len(theirs))
-                table[:shared] = theirs[:shared] @ directions
+        target["word_embeddings"].weight.copy_((words - centre) @ directions)
+        for name in set(source) & set(target) - {"word_embeddings"}:
+            table, theirs = target[name].weight, source[name].weight.detach().float()
+            shared = min(len(table), len(theirs))
+            table[:shared] = theirs[:shared] @ directions
+
+
+def tables_of(model) -> dict:
+    """A model's embedding tables by their `TABLES` name: BERT's three, ModernBERT's token table alone."""
+    embeddings = model.base_model.embeddings
+    return {"word_embeddings": model.word_embeddings,
+            **{name: getattr(embeddings, name) for name in TABLES if name != "word_embeddings"
+               and hasattr(embeddings, name)}}
 
 
 def start_embeddings(student, teacher, choice: str | None) -> str:
