@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -177,39 +178,36 @@ def test_serve_answers_tei_openai_and_bertforge_routes_on_modernbert(folders):
         embedder.stop()
 
 
-def test_distill_cuts_a_modernbert_student_that_transformers_loads_with_the_same_outputs(tmp_path):
-    teacher = modernbert_folder(tmp_path / "teacher", "ModernBertForSequenceClassification", hidden_size=128,
-                                intermediate_size=192, num_attention_heads=4, num_labels=2,
+def distil_tiny(tmp_path, width: int, *flags) -> tuple[subprocess.CompletedProcess, Path]:
+    """`distill --student tiny` (and `flags`) from a ModernBERT classifier `width` wide, on a few reviews."""
+    teacher = modernbert_folder(tmp_path / "teacher", "ModernBertForSequenceClassification", hidden_size=width,
+                                intermediate_size=width * 3 // 2, num_attention_heads=4, num_labels=2,
                                 id2label={0: "neg", 1: "pos"})
     rows = "".join(f"a gripping film {i},pos\na dull mess {i},neg\n" for i in range(20))
     (tmp_path / "train.csv").write_text("text,label\n" + rows)
-    result = bertforge_cli("distill", "text-classification", "--teacher", teacher, "--student", "tiny", "--prune",
+    result = bertforge_cli("distill", "text-classification", "--teacher", teacher, "--student", "tiny", *flags,
                            "--train", tmp_path / "train.csv", "--dev", tmp_path / "train.csv", "--epochs", 1,
                            "--augment", 0, "--out", tmp_path / "tiny", "--no-progress",
                            env_cache=tmp_path / "cache")
     assert result.returncode == 0, result.stderr
+    return result, tmp_path / "tiny" / "best"
+
+
+def test_distill_cuts_a_modernbert_student_that_transformers_loads_with_the_same_outputs(tmp_path):
+    result, best = distil_tiny(tmp_path, 128, "--prune")
     assert "student cut from the teacher's layers 0,3: 128 wide, 4 heads, feed-forward 192" in result.stderr
-    student = read_config(tmp_path / "tiny" / "best" / "config.json")
+    student = read_config(best / "config.json")
     assert student.layer_types == ["full_attention", "full_attention"]  # the teacher's layers 0 and 3: global
-    reference_model = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "tiny" / "best")
+    reference_model = transformers.AutoModelForSequenceClassification.from_pretrained(best)
     assert type(reference_model).__name__ == "ModernBertForSequenceClassification"
-    assert_same(bertforge.pipeline(model=tmp_path / "tiny" / "best")(TEXTS, top_k=None),
-                reference("text-classification", tmp_path / "tiny" / "best")(TEXTS, top_k=None))
+    assert_same(bertforge.pipeline(model=best)(TEXTS, top_k=None),
+                reference("text-classification", best)(TEXTS, top_k=None))
 
 
 def test_distill_makes_a_random_modernbert_student_of_a_size_with_the_teachers_embeddings(tmp_path):
-    teacher = modernbert_folder(tmp_path / "teacher", "ModernBertForSequenceClassification", hidden_size=256,
-                                intermediate_size=384, num_attention_heads=4, num_labels=2,
-                                id2label={0: "neg", 1: "pos"})
-    rows = "".join(f"a gripping film {i},pos\na dull mess {i},neg\n" for i in range(10))
-    (tmp_path / "train.csv").write_text("text,label\n" + rows)
-    result = bertforge_cli("distill", "text-classification", "--teacher", teacher, "--student", "tiny",
-                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "train.csv", "--epochs", 1,
-                           "--augment", 0, "--out", tmp_path / "tiny", "--no-progress",
-                           env_cache=tmp_path / "cache")
-    assert result.returncode == 0, result.stderr
-    student = read_config(tmp_path / "tiny" / "best" / "config.json")
+    _, best = distil_tiny(tmp_path, 256)
+    student = read_config(best / "config.json")
     assert (student.model_type, student.num_hidden_layers, student.hidden_size) == ("modernbert", 2, 128)
     assert student.intermediate_size == 192 and student.layer_types == ["full_attention", "sliding_attention"]
-    assert type(transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "tiny" / "best")).__name__ \
+    assert type(transformers.AutoModelForSequenceClassification.from_pretrained(best)).__name__ \
         == "ModernBertForSequenceClassification"
