@@ -42,7 +42,7 @@ def reference(task, folder, **kw):
 
 def test_every_head_of_the_registry_has_a_modernbert_class_but_the_pre_training_one():
     arch = ARCHITECTURES["modernbert"]
-    assert set(HEADS) - set(arch.classes) == {"BertForPreTraining"}  # ModernBERT pre-trains without NSP
+    assert set(HEADS) - set(arch.heads()) == {"BertForPreTraining"}  # ModernBERT pre-trains without NSP
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..core.errors import BertforgeError
 from ..core.io import read_model_json
 from .config import SIZES, BertConfig, ConfigFile, ModernBertConfig
-from .heads import HEADS, PART_NAMES
+from .heads import HEADS, PART_NAMES, head_class
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,9 @@ class Architecture:
     model_type: str  # config.json's
     config: type  # its config dataclass (config.py)
     prefix: str  # the encoder's name in a head's state dict (transformers' base_model_prefix)
-    classes: dict[str, str]  # head (a HEADS name) -> "module:Class" of this architecture's model with that head
+    # head (a HEADS name) -> "module:Class" of this architecture's model with that head; None: the HEADS registry's
+    # own classes (BERT's, a head registered at run time included)
+    classes: dict[str, str] | None
     layers: str  # the encoder layers' list in the state dict, under the prefix ("encoder.layer", "layers")
     parts: dict[str, str]  # state-dict prefix of each part outside the encoder -> its plain name, for reports
     cut: str  # "module:Class" of how --prune ranks and cuts it (model/student.py)
@@ -36,17 +38,14 @@ class Architecture:
         start = self.layers + "."
         return len({key[len(start):].split(".")[0] for key in keys if key.startswith(start)})
 
-    def class_name(self, head: str) -> str:
-        return self.classes[head].split(":")[1]
-
-
-def bert_classes() -> dict[str, str]:
-    return {name: f"{head.module}:{name}" for name, head in HEADS.items()}
+    def heads(self) -> list[str]:
+        """The heads (HEADS names) this architecture has a class for."""
+        return list(HEADS if self.classes is None else self.classes)
 
 
 MODERNBERT, STUDENT = "bertforge.model.modernbert", "bertforge.model.student"
 ARCHITECTURES = {arch.model_type: arch for arch in (
-    Architecture("bert", BertConfig, "bert", bert_classes(), "encoder.layer", PART_NAMES, f"{STUDENT}:BertCut"),
+    Architecture("bert", BertConfig, "bert", None, "encoder.layer", PART_NAMES, f"{STUDENT}:BertCut"),
     Architecture("modernbert", ModernBertConfig, "model", {
         "BertModel": f"{MODERNBERT}:ModernBertModel",
         "BertForMaskedLM": f"{MODERNBERT}:ModernBertForMaskedLM",
@@ -57,8 +56,8 @@ ARCHITECTURES = {arch.model_type: arch for arch in (
     }, "layers", {"head": "prediction head", "decoder": "masked-LM decoder", "classifier": "classifier"},
         f"{STUDENT}:ModernBertCut", segments=False),
 )}
-# Each architecture's class names, as config.json's `architectures` lists them, to the head each one is.
-HEAD_OF = {arch.class_name(head): head for arch in ARCHITECTURES.values() for head in arch.classes}
+# The class names of the architectures beyond BERT's, as config.json's `architectures` lists them, to their heads.
+HEAD_OF = {spec.split(":")[1]: head for arch in ARCHITECTURES.values() for head, spec in (arch.classes or {}).items()}
 # Every architecture's parts outside the encoder, by state-dict prefix, in the order reports list them.
 PARTS = {prefix: name for arch in ARCHITECTURES.values() for prefix, name in arch.parts.items()}
 
@@ -94,17 +93,19 @@ def load_config(name_or_path: str) -> ConfigFile:
 def model_class(head: str, config: ConfigFile) -> type:
     """The model class of `config`'s architecture with this head (a HEADS name)."""
     arch = architecture(config)
-    if head not in arch.classes:
+    if head not in arch.heads():
         raise BertforgeError(f"{arch.model_type} has no {head.removeprefix('Bert')} head in bertforge")
+    if arch.classes is None:
+        return head_class(head)
     module, name = arch.classes[head].split(":")
     return getattr(importlib.import_module(module), name)
 
 
 def head_of(class_name: str) -> str | None:
     """The head (a HEADS name) of a class config.json's `architectures` names, of any architecture."""
-    return HEAD_OF.get(class_name)
+    return class_name if class_name in HEADS else HEAD_OF.get(class_name)
 
 
 def heads_of(config: ConfigFile) -> list[str]:
     """The heads (HEADS names) of the classes config.json's `architectures` lists, of any architecture."""
-    return [HEAD_OF[name] for name in config.extra.get("architectures") or [] if name in HEAD_OF]
+    return [head for head in map(head_of, config.extra.get("architectures") or []) if head is not None]

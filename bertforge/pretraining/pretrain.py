@@ -132,7 +132,7 @@ def pretraining_class(config, next_sentence: bool = False):
     from ..model.architectures import architecture, model_class
 
     arch = architecture(config)
-    if "BertForPreTraining" in arch.classes:
+    if "BertForPreTraining" in arch.heads():
         return model_class("BertForPreTraining", config)
     if next_sentence:
         raise BertforgeError(f"a {arch.model_type} model has no next-sentence head: pre-train it with --objective "
