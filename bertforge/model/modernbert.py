@@ -118,7 +118,7 @@ class ModernBertAttention(nn.Module):
                 near = band(length, length, 0, self.window, device)
                 mask = near if mask is None else mask & near
             if key_mask is not None:
-                mask = mask | torch.eye(length, dtype=torch.bool, device=device)
+                mask = mask | band(length, length, 0, 0, device)  # the diagonal (no EyeLike: ONNX Runtime lacks bool)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         blocks = []
         for start in range(0, length, LOCAL_BLOCK):
