@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 from ..model.architectures import load_config
-from ..model.config import BertConfig
 from ..core.errors import BertforgeError
 from .evaluate import SPEED_FIGURES, mebibytes, millions, run_conditions, whole
 from .finetune import EPOCH_RUN, FINETUNE_DEFAULTS, PAPER, finetune
@@ -81,16 +80,16 @@ def random_model(spec: str, vocab: str, seed: int, folder: Path) -> Path:
     if not (folder / "config.json").is_file():
         import torch  # here, not at the top: the command's --help does not load torch
 
-        from ..model.bert import BertModel
+        from ..model.architectures import model_class
 
         tokenizer = BertTokenizer.from_pretrained(vocab)
         config = load_config(spec.split(":", 1)[1])
-        config = BertConfig.from_dict({**config.to_dict(), "vocab_size": tokenizer.vocab_size,
-                                       "pad_token_id": tokenizer.pad_token_id})
+        config = type(config).from_dict({**config.to_dict(), "vocab_size": tokenizer.vocab_size,
+                                         "pad_token_id": tokenizer.pad_token_id})
         torch.manual_seed(seed)
         tmp = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        BertModel(config).save_pretrained(tmp, tokenizer=tokenizer)
+        model_class("BertModel", config)(config).save_pretrained(tmp, tokenizer=tokenizer)
         tmp.rename(folder)
     return folder
 

@@ -163,3 +163,15 @@ def test_training_options_reach_every_run(glue, tmp_path):
     args = json.loads((out / "runs" / "sst2" / "lr0.001-bs8-ep2" / "seed-1" / "args.json").read_text())
     assert (args["warmup"], args["weight_decay"], args["max_grad_norm"], args["lr"], args["batch_size"]) == \
         (0.3, 0.0, 0.5, 1e-3, 8)
+
+
+def test_random_weights_of_any_architecture(glue, tmp_path):
+    """`random:CONFIG` with a ModernBERT config.json: a random ModernBERT encoder with the vocabulary, fine-tuned."""
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "modernbert", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+        "intermediate_size": 96, "max_position_embeddings": 512}))
+    out = tmp_path / "suite"
+    assert main(argv(out, "--tasks", "sst2", "--seeds", "1", model=f"random:{tmp_path / 'config.json'}")) == 0
+    configs = [json.loads(p.read_text()) for p in out.rglob("config.json")]
+    assert configs and all(c["model_type"] == "modernbert" for c in configs)
+    assert json.loads((out / "suite.json").read_text())["runs"][0]["metrics"]["accuracy"] > 0
