@@ -25,6 +25,7 @@ class Architecture:
     # own classes (BERT's, a head registered at run time included)
     classes: dict[str, str] | None
     layers: str  # the encoder layers' list in the state dict, under the prefix ("encoder.layer", "layers")
+    encoder: tuple[str, ...]  # the encoder's top-level parts, under the prefix: what a bare encoder's checkpoint holds
     parts: dict[str, str]  # state-dict prefix of each part outside the encoder -> its plain name, for reports
     cut: str  # "module:Class" of how --prune ranks and cuts it (model/student.py)
     segments: bool = True  # reads token_type_ids (BERT's sentence A / B); others ignore them
@@ -45,7 +46,8 @@ class Architecture:
 
 MODERNBERT, STUDENT = "bertforge.model.modernbert", "bertforge.model.student"
 ARCHITECTURES = {arch.model_type: arch for arch in (
-    Architecture("bert", BertConfig, "bert", None, "encoder.layer", PART_NAMES, f"{STUDENT}:BertCut"),
+    Architecture("bert", BertConfig, "bert", None, "encoder.layer", ("embeddings", "encoder", "pooler"), PART_NAMES,
+                 f"{STUDENT}:BertCut"),
     Architecture("modernbert", ModernBertConfig, "model", {
         "BertModel": f"{MODERNBERT}:ModernBertModel",
         "BertForMaskedLM": f"{MODERNBERT}:ModernBertForMaskedLM",
@@ -53,11 +55,14 @@ ARCHITECTURES = {arch.model_type: arch for arch in (
         "BertForTokenClassification": f"{MODERNBERT}:ModernBertForTokenClassification",
         "BertForQuestionAnswering": f"{MODERNBERT}:ModernBertForQuestionAnswering",
         "BertForMultipleChoice": f"{MODERNBERT}:ModernBertForMultipleChoice",
-    }, "layers", {"head": "prediction head", "decoder": "masked-LM decoder", "classifier": "classifier"},
+    }, "layers", ("embeddings", "layers", "final_norm"),
+        {"head": "prediction head", "decoder": "masked-LM decoder", "classifier": "classifier"},
         f"{STUDENT}:ModernBertCut", segments=False),
 )}
 # The class names of the architectures beyond BERT's, as config.json's `architectures` lists them, to their heads.
 HEAD_OF = {spec.split(":")[1]: head for arch in ARCHITECTURES.values() for head, spec in (arch.classes or {}).items()}
+# Every architecture's encoder parts, which a bare encoder's checkpoint names without the prefix.
+ENCODER_PARTS = {part for arch in ARCHITECTURES.values() for part in arch.encoder}
 # Every architecture's parts outside the encoder, by state-dict prefix, in the order reports list them.
 PARTS = {prefix: name for arch in ARCHITECTURES.values() for prefix, name in arch.parts.items()}
 

@@ -15,7 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from . import google_checkpoint, sizes
-from .architectures import PARTS, head_of, model_class, read_config
+from .architectures import ENCODER_PARTS, PARTS, head_of, model_class, read_config
 from .config import BertConfig, check_size
 from ..core.errors import BertforgeError
 from ..core.io import atomic_path, has_model_file, model_file, read_model_json, write_text_atomic
@@ -108,14 +108,15 @@ def read_weights(folder, trust_pickle: bool = False, shapes: dict | None = None)
 
 
 def normalise_keys(weights: dict, prefix: str, wants_prefix: bool) -> dict:
-    """Old LayerNorm names (gamma/beta) to new ones, and the `bert.` prefix added or removed to fit the model."""
+    """Old LayerNorm names (gamma/beta) to new ones, and the encoder's prefix (`bert.`, `model.`) added or removed to
+    fit the model: a bare encoder's checkpoint (BertModel, ModernBertModel) names its parts without it."""
     out = {}
     for key, value in weights.items():
         key = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
         if key.endswith("embeddings.position_ids") or key in TIED_ALIASES:
             continue  # a buffer, and names of tensors this model ties instead of storing twice
         has_prefix = key.startswith(prefix + ".")
-        if wants_prefix and not has_prefix and key.split(".")[0] in ("embeddings", "encoder", "pooler"):
+        if wants_prefix and not has_prefix and key.split(".")[0] in ENCODER_PARTS:
             key = f"{prefix}.{key}"
         elif not wants_prefix and has_prefix:
             key = key[len(prefix) + 1:]

@@ -181,3 +181,13 @@ def test_a_model_type_bertforge_does_not_read_says_which_it_reads(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(Exception, match="model_type is 'llama'; bertforge reads 'bert', 'modernbert'"):
         read_config(tmp_path / "config.json")
+
+
+def test_a_head_loads_the_encoder_of_a_bare_encoder_checkpoint(tmp_path):
+    """transformers saves ModernBertModel's parts without the `model.` prefix; a task head reads them all."""
+    _, folder = saved(tmp_path, "ModernBertModel")
+    encoder = modernbert.ModernBertModel.from_pretrained(folder)
+    head = modernbert.ModernBertForSequenceClassification.from_pretrained(folder, new_head=True)
+    assert set(head.fresh_parts) == {"prediction head", "classifier"}
+    for key, value in encoder.state_dict().items():
+        assert torch.equal(head.model.state_dict()[key], value), key
