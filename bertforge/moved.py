@@ -49,6 +49,8 @@ GONE = {
                            "head's Route in bertforge.model.heads.HEADS"),
     "inference": {"row_choices": "bertforge.inference.batches.pad_choices pads a row's choices"},
     "evaluate": {"inference_rate": "bertforge.finetuning.evaluate.Speed times a model's forward passes"},
+    "checkpoint": {"TIED_ALIASES": "bertforge.model.architectures.Architecture.aliases_of names the tied tensors' "
+                                   "second names, per architecture"},
     "sentence_folder": {"MODULE_TYPES": "bertforge.model.sentence_folder.MODULE_ORDER names the modules that may "
                                         "follow each"},
 }

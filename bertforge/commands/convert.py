@@ -31,7 +31,8 @@ def run_convert(args) -> int:
     from safetensors.torch import save_file
 
     from ..model import google_checkpoint
-    from ..model.checkpoint import SAFETENSORS, TIED_ALIASES, read_weights
+    from ..model.architectures import architecture, read_config
+    from ..model.checkpoint import SAFETENSORS, read_weights
 
     src, out = Path(args.src), Path(args.out)
     overwrite = getattr(args, "overwrite", False)
@@ -47,7 +48,9 @@ def run_convert(args) -> int:
             if has_model_file(src / name, src):
                 shutil.copyfile(model_file(src / name, src), tmp / name)
         keep_sentence_folder(src, tmp)  # the same model in another format: its pooling goes with it
-        tensors = {k: v.contiguous() for k, v in weights.items() if k not in TIED_ALIASES}
+        config = read_config(src / "config.json")
+        aliases = architecture(config).aliases_of(config)
+        tensors = {k: v.contiguous() for k, v in weights.items() if k not in aliases}
         with atomic_path(tmp / SAFETENSORS) as path:
             save_file(tensors, path, metadata={"format": "pt"})
     print(f"{file} -> {out / SAFETENSORS} ({len(tensors)} tensors)")

@@ -76,7 +76,7 @@ def check_sizes(config, header: dict, source) -> None:
 def describe(folder: Path) -> list[str]:
     """The lines `bertforge info` prints."""
     from ..model import google_checkpoint  # here, not at the top: the command's --help does not load torch
-    from ..model.architectures import PARTS, architecture, read_config
+    from ..model.architectures import PARTS, read_config
     from ..model.checkpoint import normalise_keys, part_name, weight_files
 
     folder = Path(folder)
@@ -93,7 +93,7 @@ def describe(folder: Path) -> list[str]:
                                  f"first (`bertforge convert {folder} OUT`)")
         header = read_header(files)
     # Without the prefix, the position-ids buffer, and the reference's second names for the tied decoder.
-    header = normalise_keys(header, architecture(config).prefix, wants_prefix=False)
+    header = normalise_keys(header, config, wants_prefix=False)
     check_sizes(config, header, files[0])
     dtypes = sorted({dtype for _, dtype in header.values()})
 

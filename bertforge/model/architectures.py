@@ -29,6 +29,12 @@ class Architecture:
     parts: dict[str, str]  # state-dict prefix of each part outside the encoder -> its plain name, for reports
     cut: str  # "module:Class" of how --prune ranks and cuts it (model/student.py)
     segments: bool = True  # reads token_type_ids (BERT's sentence A / B); others ignore them
+    # checkpoint names of tensors the model holds once under another name (the masked-LM decoder tied to the token
+    # table): dropped on reading, where the config ties them
+    aliases: tuple[str, ...] = ()
+
+    def aliases_of(self, config) -> tuple[str, ...]:
+        return self.aliases if getattr(config, "tie_word_embeddings", True) else ()
 
     def cut_rules(self):
         module, name = self.cut.split(":")
@@ -47,7 +53,7 @@ class Architecture:
 MODERNBERT, STUDENT = "bertforge.model.modernbert", "bertforge.model.student"
 ARCHITECTURES = {arch.model_type: arch for arch in (
     Architecture("bert", BertConfig, "bert", None, "encoder.layer", ("embeddings", "encoder", "pooler"), PART_NAMES,
-                 f"{STUDENT}:BertCut"),
+                 f"{STUDENT}:BertCut", aliases=("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")),
     Architecture("modernbert", ModernBertConfig, "model", {
         "BertModel": f"{MODERNBERT}:ModernBertModel",
         "BertForMaskedLM": f"{MODERNBERT}:ModernBertForMaskedLM",
@@ -57,7 +63,7 @@ ARCHITECTURES = {arch.model_type: arch for arch in (
         "BertForMultipleChoice": f"{MODERNBERT}:ModernBertForMultipleChoice",
     }, "layers", ("embeddings", "layers", "final_norm"),
         {"head": "prediction head", "decoder": "masked-LM decoder", "classifier": "classifier"},
-        f"{STUDENT}:ModernBertCut", segments=False),
+        f"{STUDENT}:ModernBertCut", segments=False, aliases=("decoder.weight",)),
 )}
 # The class names of the architectures beyond BERT's, as config.json's `architectures` lists them, to their heads.
 HEAD_OF = {spec.split(":")[1]: head for arch in ARCHITECTURES.values() for head, spec in (arch.classes or {}).items()}

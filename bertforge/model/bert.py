@@ -313,6 +313,8 @@ class BertPredictionHeadTransform(nn.Module):
 class BertLMPredictionHead(nn.Module):
     """Dense, GELU, LayerNorm, then scores against the (tied) token embedding matrix plus an output bias."""
 
+    scores_vocabulary = True  # resize_token_embeddings resizes its bias with the table
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.transform = BertPredictionHeadTransform(config)

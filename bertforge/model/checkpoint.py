@@ -15,7 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from . import google_checkpoint, sizes
-from .architectures import ENCODER_PARTS, PARTS, head_of, model_class, read_config
+from .architectures import ENCODER_PARTS, PARTS, architecture, head_of, model_class, read_config
 from .config import BertConfig, check_size
 from ..core.errors import BertforgeError
 from ..core.io import atomic_path, has_model_file, model_file, read_model_json, write_text_atomic
@@ -25,9 +25,6 @@ log = logging.getLogger("bertforge")
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE = "pytorch_model.bin"
-
-# Keys the reference library writes that are other names for tensors tied in this model.
-TIED_ALIASES = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 
 # What each top-level part of a checkpoint is, for reports a person can act on.
 
@@ -107,13 +104,15 @@ def read_weights(folder, trust_pickle: bool = False, shapes: dict | None = None)
     return weights, files[0]
 
 
-def normalise_keys(weights: dict, prefix: str, wants_prefix: bool) -> dict:
+def normalise_keys(weights: dict, config, wants_prefix: bool) -> dict:
     """Old LayerNorm names (gamma/beta) to new ones, and the encoder's prefix (`bert.`, `model.`) added or removed to
-    fit the model: a bare encoder's checkpoint (BertModel, ModernBertModel) names its parts without it."""
+    fit the model of `config`: a bare encoder's checkpoint (BertModel, ModernBertModel) names its parts without it."""
+    arch = architecture(config)
+    prefix, aliases = arch.prefix, arch.aliases_of(config)
     out = {}
     for key, value in weights.items():
         key = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
-        if key.endswith("embeddings.position_ids") or key in TIED_ALIASES:
+        if key.endswith("embeddings.position_ids") or key in aliases:
             continue  # a buffer, and names of tensors this model ties instead of storing twice
         has_prefix = key.startswith(prefix + ".")
         if wants_prefix and not has_prefix and key.split(".")[0] in ENCODER_PARTS:
@@ -226,9 +225,9 @@ class PretrainedMixin:
         own = self.state_dict()
         prefix = self.base_model_prefix
         wants_prefix = any(k.startswith(prefix + ".") for k in own)
-        shapes = {k: v.shape for k, v in normalise_keys(own, prefix, wants_prefix=True).items()}
+        shapes = {k: v.shape for k, v in normalise_keys(own, self.config, wants_prefix=True).items()}
         weights, file = read_weights(folder, trust_pickle, shapes)
-        weights = normalise_keys(weights, prefix, wants_prefix)
+        weights = normalise_keys(weights, self.config, wants_prefix)
         fresh = check_shapes({k: tuple(v.shape) for k, v in own.items()},
                              {k: tuple(v.shape) for k, v in weights.items()}, file, prefix, ignore_mismatched_sizes)
         for key in fresh:
@@ -306,10 +305,10 @@ def check_header(model_class, config: BertConfig, folder: Path, ignore_mismatche
     prefix = model_class.base_model_prefix
     wants_prefix = any(k.startswith(prefix + ".") for k in own)
     if google is not None:
-        theirs, file = google_checkpoint.shapes_of(google, normalise_keys(own, prefix, wants_prefix=True))
+        theirs, file = google_checkpoint.shapes_of(google, normalise_keys(own, config, wants_prefix=True))
     else:
         theirs, file = {k: tuple(shape) for k, (shape, _) in sizes.read_header(files).items()}, files[0]
-    check_shapes(own, normalise_keys(theirs, prefix, wants_prefix), file, prefix, ignore_mismatched_sizes)
+    check_shapes(own, normalise_keys(theirs, config, wants_prefix), file, prefix, ignore_mismatched_sizes)
 
 
 def labels_override(num_labels, id2label, label2id) -> dict:

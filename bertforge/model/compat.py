@@ -77,7 +77,8 @@ class ModelApiMixin:
                                 mean_resizing: bool = True) -> nn.Embedding:
         """Grow or shrink the token table (and the masked-LM output bias) to `new_num_tokens` rows, rounded up to
         `pad_to_multiple_of`. New rows are the old rows' mean (mean_resizing, as transformers) or drawn as at
-        initialisation, new output biases 0; the masked-LM decoder stays tied to the table (it reads the table)."""
+        initialisation, new output biases 0; a tied masked-LM decoder reads the table, an untied one's own table grows
+        as the table does."""
         table = self.word_embeddings
         if new_num_tokens is None and pad_to_multiple_of is None:
             return table
@@ -89,8 +90,12 @@ class ModelApiMixin:
             with torch.no_grad():
                 table.weight = nn.Parameter(resized(table.weight, new, mean_resizing, self.config.initializer_range))
                 table.num_embeddings = new
-                for head in (m for m in self.modules() if hasattr(m, "transform") and hasattr(m, "bias")):
-                    head.bias = nn.Parameter(resized_bias(head.bias, new))
+                for head in (m for m in self.modules() if getattr(m, "scores_vocabulary", False)):
+                    if head.bias is not None:
+                        head.bias = nn.Parameter(resized_bias(head.bias, new))
+                    if getattr(head, "weight", None) is not None:  # an untied decoder's own table
+                        head.weight = nn.Parameter(resized(head.weight, new, mean_resizing,
+                                                           self.config.initializer_range))
             self.config.vocab_size = new
         return table
 

@@ -314,6 +314,8 @@ class ModernBertDecoder(nn.Module):
     """Scores against the token table (tied, as the released models: the checkpoint's `decoder.weight` is the
     table's other name) plus an output bias; a table of its own where config.tie_word_embeddings is false."""
 
+    scores_vocabulary = True  # resize_token_embeddings resizes its bias, and a table of its own, with the table
+
     def __init__(self, config: ModernBertConfig):
         super().__init__()
         self.weight = None if config.tie_word_embeddings else \

@@ -191,3 +191,43 @@ def test_a_head_loads_the_encoder_of_a_bare_encoder_checkpoint(tmp_path):
     assert set(head.fresh_parts) == {"prediction head", "classifier"}
     for key, value in encoder.state_dict().items():
         assert torch.equal(head.model.state_dict()[key], value), key
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("new", [307, 295])
+def test_resize_token_embeddings_as_the_reference(tmp_path, tied, new):
+    reference, folder = saved(tmp_path, "ModernBertForMaskedLM", tie_word_embeddings=tied)
+    ours = modernbert.ModernBertForMaskedLM.from_pretrained(folder)
+    assert (ours.decoder.weight is None) == tied and ours.fresh_parts == []
+    torch.manual_seed(1)
+    ours.resize_token_embeddings(new)
+    torch.manual_seed(1)
+    reference.resize_token_embeddings(new)
+    kept = min(300, new)
+    assert ours.decoder.bias.shape == (new,) and ours.config.vocab_size == new
+    assert torch.equal(ours.decoder.bias[:kept], reference.decoder.bias[:kept])
+    if new > 300:
+        assert not ours.decoder.bias[kept:].any()
+    if not tied:
+        assert ours.decoder.weight.shape == (new, 64)
+        assert torch.equal(ours.decoder.weight[:kept], reference.decoder.weight[:kept])
+    ids = torch.tensor([[1, kept - 1, 10, 2]])  # old tokens: new rows are drawn at random
+    with torch.no_grad():
+        mine, theirs = ours(input_ids=ids).logits, reference(input_ids=ids).logits
+    assert mine.shape == theirs.shape == (1, 4, new)
+    assert (mine[..., :kept] - theirs[..., :kept]).abs().max() < 1e-4
+
+
+def test_a_checkpoint_that_stores_the_tied_decoder_again_loads_with_nothing_unused(tmp_path, caplog):
+    """Checkpoints written before transformers dropped tied copies hold `decoder.weight` beside the token table."""
+    from safetensors.torch import load_file, save_file
+
+    reference, folder = saved(tmp_path, "ModernBertForMaskedLM")
+    weights = load_file(folder / "model.safetensors")
+    weights["decoder.weight"] = weights["model.embeddings.tok_embeddings.weight"].clone()
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    with caplog.at_level("INFO", logger="bertforge"):
+        ours = modernbert.ModernBertForMaskedLM.from_pretrained(folder)
+    assert "not used" not in caplog.text and ours.fresh_parts == []
+    ids, mask = batch([12], False)
+    assert compare(reference, ours, ids, mask)["logits"] < 1e-5
