@@ -97,18 +97,25 @@ def test_feature_extraction_is_the_reference_models_hidden_states(folders):
     assert torch.allclose(torch.tensor(tokens), expected, atol=1e-4)
 
 
-def test_a_sentence_transformers_folder_of_modernbert_embeds_as_sentence_transformers(tmp_path):
+def sentence_folder(folder: Path, **config) -> Path:
     """gte-modernbert's layout: a ModernBERT encoder, mean pooling, unit vectors."""
-    st = pytest.importorskip("sentence_transformers")
-    folder = modernbert_folder(tmp_path / "st", "ModernBertModel")
+    folder = modernbert_folder(folder, "ModernBertModel", **config)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
                {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
     (folder / "modules.json").write_text(json.dumps(modules))
     (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 64, "pooling_mode": "mean"}))
+    width = config.get("hidden_size", 64)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": width,
+                                                                  "pooling_mode": "mean"}))
     (folder / "2_Normalize").mkdir()
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 512, "do_lower_case": False}))
+    return folder
+
+
+def test_a_sentence_transformers_folder_of_modernbert_embeds_as_sentence_transformers(tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    folder = sentence_folder(tmp_path / "st")
     ours = bertforge.pipeline(model=folder)(TEXTS)
     theirs = st.SentenceTransformer(str(folder), device="cpu").encode(TEXTS)
     assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)
@@ -211,3 +218,58 @@ def test_distill_makes_a_random_modernbert_student_of_a_size_with_the_teachers_e
     assert student.intermediate_size == 192 and student.layer_types == ["full_attention", "sliding_attention"]
     assert type(transformers.AutoModelForSequenceClassification.from_pretrained(best)).__name__ \
         == "ModernBertForSequenceClassification"
+
+
+def test_distill_representations_learn_a_modernbert_teachers_last_layer(tmp_path):
+    _, best = distil_tiny(tmp_path, 128, "--prune", "--representations", "both")
+    logged = [json.loads(line) for line in (best.parent / "metrics.jsonl").read_text().splitlines()]
+    assert logged and all(r["hidden_loss"] > 0 and r["relation_loss"] > 0 for r in logged if "hidden_loss" in r)
+
+
+def test_the_relations_read_the_query_key_and_value_the_references_attention_reads(tmp_path):
+    """ModernBERT's last-layer vectors for the relation term: those transformers' attention computes (before
+    the rotary positions) from that layer's input."""
+    folder = modernbert_folder(tmp_path / "mb", "ModernBertModel")
+    ours = bertforge.BertModel.from_pretrained(folder)
+    reference = transformers.ModernBertModel.from_pretrained(folder, attn_implementation="eager").eval()
+    seen = []
+    reference.layers[-1].attn.Wqkv.register_forward_hook(lambda module, args, out: seen.append(out))
+    ids = torch.tensor([[1, 40, 41, 42, 43, 2]])
+    with torch.no_grad():
+        reference(input_ids=ids)
+        hidden_in = ours(input_ids=ids, output_hidden_states=True).hidden_states[-2]
+        mine = torch.cat(ours.last_layer_qkv(hidden_in), -1)
+    assert torch.allclose(mine, seen[0].reshape(mine.shape), atol=1e-5)
+
+
+def test_general_distillation_cuts_a_modernbert_student_from_a_modernbert_teacher(tmp_path):
+    teacher = modernbert_folder(tmp_path / "teacher", "ModernBertModel", hidden_size=128, intermediate_size=192,
+                                num_attention_heads=4)
+    lines = "".join(f"The film number {i} was a gripping story of people and places.\n\n" for i in range(200))
+    (tmp_path / "corpus.txt").write_text(lines)
+    made = bertforge_cli("data", "create", "--input", tmp_path / "corpus.txt", "--vocab", teacher, "--out",
+                         tmp_path / "rows", "--max-length", 32, "--no-mask", "--no-nsp", "--no-progress")
+    assert made.returncode == 0, made.stderr
+    run = bertforge_cli("pretrain", "--data", tmp_path / "rows", "--objective", "distill", "--teacher", teacher,
+                        "--config", "tiny", "--prune", "--steps", 3, "--batch-size", 4, "--out", tmp_path / "gd",
+                        "--no-progress")
+    assert run.returncode == 0, run.stderr
+    student = read_config(tmp_path / "gd" / "final" / "config.json")
+    assert (student.model_type, student.num_hidden_layers, student.hidden_size) == ("modernbert", 2, 128)
+    assert type(transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "gd" / "final")).__name__ \
+        == "ModernBertForMaskedLM"
+
+
+def test_distill_embeddings_cuts_a_modernbert_student_that_sentence_transformers_reads(tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    teacher = sentence_folder(tmp_path / "teacher", hidden_size=128, intermediate_size=192, num_attention_heads=4)
+    (tmp_path / "lines.txt").write_text("".join(f"a gripping film, number {i}\n" for i in range(40)))
+    result = bertforge_cli("distill", "embeddings", "--teacher", teacher, "--student", "tiny", "--prune", "--input",
+                           tmp_path / "lines.txt", "--epochs", 1, "--batch-size", 8, "--held-out", 0.2, "--out",
+                           tmp_path / "run", "--no-progress", env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    best = tmp_path / "run" / "best"
+    assert read_config(best / "config.json").model_type == "modernbert"
+    ours = bertforge.pipeline(model=best)(TEXTS)
+    theirs = st.SentenceTransformer(str(best), device="cpu").encode(TEXTS)
+    assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)

@@ -195,7 +195,7 @@ def make_distiller(student, temperature: float, alpha: float, regression: bool, 
                       "label_loss": alpha * label_loss}
             if self.representations is not None:
                 states = out["hidden_states"]
-                matched = self.representations(given, self.student.bert, states[-2], states[-1])
+                matched = self.representations(given, self.student.base_model, states[-2], states[-1])
                 losses.update({k: representation_weight * v for k, v in matched.items()})
             return losses
 
@@ -295,7 +295,7 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     if representations:
         from ..model.representation_loss import RepresentationMatch
 
-        matcher = RepresentationMatch(teacher.bert, model.config.hidden_size, REPRESENTATIONS[representations])
+        matcher = RepresentationMatch(teacher.base_model, model.config.hidden_size, REPRESENTATIONS[representations])
         loss_units.update(dict.fromkeys(matcher.terms, real_tokens))
     del teacher
     distiller = make_distiller(model, temperature, alpha, regression, matcher, representation_weight)

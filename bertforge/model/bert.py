@@ -294,6 +294,11 @@ class BertModel(BertPreTrainedModel):
         return EncoderOutput(x, packing, batch, length, tuple(states) if states else None,
                        tuple(layout.attentions) if output_attentions else None, self.config.is_decoder, padding)
 
+    def last_layer_qkv(self, hidden_in: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The last layer's query, key and value vectors [B, L, H] from its input (distillation's relations)."""
+        attention = self.encoder.layer[-1].attention.self
+        return attention.query(hidden_in), attention.key(hidden_in), attention.value(hidden_in)
+
 
 # ---------------------------------------------------------------------------------------------------------
 # Pre-training heads (spec section 4): masked-LM decoder tied to the token embeddings, NSP on the pooled output

@@ -292,6 +292,12 @@ class ModernBertModel(ModernBertPreTrainedModel):
         return EncoderOutput(x, packing, batch, length, tuple(states) if states else None,
                              tuple(layout.attentions) if output_attentions else None, False, layout.padding)
 
+    def last_layer_qkv(self, hidden_in: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The last layer's query, key and value vectors [B, L, H] from its input (distillation's relations),
+        before the rotary positions: what the tokens hold, as BERT's."""
+        layer = self.layers[-1]
+        return layer.attn.Wqkv(layer.attn_norm(hidden_in)).chunk(3, -1)
+
 
 # ---------------------------------------------------------------------------------------------------------
 # Heads: the masked-LM decoder tied to the token table, and the task heads on a pooled or per-token vector

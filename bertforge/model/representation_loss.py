@@ -9,7 +9,8 @@
   vectors are split into R relation heads, and the scaled dot products of every token with every other
   (softmax over the real tokens) are the relations; the loss is the KL divergence from the teacher's to the
   student's, summed over q-q, k-k and v-v and averaged over heads. R is the largest number up to the
-  teacher's head count that divides both widths, so that any widths and head counts can be paired.
+  teacher's head count that divides both widths, so that any widths and head counts can be paired. Each encoder
+  gives its last layer's vectors (`last_layer_qkv`; ModernBERT's before the rotary positions).
 """
 
 import math
@@ -47,14 +48,8 @@ def relation_kl(teacher: torch.Tensor, student: torch.Tensor, mask: torch.Tensor
     return kl * mask
 
 
-def last_layer_qkv(encoder, hidden_in: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The last layer's query, key and value vectors [B, L, H] from that layer's input hidden states."""
-    attention = encoder.encoder.layer[-1].attention.self
-    return attention.query(hidden_in), attention.key(hidden_in), attention.value(hidden_in)
-
-
 def last_layer_states(encoder, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """A BertModel's (last layer's input, its output) on `batch`, [B, L, H] each."""
+    """An encoder's (last layer's input, its output) on `batch`, [B, L, H] each."""
     out = encoder(**batch, output_hidden_states=True)
     return out.hidden_states[-2], out.hidden_states[-1]
 
@@ -90,8 +85,8 @@ class RepresentationMatch(nn.Module):
             losses["hidden_loss"] = (hidden * mask).sum() / tokens
         if "relation_loss" in terms:
             with torch.no_grad():
-                t_rel = [relation_log_probs(v, mask, self.heads) for v in last_layer_qkv(self.teacher, t_in)]
-            s_rel = [relation_log_probs(v, mask, self.heads) for v in last_layer_qkv(student_encoder, s_in)]
+                t_rel = [relation_log_probs(v, mask, self.heads) for v in self.teacher.last_layer_qkv(t_in)]
+            s_rel = [relation_log_probs(v, mask, self.heads) for v in student_encoder.last_layer_qkv(s_in)]
             losses["relation_loss"] = sum(relation_kl(t, s, mask) for t, s in zip(t_rel, s_rel)).sum() / tokens
         return losses
 

@@ -18,8 +18,9 @@ from ..text.tokenizer import BertTokenizer
 
 
 class GeneralDistiller(nn.Module):
-    """What the training loop trains for `--objective distill`: the student (a BertForPreTraining, saved as it
-    is) and its match to the frozen teacher encoder (with the map from the student's width to the teacher's)."""
+    """What the training loop trains for `--objective distill`: the student (its architecture's pre-training
+    model, saved as it is) and its match to the frozen teacher encoder (with the map from the student's width to
+    the teacher's)."""
 
     def __init__(self, student, teacher, terms=DISTILL_LOSSES):
         super().__init__()
@@ -29,7 +30,7 @@ class GeneralDistiller(nn.Module):
     def forward(self, input_ids, attention_mask, token_type_ids=None, terms=None, **unused) -> dict:
         """The losses `terms` (default: those it trains on), each a mean over real tokens."""
         batch = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        encoder = self.student.bert
+        encoder = self.student.base_model
         return self.match(batch, encoder, *last_layer_states(encoder, batch), terms or self.terms)
 
     def save_projection(self, folder) -> None:
@@ -43,7 +44,7 @@ class GeneralDistiller(nn.Module):
 
 
 def load_teacher_encoder(folder) -> nn.Module:
-    """The teacher's encoder (any checkpoint folder: its heads are not used)."""
+    """The teacher's encoder (a checkpoint folder of any architecture: its heads are not used)."""
     from ..model.bert import BertModel
 
     folder = Path(folder)
@@ -56,19 +57,18 @@ RANK_BATCH = 64  # rows per teacher pass while --prune ranks its parts
 
 
 def cut_student(student, encoder, job, name: str):
-    """--prune: a BertForPreTraining of the student's size (`name` in errors) and dropout cut from the teacher
-    `encoder`: its layers evenly spaced, the parts it uses most on the training rows; heads fresh."""
+    """--prune: a pre-training model of the student's size (`name` in errors) and dropout cut from the teacher
+    `encoder`, of the teacher's architecture: its layers evenly spaced, the parts it uses most on the training
+    rows (model/student.py); heads fresh."""
     import numpy as np
     import torch
 
-    from ..model.bert import BertForPreTraining
-    from ..model.config import BertConfig
-    from ..model.student import activation_ranks, cut_config, cut_weights, evenly_spaced, ranking_rows
+    from ..model.student import activation_ranks, cut_config, evenly_spaced, pruned_student, ranking_rows
+    from .pretrain import pretraining_class
 
     teacher = encoder.config
-    config = cut_config(teacher, student.config, name)
-    dropout = ("hidden_dropout_prob", "attention_probs_dropout_prob")
-    config = BertConfig.from_dict({**config.to_dict(), **{k: getattr(student.config, k) for k in dropout}})
+    dropout = getattr(student.config, student.config.dropout_fields[0])
+    config = cut_config(teacher, student.config, name).with_dropout(dropout)
     picked = np.array(ranking_rows(len(job.train), job.seed))
     rows = job.rows_of(job.train, picked, 0)
 
@@ -77,11 +77,10 @@ def cut_student(student, encoder, job, name: str):
             encoder(**{k: v[start:start + RANK_BATCH] for k, v in rows.items()})
 
     layers = evenly_spaced(teacher.num_hidden_layers, config.num_hidden_layers)
-    head_size = teacher.hidden_size // teacher.num_attention_heads
-    cut = BertForPreTraining(config)
-    weights = cut_weights(encoder.state_dict(), config, head_size, layers, activation_ranks(encoder, run))
+    cut = pretraining_class(config)(config)
+    weights = pruned_student(encoder, config, layers, activation_ranks(encoder, run)).state_dict()
     with torch.no_grad():
-        missing, unexpected = cut.bert.load_state_dict(weights, strict=False)
+        missing, unexpected = cut.base_model.load_state_dict(weights, strict=False)
     if unexpected or any(not key.startswith("pooler.") for key in missing):  # a teacher without a pooler
         raise BertforgeError(f"--prune: the teacher's weights do not fit the student ({(missing + unexpected)[:3]})")
     return cut
