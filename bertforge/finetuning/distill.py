@@ -18,8 +18,9 @@ or `--student-embeddings random`), a checkpoint folder, `--student-layers`
 (DistilBERT's start: the teacher's embeddings, the named layers, its pooler and head), or with `--prune` the
 teacher cut to a size name (model/student.py: the layers, channels, heads and neurons it uses most on the data).
 The run folder is the one `finetune` writes (best/, eval_results.json, metrics.jsonl): an ordinary fine-tuned
-model for every other command. `--resume` is checked against it (training/resume.py's DISTILL_FIXED) before the
-teacher or the student is loaded or built.
+model for every other command; eval_results.json adds the teacher's scores on the same evaluation split
+(`teacher`) and the share of the teacher's best-epoch figure the student keeps (`of_teacher`). `--resume` is
+checked against it (training/resume.py's DISTILL_FIXED) before the teacher or the student is loaded or built.
 """
 
 import argparse
@@ -31,6 +32,7 @@ from pathlib import Path
 from ..model.architectures import head_of, load_config, model_class
 from ..model.config import SIZES, BertConfig
 from ..core.errors import BertforgeError
+from .evaluate import evaluate_splits
 from .finetune import (
     add_task_run_arguments, family_record, read_splits, task_run_options,
     task_training_options, train_on_task
@@ -297,11 +299,19 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
 
         matcher = RepresentationMatch(teacher.base_model, model.config.hidden_size, REPRESENTATIONS[representations])
         loss_units.update(dict.fromkeys(matcher.terms, real_tokens))
+    teacher_scores = evaluate_splits(family, teacher, splits.evaluated, train_options["batch_size"] * 2,
+                                     tokenizer.pad_token_id, train_options.get("bf16", False))
     del teacher
     distiller = make_distiller(model, temperature, alpha, regression, matcher, representation_weight)
-    return train_on_task(family, distiller, tokenizer, splits, encoded, out, train_options, run, started,
-                         batch_keys={"teacher_logits": PerToken() if family.per_token_outputs else None,
-                                     "labelled": None}, loss_units=loss_units)
+    results = train_on_task(family, distiller, tokenizer, splits, encoded, out, train_options, run, started,
+                            batch_keys={"teacher_logits": PerToken() if family.per_token_outputs else None,
+                                        "labelled": None}, loss_units=loss_units, teacher=teacher_scores)
+    metric = family.best_metric
+    if metric in results and metric in teacher_scores:
+        kept = results.get("of_teacher")
+        print(f"student {metric} {results[metric]:.4f}, teacher {teacher_scores[metric]:.4f}"
+              + (f": the student keeps {kept:.1%}" if kept is not None else ""), file=sys.stderr)
+    return results
 
 
 def prune_sample(encoded: dict, seed: int) -> dict:

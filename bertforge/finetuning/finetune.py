@@ -223,10 +223,12 @@ def read_splits(family: TaskFamily, tokenizer, max_train_examples=None, max_eval
 
 
 def train_on_task(family: TaskFamily, model, tokenizer, splits: TaskSplits, encoded: dict, out, train_options: dict,
-                  run: dict, started: float, batch_keys: dict | None = None, loss_units: dict | None = None) -> dict:
+                  run: dict, started: float, batch_keys: dict | None = None, loss_units: dict | None = None,
+                  teacher: dict | None = None) -> dict:
     """Train `model` on the rows `encoded` for run["epochs"], evaluating every epoch; the run folder as
     `finetune` describes it. `batch_keys` (key -> padding) are what the model reads beyond the family's, and
-    `loss_units` its loss terms (see train.TrainingJob) where they are not the family's one loss."""
+    `loss_units` its loss terms (see train.TrainingJob) where they are not the family's one loss; `teacher`: a
+    distillation teacher's scores on the same splits, recorded beside the best epoch's with the share it keeps."""
     from ..training.train import fit, setup_distributed
 
     ctx = setup_distributed(train_options.get("device"))
@@ -253,6 +255,11 @@ def train_on_task(family: TaskFamily, model, tokenizer, splits: TaskSplits, enco
     results = {"task": run["task"], **best, "epoch_of_best": history.index(best) + 1 if history else None,
                "history": history, "train_examples": len(splits.train.examples),
                "wall_time_s": round(time.perf_counter() - started, 1)}
+    if teacher is not None:
+        results["teacher"] = teacher
+        kept = share_kept(best.get(family.best_metric), teacher.get(family.best_metric))
+        if kept is not None:
+            results["of_teacher"] = kept
     if splits.test is not None and (out / "best").is_dir():
         best_model = family.model_class.from_pretrained(out / "best", device=ctx.device)
         outputs = predict_split(family, best_model, splits.test, batch_size * 2, tokenizer.pad_token_id, bf16)
@@ -261,6 +268,12 @@ def train_on_task(family: TaskFamily, model, tokenizer, splits: TaskSplits, enco
     if (out / "best").is_dir():
         write_text_atomic(out / "best" / "README.md", model_card(family, run, results))
     return results
+
+
+def share_kept(student: float | None, teacher: float | None) -> float | None:
+    """The student's score as a share of the teacher's (None where either is missing or the teacher's is not
+    above 0: a correlation or MCC at or under chance has no share to keep)."""
+    return None if student is None or teacher is None or teacher <= 0 else round(student / teacher, 4)
 
 
 def model_card(family: TaskFamily, run: dict, results: dict) -> str:

@@ -307,6 +307,13 @@ def test_student_is_an_ordinary_checkpoint_for_evaluate_pipeline_and_transformer
     assert main(["evaluate", "sst2", "--model", str(best), "--data", str(sst2), "--max-eval-examples", "16",
                  "--no-progress"]) == 0
     assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(results["accuracy"])
+    # the teacher's score on the same split beside it, and the share the student keeps, said and recorded
+    assert main(["evaluate", "sst2", "--model", str(teacher), "--data", str(sst2), "--max-eval-examples", "16",
+                 "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(results["teacher"]["accuracy"])
+    assert results["of_teacher"] == pytest.approx(results["accuracy"] / results["teacher"]["accuracy"], abs=1e-4)
+    assert f"the student keeps {results['of_teacher']:.1%}" in printed.err
+    assert json.loads((tmp_path / "run" / "eval_results.json").read_text())["of_teacher"] == results["of_teacher"]
     args = json.loads((tmp_path / "run" / "args.json").read_text())["extra"]
     assert args["distill_rows"] == 96 and args["teacher"] == str(teacher)
     texts = ["a gorgeous , witty , seductive movie .", "the plot is nothing but boilerplate clichés ."]
