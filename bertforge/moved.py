@@ -51,6 +51,8 @@ GONE = {
     "evaluate": {"inference_rate": "bertforge.finetuning.evaluate.Speed times a model's forward passes"},
     "checkpoint": {"TIED_ALIASES": "bertforge.model.architectures.Architecture.aliases_of names the tied tensors' "
                                    "second names, per architecture"},
+    "general_distill": {"last_layer_qkv": "each encoder's own method now (BertModel.last_layer_qkv, "
+                                          "ModernBertModel.last_layer_qkv)"},
     "sentence_folder": {"MODULE_TYPES": "bertforge.model.sentence_folder.MODULE_ORDER names the modules that may "
                                         "follow each"},
 }

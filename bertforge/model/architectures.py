@@ -112,6 +112,18 @@ def model_class(head: str, config: ConfigFile) -> type:
     return getattr(importlib.import_module(module), name)
 
 
+def pretraining_class(config, next_sentence: bool = False):
+    """The class pre-training trains for `config`'s architecture: BERT's with the next-sentence head; one without
+    (ModernBERT), its masked-LM model, for the objectives that need no next-sentence head."""
+    arch = architecture(config)
+    if "BertForPreTraining" in arch.heads():
+        return model_class("BertForPreTraining", config)
+    if next_sentence:
+        raise BertforgeError(f"a {arch.model_type} model has no next-sentence head: pre-train it with --objective "
+                             "mlm (the budget recipe's)")
+    return model_class("BertForMaskedLM", config)
+
+
 def head_of(class_name: str) -> str | None:
     """The head (a HEADS name) of a class config.json's `architectures` names, of any architecture."""
     return class_name if class_name in HEADS else HEAD_OF.get(class_name)

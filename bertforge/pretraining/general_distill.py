@@ -13,6 +13,7 @@ from torch import nn
 
 from ..core.errors import BertforgeError
 from ..data.shards import check_vocab
+from ..model.architectures import pretraining_class
 from ..model.representation_loss import DISTILL_LOSSES, RepresentationMatch, last_layer_states
 from ..text.tokenizer import BertTokenizer
 
@@ -64,7 +65,6 @@ def cut_student(student, encoder, job, name: str):
     import torch
 
     from ..model.student import activation_ranks, cut_config, evenly_spaced, pruned_student, ranking_rows
-    from .pretrain import pretraining_class
 
     teacher = encoder.config
     dropout = getattr(student.config, student.config.dropout_fields[0])

@@ -20,7 +20,7 @@ import numpy as np
 from ..core.io import check_output, exclusive, write_json
 from ..training.options import add_training_arguments, recorded_arguments, training_options
 from ..core.flags import count
-from ..model.architectures import load_config
+from ..model.architectures import load_config, pretraining_class
 from ..data.shards import check_vocab, load_pretraining_data
 from ..core.errors import BertforgeError
 from .objectives import OBJECTIVES, choose_objective
@@ -124,20 +124,6 @@ class PretrainJob:
             model.save_pretrained(folder, tokenizer=self.tokenizer)
         finally:
             model.config = config
-
-
-def pretraining_class(config, next_sentence: bool = False):
-    """The class pre-training trains for `config`'s architecture: BERT's with the next-sentence head; one without
-    (ModernBERT), its masked-LM model, for the objectives that need no next-sentence head."""
-    from ..model.architectures import architecture, model_class
-
-    arch = architecture(config)
-    if "BertForPreTraining" in arch.heads():
-        return model_class("BertForPreTraining", config)
-    if next_sentence:
-        raise BertforgeError(f"a {arch.model_type} model has no next-sentence head: pre-train it with --objective "
-                             "mlm (the budget recipe's)")
-    return model_class("BertForMaskedLM", config)
 
 
 def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | None, dropout: float | None,
