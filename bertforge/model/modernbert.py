@@ -43,19 +43,25 @@ class ModernBertEmbeddings(nn.Module):
 
 
 def rotary(positions: torch.Tensor, head_size: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin [..., head_size / 2] of each position's angles, at the frequencies theta^(-2i/d)."""
+    """What turns each position's query, key and value vectors [..., 3, heads, 2, head_size / 2] (each head's
+    two halves paired): cosines [..., 3, 1, 1, d / 2] and the sines signed for the halves [..., 3, 1, 2, d / 2]
+    (-sin for the first, sin for the second), at the frequencies theta^(-2i/d); the values' are 1 and 0 (left
+    as they are)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_size, 2, dtype=torch.float, device=positions.device) / head_size))
     angles = positions[..., None].float() * inv_freq
-    return angles.cos(), angles.sin()
+    cos, sin = angles.cos(), angles.sin()
+    signed = torch.stack([-sin, sin], dim=-2)[..., None, :, :]
+    return (torch.stack([cos, cos, torch.ones_like(cos)], dim=-2)[..., None, None, :],
+            torch.stack([signed, signed, torch.zeros_like(signed)], dim=-4))
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [..., heads, d] turned by each position's angles, its two halves paired (the reference's rotate_half:
-    [x1 cos - x2 sin, x2 cos + x1 sin]), in float32 as the reference computes it."""
-    x32 = x.float()
-    x1, x2 = x32.chunk(2, dim=-1)
-    cos, sin = cos[..., None, :], sin[..., None, :]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+def rotate(qkv: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """The queries and keys of qkv [..., 3, heads, d] turned by each position's angles (`rotary`), each head's two
+    halves paired (the reference's rotate_half: [x1 cos - x2 sin, x2 cos + x1 sin]), in float32 as the reference
+    computes it; the values as they are. A product with the cosines plus one with the sines on the halves swapped,
+    over the whole projection: no concatenation."""
+    halves = qkv.float().unflatten(-1, (2, -1))  # [..., 3, heads, 2, d / 2]
+    return torch.addcmul(halves * cos, halves.flip(-2), signed_sin).flatten(-2).to(qkv.dtype)
 
 
 def band(queries: int, keys: int, offset: int, window: int, device) -> torch.Tensor:
@@ -81,13 +87,11 @@ class ModernBertAttention(nn.Module):
         self.out_drop = nn.Dropout(config.attention_dropout)
 
     def forward(self, x, layout: Layout, cos, sin):
-        qkv = self.Wqkv(x)
-        q, k, v = qkv.view(*qkv.shape[:-1], 3, self.num_heads, self.head_size).unbind(-3)  # [..., heads, d]
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        qkv = rotate(self.Wqkv(x).unflatten(-1, (3, self.num_heads, self.head_size)), cos, sin)  # [.., 3, heads, d]
         if layout.packing is not None and layout.length >= ROW_BY_ROW and layout.attentions is None:
-            context = self.rows(q, k, v, layout.packing)
+            context = self.rows(*qkv.unbind(-3), layout.packing)
         else:
-            context = self.padded(q, k, v, layout)
+            context = self.padded(qkv, layout)
         return self.out_drop(self.Wo(context))
 
     def rows(self, q, k, v, packing) -> torch.Tensor:
@@ -101,8 +105,9 @@ class ModernBertAttention(nn.Module):
             start = end
         return torch.cat(out)
 
-    def padded(self, q, k, v, layout: Layout) -> torch.Tensor:
-        q, k, v = layout.split_heads(torch.stack([q, k, v], dim=-3).flatten(-3), self.num_heads)  # [B, heads, L, d]
+    def padded(self, qkv, layout: Layout) -> torch.Tensor:
+        """Packed or padded [..., 3, heads, d] -> [..., H], the batch padded for the attention product."""
+        q, k, v = layout.split_heads(qkv.flatten(-3), self.num_heads)  # [B, heads, L, d]
         if layout.attentions is not None:
             layout.attentions.append(self.probabilities(q, k, layout))
         return layout.merge_heads(self.attend(q, k, v, layout.key_mask))

@@ -231,3 +231,20 @@ def test_a_checkpoint_that_stores_the_tied_decoder_again_loads_with_nothing_unus
     assert "not used" not in caplog.text and ours.fresh_parts == []
     ids, mask = batch([12], False)
     assert compare(reference, ours, ids, mask)["logits"] < 1e-5
+
+
+@pytest.mark.parametrize("lengths", [[50, 23, 7], [600, 130]])
+def test_the_gradients_of_a_training_step_agree_with_the_reference(tmp_path, lengths):
+    """Every parameter's gradient of the sequence-classification loss (rotary positions, the sliding window,
+    padded and row-by-row attention on the way back) against transformers'."""
+    reference, folder = saved(tmp_path, "ModernBertForSequenceClassification")
+    ours = modernbert.ModernBertForSequenceClassification.from_pretrained(folder)
+    ids, mask = batch(lengths, False)
+    labels = torch.tensor([1, 2, 0][:len(lengths)])
+    reference.train(), ours.train()  # the dropout rates are 0: train mode changes nothing else
+    reference(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+    ours(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+    theirs = dict(reference.named_parameters())
+    worst = max((p.grad - theirs[name].grad).abs().max().item() / (theirs[name].grad.abs().max().item() + 1e-12)
+                for name, p in ours.named_parameters())
+    assert worst < 1e-4, worst
