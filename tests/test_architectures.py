@@ -163,6 +163,21 @@ def test_finetune_evaluate_predict_and_export_run_on_modernbert(folders, tmp_pat
     assert_same(bertforge.pipeline(model=tmp_path / "onnx", backend="onnx")(TEXTS, top_k=None), ours)
 
 
+def test_an_exported_window_holds_rows_longer_than_those_it_was_traced_on(folders, tmp_path):
+    """The graph is traced on short samples, which a window of 24 tokens each side holds whole (where the torch
+    runtime skips the band); a longer row must still see only its window in the exported graph."""
+    pytest.importorskip("onnxruntime")
+    from bertforge.inference.export import SAMPLES
+    folder = folders("ModernBertForSequenceClassification", num_labels=3, local_attention=48)
+    tokenizer = bertforge.BertTokenizer.from_pretrained(folder)
+    assert max(len(tokenizer(t)["input_ids"]) for t in SAMPLES[:2]) <= 25 < len(tokenizer(TEXTS[2])["input_ids"])
+    result = bertforge_cli("export", "onnx", folder, tmp_path / "onnx")
+    assert result.returncode == 0, result.stderr
+    expected = reference("text-classification", folder)(TEXTS, top_k=None)
+    assert_same(bertforge.pipeline(model=folder)(TEXTS, top_k=None), expected)
+    assert_same(bertforge.pipeline(model=tmp_path / "onnx", backend="onnx")(TEXTS, top_k=None), expected)
+
+
 def test_serve_answers_tei_openai_and_bertforge_routes_on_modernbert(folders):
     pytest.importorskip("fastapi")
     httpx = pytest.importorskip("httpx")

@@ -89,20 +89,20 @@ class ModernBertAttention(nn.Module):
     def forward(self, x, layout: Layout, cos, sin):
         qkv = rotate(self.Wqkv(x).unflatten(-1, (3, self.num_heads, self.head_size)), cos, sin)  # [.., 3, heads, d]
         if layout.packing is not None and layout.length >= ROW_BY_ROW and layout.attentions is None:
-            context = self.rows(*qkv.unbind(-3), layout.packing)
+            context = self.rows(qkv, layout.packing)
         else:
             context = self.padded(qkv, layout)
         return self.out_drop(self.Wo(context))
 
-    def rows(self, q, k, v, packing) -> torch.Tensor:
-        """Packed [T, heads, d] -> packed [T, H], each row attending within itself."""
-        ends = torch.bincount(packing.rows, minlength=packing.batch).cumsum(0).tolist()
-        out, start = [], 0
-        for end in ends:
-            if end > start:
-                row = (t[None, start:end].transpose(1, 2) for t in (q, k, v))  # [1, heads, n, d]: CPU flash
-                out.append(self.attend(*row, None)[0].transpose(0, 1).flatten(1))  # attention takes 4-d inputs
-            start = end
+    def rows(self, qkv, packing) -> torch.Tensor:
+        """Packed [T, 3, heads, d] -> packed [T, H], each row attending within itself. Split rather than sliced:
+        a slice's gradient is a zero tensor of the whole batch per row, a split's one concatenation."""
+        lengths = torch.bincount(packing.rows, minlength=packing.batch).tolist()
+        out = []
+        for row in qkv.split(lengths):
+            if len(row):
+                q, k, v = row.permute(1, 2, 0, 3)[:, None].unbind()  # [1, heads, n, d]: CPU flash attention
+                out.append(self.attend(q, k, v, None)[0].transpose(0, 1).flatten(1))
         return torch.cat(out)
 
     def padded(self, qkv, layout: Layout) -> torch.Tensor:
@@ -119,7 +119,8 @@ class ModernBertAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         if self.window is None or length <= LOCAL_BLOCK + 2 * self.window:
             mask = key_mask
-            if self.window is not None:
+            # a row the window holds whole needs no band; an exported graph keeps it (its rows are any length)
+            if self.window is not None and (length > self.window + 1 or torch.onnx.is_in_onnx_export()):
                 near = band(length, length, 0, self.window, device)
                 mask = near if mask is None else mask & near
             if key_mask is not None:
