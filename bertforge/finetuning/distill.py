@@ -104,7 +104,8 @@ def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_d
                              f"{'teacher ' + str(teacher_dir) if source is teacher else '--prune-from model'} has "
                              f"{depth} layers (0 to {depth - 1})")
     if prune_on is not None:
-        return cut_from_teacher(source, spec, layers, family, prune_on, tokenizer.pad_token_id)
+        return cut_from_teacher(source, spec, layers, family, prune_on, tokenizer.pad_token_id,
+                                "the teacher" if source is teacher else "the --prune-from model")
     if layers is not None:
         return teacher_layers(teacher, teacher_dir, layers, spec, tokenizer, family)
     if spec in SIZES:
@@ -146,10 +147,11 @@ def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | No
     return student
 
 
-def cut_from_teacher(teacher, spec: str, layers: list[int] | None, family: TaskFamily, sample: dict, pad_id: int):
+def cut_from_teacher(teacher, spec: str, layers: list[int] | None, family: TaskFamily, sample: dict, pad_id: int,
+                     named: str = "the teacher"):
     """--prune: a student of the size `spec` cut from the teacher's `layers` (default: evenly spaced), keeping the
     hidden channels, heads and feed-forward neurons the teacher uses most on the encoded rows `sample`
-    (model/student.py)."""
+    (model/student.py); `named`: what the printed line calls the model cut (--prune-from's)."""
     from ..inference.batches import padding, run_model
     from ..model.student import activation_ranks, cut_config, evenly_spaced, pruned_student, task_head
 
@@ -162,7 +164,7 @@ def cut_from_teacher(teacher, spec: str, layers: list[int] | None, family: TaskF
     config = cut_config(teacher.config, size, spec, layers)
     ranks = activation_ranks(teacher, lambda: run_model(teacher, sample, padding(family.inputs, pad_id),
                                                              family.output_keys), task_head(teacher))
-    print(f"student cut from the teacher's layers {','.join(map(str, layers))}: {config.hidden_size} wide, "
+    print(f"student cut from {named}'s layers {','.join(map(str, layers))}: {config.hidden_size} wide, "
           f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}", file=sys.stderr)
     return pruned_student(teacher, config, layers, ranks)
 
@@ -248,8 +250,10 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     family = make_family(task, data, max_length, options, reading=True)
     augmentable = bool(head in SOFT_TARGETS and SOFT_TARGETS[head].text_inputs and alpha < 1)
     record = Path(out) / "args.json"
+    began_why = None  # resumed: why the run's settings are what they are, as its first part said
     if train_options.get("resume") and record.is_file():  # what the run being resumed chose
         began = read_json(record)
+        began_why = began["extra"].get("chosen_by")
         train_options["lr"] = began["lr"] if train_options["lr"] is None else train_options["lr"]
         augment = began["extra"]["augment"] if augment is None else augment
         epochs = began["extra"]["epochs"] if epochs is None else epochs
@@ -287,6 +291,7 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     if epochs is None:
         epochs, epochs_why = distill_epochs(recipe, len(encoded["labelled"]), train_options["batch_size"])
         why = "; ".join(filter(None, (why, epochs_why)))
+    why = why or began_why
     print(f"distilling at lr {train_options['lr']:g}, batch {train_options['batch_size']}, --augment {augment}, "
           f"{epochs:g} epochs" + (f" ({why})" if why else ""), file=sys.stderr)
     run.update(distill_rows=len(encoded["labelled"]), teacher_outputs_cached=cached, augment=augment, epochs=epochs,

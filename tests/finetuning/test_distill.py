@@ -356,8 +356,9 @@ def test_a_pruned_student_at_the_teachers_width_is_its_evenly_spaced_layers(teac
     assert json.loads((tmp_path / "run" / "args.json").read_text())["extra"]["prune"] is True
 
 
-def test_prune_from_cuts_the_named_model_not_the_teacher(teacher, sst2, tmp_path):
-    """--prune-from: the student is cut from that model (a student distilled before), ranked on the same rows."""
+def test_prune_from_cuts_the_named_model_not_the_teacher(teacher, sst2, tmp_path, capsys):
+    """--prune-from: the student is cut from that model (a student distilled before), ranked on the same rows, and
+    the line it prints says so."""
     model = BertForSequenceClassification.from_pretrained(teacher)
     tokenizer = BertTokenizer.from_pretrained(teacher)
     family = make_family("sst2", sst2)
@@ -367,9 +368,12 @@ def test_prune_from_cuts_the_named_model_not_the_teacher(teacher, sst2, tmp_path
     with torch.no_grad():
         for parameter in other.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
+    capsys.readouterr()
     cut = build_student("tiny", [0, 2], model, teacher, tokenizer, family, prune_on=rows, cut_from=other).state_dict()
+    assert "student cut from the --prune-from model's layers 0,2" in capsys.readouterr().err
     wanted = build_student("tiny", [0, 2], other, teacher, tokenizer, family, prune_on=rows).state_dict()
     of_teacher = build_student("tiny", [0, 2], model, teacher, tokenizer, family, prune_on=rows).state_dict()
+    assert "student cut from the teacher's layers 0,2" in capsys.readouterr().err
     assert all(torch.equal(cut[k], wanted[k]) for k in cut)
     assert not torch.equal(cut["bert.encoder.layer.1.output.dense.weight"],
                            of_teacher["bert.encoder.layer.1.output.dense.weight"])
@@ -766,5 +770,10 @@ def test_the_default_command_says_and_records_its_choices_and_resumes_them(teach
         shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     monkeypatch.setattr(module, "AUGMENT_ROWS", 20_000)  # another rule now: the run goes on as it began
     assert run(resumed, "--resume") == 0
+    assert "--augment 1, 2 epochs (lr 0.0001: a student that starts trained; --augment 1: 48" in \
+        capsys.readouterr().err  # and says why, as it began
+    record = json.loads((resumed / "args.json").read_text())
+    assert record["extra"]["chosen_by"] == extra["chosen_by"]
+    assert "extra.chosen_by" not in record["resumed"][-1]["changed"]
     final = [run / "final" / "model.safetensors" for run in (resumed, whole)]
     assert final[0].read_bytes() == final[1].read_bytes()
