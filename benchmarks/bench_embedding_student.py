@@ -14,11 +14,13 @@ pooling, Dense map and normalisation; a plain folder is mean pooled and normalis
 """
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from bertforge.core.errors import BertforgeError
 from bertforge.core.io import read_records, write_json
 from bertforge.tasks.metrics import retrieval_metrics, spearman
 
@@ -81,7 +83,10 @@ def main():
     args = p.parse_args()
     setup(args.threads)
     began = time.perf_counter()
-    sts, squad = sts_pairs(args.max_pairs), squad_questions(args.max_questions)
+    try:
+        sts, squad = sts_pairs(args.max_pairs), squad_questions(args.max_questions)
+    except BertforgeError as e:
+        sys.exit(f"bench_embedding_student: {e} (set BERTFORGE_SHARED to the shared data folder)")
     rows = [measure(folder, sts, squad, args.max_length, args.batch_size) for folder in args.models]
     header = f"{'model':<48} {'dim':>5} {'STS-B rho':>9} {'MRR@10':>7} {'R@10':>6} {'sent/s':>8}"
     print(header + "\n" + "-" * len(header))
