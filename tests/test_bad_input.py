@@ -316,6 +316,8 @@ def test_an_interrupted_finetune_exits_130_writes_no_results_and_resumes(tmp_pat
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     results = json.loads((run / "eval_results.json").read_text())
     assert len(results["history"]) == 1
+    before = json.loads((run / "args.json").read_text())["resumed"][-1]["wall_s_before"]
+    assert 0 < before < results["wall_time_s"]  # the interrupted part's time is counted
 
 
 # 7. The wrong model for the job

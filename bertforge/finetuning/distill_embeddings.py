@@ -39,7 +39,7 @@ from ..model.config import SIZES, BertConfig
 from ..model.sentence_folder import SentencePooling, declaration_files, read_sentence_folder
 from ..text.tokenizer import BertTokenizer
 from ..training.options import TrainArgs
-from ..training.resume import EMBEDDINGS_FIXED, check_resume
+from ..training.resume import EMBEDDINGS_FIXED, check_resume, run_wall_seconds
 
 TASKS = ("embeddings", "sentence-embedding")  # the task names of `distill` that this module serves
 HELD_OUT, MAX_HELD_OUT = 0.05, 2000  # --held-out's default share, and the most texts it keeps aside
@@ -361,7 +361,8 @@ def train_student(model, job: EmbeddingJob, out, train_options: dict, run: dict,
     out = Path(out)
     steps = max(1, round(run["epochs"] * job.steps_per_epoch))
     every = job.steps_per_epoch if len(job.held) else 0
-    fit(model, job, TrainArgs(out=out, steps=steps, **{**train_options, "eval_every": every, "extra": run}), ctx)
+    args = TrainArgs(out=out, steps=steps, **{**train_options, "eval_every": every, "extra": run})
+    fit(model, job, args, ctx, started)
     if not ctx.main:
         return {}
     history = [{k: row[k] for k in ("step", "mse", "cosine")} for row in read_json_lines(out / "metrics.jsonl")
@@ -370,7 +371,7 @@ def train_student(model, job: EmbeddingJob, out, train_options: dict, run: dict,
     results = {"task": "embeddings", "teacher": run["teacher"], "student": run["model"], "prune": run["prune"],
                **{k: v for k, v in best.items() if k != "step"}, "step_of_best": best.get("step"),
                "dimension": model.dimension, "texts": run["texts"], "held_out_texts": len(job.held),
-               "history": history, "wall_time_s": round(time.perf_counter() - started, 1)}
+               "history": history, "wall_time_s": run_wall_seconds(out, started)}
     write_json(out / "eval_results.json", results)
     return results
 

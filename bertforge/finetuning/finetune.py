@@ -30,7 +30,7 @@ from ..tasks.base import Split, TaskFamily
 from ..inference.batches import padding
 from ..text.tokenizer import BertTokenizer
 from ..training.options import TrainArgs
-from ..training.resume import FINETUNE_FIXED
+from ..training.resume import FINETUNE_FIXED, run_wall_seconds
 
 log = logging.getLogger("bertforge")
 
@@ -246,7 +246,7 @@ def train_on_task(family: TaskFamily, model, tokenizer, splits: TaskSplits, enco
     job.loss_units = loss_units or job.loss_units
     steps = max(1, round(run["epochs"] * job.steps_per_epoch))
     args = TrainArgs(out=out, steps=steps, **{**train_options, "eval_every": job.steps_per_epoch, "extra": run})
-    fit(model, job, args, ctx)
+    fit(model, job, args, ctx, started)
     if not ctx.main:
         return {}
     history = [{k: v for k, v in row.items() if k not in LOG_KEYS}
@@ -254,7 +254,7 @@ def train_on_task(family: TaskFamily, model, tokenizer, splits: TaskSplits, enco
     best = max(history, key=lambda m: m.get(family.best_metric, -math.inf)) if history else {}
     results = {"task": run["task"], **best, "epoch_of_best": history.index(best) + 1 if history else None,
                "history": history, "train_examples": len(splits.train.examples),
-               "wall_time_s": round(time.perf_counter() - started, 1)}
+               "wall_time_s": run_wall_seconds(out, started)}
     if teacher is not None:
         results["teacher"] = teacher
         kept = share_kept(best.get(family.best_metric), teacher.get(family.best_metric))

@@ -8,8 +8,8 @@ value and the new one. The other settings may change (`--steps` or `--epochs` to
 `--save-every`, `--eval-every`, `--log-every`, `--keep`, `--patience`, `--warmup`, `--schedule`, `--grad-accum`,
 `--max-grad-norm`, `--bf16`, `--no-progress`, `--report-to`, `--device`, `--max-train-examples`, ...).
 args.json is then not rewritten: the first part's record stays as it was (`--args-file` reruns it), and each
-resumption is appended to its "resumed" list: when, from which step, the command, and the settings that
-changed.
+resumption is appended to its "resumed" list: when, from which step, the wall seconds the run had taken by
+that checkpoint (all its parts), the command, and the settings that changed.
 """
 
 import dataclasses
@@ -93,17 +93,25 @@ def shown(v) -> str:
     return "none" if v is None else json.dumps(v) if not isinstance(v, str) else v
 
 
-def write_record(args, device: str, step: int, previous: dict | None) -> None:
+def write_record(args, device: str, step: int, previous: dict | None, earlier_s: float | None = 0.0) -> None:
     """RUN/args.json: the run's record when it starts; resumed, the first part's record with this resumption
-    added to its "resumed" list."""
+    added to its "resumed" list (`earlier_s`: the wall seconds of the run by the checkpoint it resumes from)."""
     record = run_record(args, device)
     if args.resume:
         base = previous if previous is not None else record
         changed = {key: v for key, v in flat(record).items() if key not in NOT_SETTINGS and v != flat(base).get(key)}
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "step": step,
+                 "wall_s_before": None if earlier_s is None else round(earlier_s, 1),
                  "command": record["extra"].get("command"), "changed": changed}
         record = {**base, "resumed": [*base.get("resumed", []), entry]}
     write_text_atomic(Path(args.out) / ARGS_FILE, json.dumps(record, indent=2) + "\n")
+
+
+def run_wall_seconds(out, started: float) -> float:
+    """The wall seconds of the run in `out`, all its parts together: this part's since `started`
+    (time.perf_counter()) and, resumed, what args.json records the parts before it took (not recorded: none)."""
+    resumed = read_json(Path(out) / ARGS_FILE).get("resumed") or [{}]
+    return round(time.perf_counter() - started + (resumed[-1].get("wall_s_before") or 0.0), 1)
 
 
 def flat(record: dict) -> dict:

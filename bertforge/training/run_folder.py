@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -58,10 +59,13 @@ def check_run_folder(args: "TrainArgs"):
 
 
 class Checkpointer:
-    """Saves and restores a run's checkpoints: `job` is the loop's train.TrainingJob, `ctx` its train.Dist."""
+    """Saves and restores a run's checkpoints: `job` is the loop's train.TrainingJob, `ctx` its train.Dist.
+    A resumable checkpoint records the run's wall seconds by then, all its parts together: `started` is when this
+    part began (time.perf_counter()), `earlier_s` what the parts before it ran (None: not recorded)."""
 
-    def __init__(self, args: TrainArgs, job, ctx):
+    def __init__(self, args: TrainArgs, job, ctx, started: float):
         self.args, self.job, self.ctx = args, job, ctx
+        self.started, self.earlier_s = started, 0.0
 
     def rng_states(self) -> list[dict]:
         state = {"torch": torch.get_rng_state()}
@@ -87,7 +91,8 @@ class Checkpointer:
             if full:
                 with atomic_path(tmp / STATE_FILE) as path:
                     torch.save({"step": step, "optimizer": optimizer.state_dict(),
-                                "scheduler": scheduler.state_dict(), "rng": rngs}, path)
+                                "scheduler": scheduler.state_dict(), "rng": rngs,
+                                "wall_s": (self.earlier_s or 0.0) + time.perf_counter() - self.started}, path)
             write_text_atomic(tmp / COMPLETE, f"step {step}\n")
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)  # the last complete checkpoint stays as it was
@@ -115,6 +120,7 @@ class Checkpointer:
         torch.set_rng_state(rng["torch"])
         if "cuda" in rng and torch.cuda.is_available():
             torch.cuda.set_rng_state(rng["cuda"])
+        self.earlier_s = state.get("wall_s")  # absent from a checkpoint of a version before it was recorded
         return state["step"]
 
 

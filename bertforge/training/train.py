@@ -126,15 +126,18 @@ def trim(batch: dict) -> dict:
     return {k: v.narrow(axis, 0, longest) if v.shape[:mask.dim()] == mask.shape else v for k, v in batch.items()}
 
 
-def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = None) -> dict:
+def fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist | None = None,
+        started: float | None = None) -> dict:
     """Train `model` on `job`; returns the last evaluation (empty if none ran). A stop asked for by SIGINT or
-    SIGTERM saves a checkpoint and raises `Interrupted`. The run folder is held by one process at a time."""
+    SIGTERM saves a checkpoint and raises `Interrupted`. The run folder is held by one process at a time.
+    `started`: when the command began (time.perf_counter(); default now), from which its wall time counts."""
     ctx = ctx or Dist()
+    started = time.perf_counter() if started is None else started
     with exclusive(args.out, "--out") if ctx.main else nullcontext():
-        return _fit(model, job, args, ctx)
+        return _fit(model, job, args, ctx, started)
 
 
-def _fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist) -> dict:
+def _fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist, started: float) -> dict:
     bound_heap_growth()
     if args.bf16 and ctx.main:
         warn_if_emulated_bf16(ctx.device)
@@ -148,10 +151,10 @@ def _fit(model: nn.Module, job: TrainingJob, args: TrainArgs, ctx: Dist) -> dict
     timed = args.time_budget > 0  # the schedule follows training time; the run ends when it is spent
     scheduler = TimeSchedule(optimizer, args.schedule, args.warmup, args.time_budget) if timed else \
         step_schedule(optimizer, args.schedule, args.warmup_steps, args.steps)
-    ckpt = Checkpointer(args, job, ctx)
+    ckpt = Checkpointer(args, job, ctx, started)
     start = ckpt.restore(model, optimizer, scheduler) if args.resume else 0
     if ctx.main:  # the device the loop used (the field may say None: the default); resumed, a part added
-        write_record(args, str(ctx.device), start, previous)
+        write_record(args, str(ctx.device), start, previous, ckpt.earlier_s)
     loop = Loop(model, job, args, ctx, optimizer, scheduler, ckpt, start)
     try:
         done = loop.run(start)

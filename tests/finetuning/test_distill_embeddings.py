@@ -159,6 +159,10 @@ def test_the_teachers_vectors_are_cached_and_a_run_resumes_exactly(teacher, text
         shutil.rmtree(target) if target.is_dir() else target.unlink()
     assert distill(teacher, texts, resumed, *flags, "--resume", cache=cache) == 0
     assert "read from" in capsys.readouterr().err
+    saved = torch.load(whole / "step-0000002" / "training_state.pt", weights_only=True)["wall_s"]
+    before = json.loads((resumed / "args.json").read_text())["resumed"][-1]["wall_s_before"]
+    assert before == round(saved, 1) > 0  # the wall time of the part that wrote the checkpoint, recorded
+    assert json.loads((resumed / "eval_results.json").read_text())["wall_time_s"] > before  # and counted
     for name in ("model.safetensors", "2_Dense/model.safetensors"):  # the map resumes too
         assert (resumed / "final" / name).read_bytes() == (whole / "final" / name).read_bytes()
     assert distill(teacher, texts[:1], resumed, *flags, "--resume", cache=cache) == 2  # other texts

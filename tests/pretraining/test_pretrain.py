@@ -294,6 +294,7 @@ def test_resume_keeps_the_record_and_adds_each_part(data_dir, tmp_path, capsys):
     assert parts[0]["changed"] == {"steps": 6, "save_every": 2, "log_every": 2}
     assert parts[1]["changed"] == {"steps": 8}  # against the first part
     assert all(p["time"] and p["command"][0] == "bertforge" for p in parts)
+    assert 0 < parts[0]["wall_s_before"] < parts[1]["wall_s_before"]  # every part's time, by each checkpoint
     assert max(losses(run)) == 8
 
 
