@@ -6,7 +6,8 @@ the usual loss on the labels: per example (classification, multiple choice; a re
 teacher's score), per labelled token (token classification) or per window's start and end (question answering),
 as soft_targets.py defines it for each head. The student learns on the training set and, for text
 classification, on `--augment N` variants of each training input and on `--unlabelled` text (distill_data.py),
-all labelled by the teacher, whose outputs are cached.
+all labelled by the teacher, whose outputs are cached; for question answering `--augment N` varies the questions
+(the paragraphs, so the answers' places, kept).
 `--representations` (text classification) adds general distillation's terms on the last layer (TinyBERT's
 task-specific stage: the hidden states, MiniLMv2's self-attention relations, or both;
 model/representation_loss.py), weighted `--representation-weight`: the teacher then runs beside the student on
@@ -244,11 +245,14 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     if head not in SOFT_TARGETS and task in TASKS:
         raise BertforgeError(f"distill {task}: task distillation covers the heads of {', '.join(SOFT_TARGETS)}, "
                              f"not {head}")
-    for flag, given in (("--augment", augment), ("--unlabelled", unlabelled), ("--representations", representations)):
-        if given and not (head in SOFT_TARGETS and SOFT_TARGETS[head].text_inputs):
+    targets = SOFT_TARGETS.get(head)
+    if augment and not (targets and (targets.text_inputs or targets.questions)):
+        raise BertforgeError(f"--augment: only for text, text-pair and question-answering tasks, not {task}")
+    for flag, given in (("--unlabelled", unlabelled), ("--representations", representations)):
+        if given and not (targets and targets.text_inputs):
             raise BertforgeError(f"{flag}: only for text and text-pair tasks, not {task}")
     family = make_family(task, data, max_length, options, reading=True)
-    augmentable = bool(head in SOFT_TARGETS and SOFT_TARGETS[head].text_inputs and alpha < 1)
+    augmentable = bool(targets and targets.text_inputs and alpha < 1)  # a question's variants: given only
     record = Path(out) / "args.json"
     began_why = None  # resumed: why the run's settings are what they are, as its first part said
     if train_options.get("resume") and record.is_file():  # what the run being resumed chose
@@ -296,7 +300,6 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
           f"{epochs:g} epochs" + (f" ({why})" if why else ""), file=sys.stderr)
     run.update(distill_rows=len(encoded["labelled"]), teacher_outputs_cached=cached, augment=augment, epochs=epochs,
                chosen_by=why or "given")
-    targets = SOFT_TARGETS[head]
     loss_units = {"distill_loss": targets.units, "label_loss": targets.label_units}
     matcher = None
     if representations:
@@ -343,11 +346,14 @@ def distill_rows(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Pat
         extra += read_unlabelled(unlabelled, family, pairs=train.examples[0].text_b is not None)
     encoded = {k: list(v) for k, v in train.encoded.items()}
     labelled = [1] * len(encoded["input_ids"])
-    if extra:  # the teacher's outputs are their only targets: their "labels" are placeholders, never read
+    # the teacher's outputs are a text's only targets: its "labels" are placeholders, never read (a question's
+    # variants keep its answer, which the span loss, the model's own, reads on every row)
+    if extra:
         more = family.encode("extra", extra, tokenizer).encoded
+        added = len(more["input_ids"])  # rows: a question may make several windows
         for key in encoded:
-            encoded[key] += more.get(key, [0.0 if regression else 0] * len(extra))
-        labelled += [0] * len(extra)
+            encoded[key] += more.get(key, [0.0 if regression else 0] * added)
+        labelled += [0] * added
     logits, cached = teacher_outputs(teacher, teacher_dir, family, encoded, tokenizer.pad_token_id, cache,
                                      train_options["batch_size"] * 2, train_options.get("progress", True))
     print(f"teacher outputs of {len(logits)} rows {'read from' if cached else 'written to'} {cache}", file=sys.stderr)
@@ -417,7 +423,8 @@ def add_distill_arguments(p):
     p.add_argument("--augment", type=AUGMENT, metavar="N",
                    help="text and text-pair tasks: N variants of each training input (words masked, replaced, cut to "
                         f"n-grams), teacher-labelled: N + 1 times the training rows (at most {MAX_AUGMENT}; TinyBERT "
-                        "makes 20) (default: the --recipe's)")
+                        "makes 20); question answering: N variants of each question, the paragraph and answer kept "
+                        "(default: the --recipe's; none for questions)")
     p.add_argument("--unlabelled", nargs="+", type=Path, metavar="FILE",
                    help="text and text-pair tasks: text the teacher labels, a text (or a tab-separated pair) a line, "
                         "or a table with the task's text columns")

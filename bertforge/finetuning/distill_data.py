@@ -5,7 +5,8 @@ Augmentation works on words (whitespace-separated): each word is replaced by [MA
 `MASK_P`, else by a word drawn from the training texts with probability `REPLACE_P`; then, with probability
 `NGRAM_P`, the variant is cut to a random n-gram of 1 to `MAX_NGRAM` words. Each text of a pair is varied
 on its own. The teacher labels every variant; the labels of the original are not carried over (a masked word
-may flip the meaning).
+may flip the meaning). A question-answering example varies its question only: its paragraph, and so where the
+answer is, stay, and the variant keeps the answer beside the teacher's start and end.
 
 The teacher's outputs are cached as one .npy file named by a hash of the teacher's files (config and weights)
 and of the encoded rows it reads (so of the data, the augmentation and the max length): another seed,
@@ -17,6 +18,7 @@ read memory-mapped (SQuAD's 88k training windows of 384 tokens: 135 MB).
 
 import hashlib
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,7 @@ import numpy as np
 from ..core.errors import BertforgeError
 from ..core.io import atomic_path, has_model_file, model_file, read_records, read_text, where
 from ..tasks.base import TaskFamily
+from ..inference.answer_spans import SquadExample
 from ..inference.batches import padding
 from ..tasks.glue import GlueExample
 
@@ -43,19 +46,27 @@ def augment_words(words: list[str], vocabulary: list[str], rng: np.random.Genera
     return out
 
 
-def augmented(examples: list[GlueExample], copies: int, seed: int) -> list[GlueExample]:
-    """`copies` variants of each example, labels left out (None)."""
-    texts = [t for e in examples for t in (e.text_a, e.text_b) if t]
+def augmented(examples: list, copies: int, seed: int) -> list:
+    """`copies` variants of each example: a text or pair's, labels left out (None); a question's (SquadExample),
+    the paragraph and answers kept."""
+    questions = bool(examples) and isinstance(examples[0], SquadExample)
+    texts = [e.question for e in examples] if questions else [t for e in examples for t in (e.text_a, e.text_b) if t]
     vocabulary = sorted({w for t in texts for w in t.split()})
     if not vocabulary:
         raise BertforgeError("--augment: the training texts have no words to vary")
     rng = np.random.default_rng([seed, 7])
+
+    def vary(text: str) -> str:
+        return " ".join(augment_words(text.split() or [text], vocabulary, rng))
+
     out = []
     for e in examples:
         for k in range(copies):
-            a = " ".join(augment_words(e.text_a.split() or [e.text_a], vocabulary, rng))
-            b = None if e.text_b is None else " ".join(augment_words(e.text_b.split() or [e.text_b], vocabulary, rng))
-            out.append(GlueExample(f"{e.guid}-aug{k}", a, b, None))
+            if questions:
+                out.append(replace(e, id=f"{e.id}-aug{k}", question=vary(e.question)))
+            else:
+                b = None if e.text_b is None else vary(e.text_b)
+                out.append(GlueExample(f"{e.guid}-aug{k}", vary(e.text_a), b, None))
     return out
 
 

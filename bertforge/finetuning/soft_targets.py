@@ -14,6 +14,7 @@ its gradients keep their size as T changes.
 - A span (extractive question answering): per window, the KL of the start and of the end distributions over its
   real tokens, halved as the span loss is, averaged over the windows; a window without the answer learns the
   teacher's distributions as any other, and its span loss, the model's own, points it to [CLS] as in fine-tuning.
+  A question's `--augment` variants keep its paragraph and answer, so every window has its span loss.
 
 The teacher's outputs of a row are `family.output_keys` side by side on the last axis: [outputs] per example,
 [tokens, outputs] per token (zeros over a batch's padding, which the losses mask). torch-free at the top: `distill
@@ -98,6 +99,7 @@ class SoftTargets:
     label_units: Callable[[dict], int]
     own_labels: bool = False  # its outputs are the data's labels: the teacher's label names must be the data's
     text_inputs: bool = False  # its rows are texts that --augment varies, --unlabelled adds and --representations reads
+    questions: bool = False  # its rows are a question's windows over a paragraph: --augment varies the question only
 
 
 SOFT_TARGETS = {
@@ -105,6 +107,6 @@ SOFT_TARGETS = {
                                                  text_inputs=True),
     "BertForMultipleChoice": SoftTargets(example_loss, rows, labelled_loss, labelled_rows),
     "BertForTokenClassification": SoftTargets(token_loss, labelled_tokens, None, labelled_tokens, own_labels=True),
-    "BertForQuestionAnswering": SoftTargets(span_loss, rows, None, rows),
+    "BertForQuestionAnswering": SoftTargets(span_loss, rows, None, rows, questions=True),
 }
 PER_EXAMPLE = tuple(head for head, targets in SOFT_TARGETS.items() if targets.soft_loss is example_loss)

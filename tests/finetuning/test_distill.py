@@ -28,6 +28,7 @@ from bertforge.finetuning.distill_data import augment_words, augmented, read_unl
 from bertforge.core.errors import BertforgeError
 from bertforge.finetuning.finetune import finetune
 from bertforge.tasks import make_family
+from bertforge.inference.answer_spans import SquadExample
 from bertforge.tasks.glue import GlueExample
 from tests.conftest import one_line_error, require_shared, write_jsonl
 
@@ -242,6 +243,14 @@ def test_augmented_variants_mask_replace_and_cut_words():
     assert [e.guid for e in out] == ["train-0-aug0", "train-0-aug1", "train-0-aug2"]
     assert all(e.label is None and e.text_b is not None for e in out)
     assert [e.text_a for e in augmented(examples, 3, seed=1)] == [e.text_a for e in out]  # seeded
+    question = SquadExample("q1", "Where was the tall man from the north born ?", "He was born in Oslo.", ["Oslo"],
+                            [15])
+    out = augmented([question], 20, seed=1)
+    assert [e.id for e in out[:2]] == ["q1-aug0", "q1-aug1"]
+    assert {(e.context, tuple(e.answer_texts), tuple(e.answer_starts)) for e in out} == \
+        {(question.context, ("Oslo",), (15,))}  # the paragraph, so the answer's place, kept
+    assert len({e.question for e in out}) > 10 and all(set(e.question.split()) <= set(question.question.split())
+                                                       | {"[MASK]"} for e in out)  # words of the questions only
 
 
 def test_unlabelled_text_lines_pairs_and_tables(tmp_path, sst2):
@@ -466,7 +475,7 @@ def test_bad_teachers_and_students_are_one_line_errors(teacher, sst2, tmp_path, 
     assert "vocabulary" in fails("--student", str(other), student=str(other))
     assert "vocabulary" in fails("--prune-from", str(other), prune_from=other)
     assert "BertBiEncoder" in fails("retrieval", task="retrieval")  # a head task distillation does not cover
-    assert "text-pair" in fails("--augment", task="conll2003", augment=2)
+    assert "question-answering" in fails("--augment", task="conll2003", augment=2)
     assert "text-pair" in fails("--unlabelled", task="squad", unlabelled=[tmp_path / "a.txt"])
     assert "one of" in fails("--representations", representations="attention")
     assert "above 0" in fails("--representation-weight", representations="both", representation_weight=0.0)
@@ -634,12 +643,14 @@ def test_ner_distils_a_cut_student_per_token_that_evaluate_and_transformers_read
     trained_rows(again)
 
 
+JOBS = ["baker", "pilot", "nurse", "judge", "tailor", "farmer", "singer", "doctor"]
+
+
 def squad_folder(folder, version_2: bool):
     """8 passages of about 70 tokens, two questions each (their answers in different 72-token windows), and for
     v2.0 an unanswerable third question on every other passage: train and dev files of the version."""
-    jobs = ["baker", "pilot", "nurse", "judge", "tailor", "farmer", "singer", "doctor"]
     paragraphs = []
-    for i, (name, job) in enumerate(zip("Anna Boris Clara David Elena Felix Greta Hugo".split(), jobs)):
+    for i, (name, job) in enumerate(zip("Anna Boris Clara David Elena Felix Greta Hugo".split(), JOBS)):
         city = PLACES[i % 4]
         context = (f"{name} was born in {city}. " + "The weather there is mild and the streets are old. " * 5
                    + f"Today {name} works as a {job}.")
@@ -664,23 +675,33 @@ QA = {**OPTIONS, "epochs": 2, "batch_size": 8, "max_length": 72}
 
 @pytest.mark.parametrize("task", ["squad", "squad_v2"])
 def test_question_answering_distils_start_and_end_per_window(task, wide_base, tmp_path, capsys):
-    """SQuAD v1.1 (windows without the answer: every question has one) with a cut student, evaluated and read by
-    transformers; v2.0 with unanswerable questions."""
+    """SQuAD v1.1 (windows without the answer: every question has one) with a cut student and a variant of each
+    question, evaluated and read by transformers; v2.0 with unanswerable questions."""
     import transformers
 
     data = squad_folder(tmp_path / "data", version_2=task == "squad_v2")
     finetune(task, wide_base, data, tmp_path / "teacher", **QA)
     teacher = tmp_path / "teacher" / "best"
+    variants = int(task == "squad")
     results = distill(task, teacher, "tiny", data, tmp_path / "run", cache_dir=tmp_path / "cache",
-                      prune=task == "squad", **QA)
+                      prune=task == "squad", augment=variants, **QA)
     assert 0 <= results["f1"] <= 100 and ("best_f1" in results) == (task == "squad_v2")
     trained_rows(tmp_path / "run")
     tokenizer = BertTokenizer.from_pretrained(teacher)
-    train = make_family(task, data, 72).read("train", tokenizer)
+    family = make_family(task, data, 72)
+    train = family.read("train", tokenizer)
     windows = train.encoded["start_positions"]
     assert len(windows) > len(train.examples) and windows.count(0) >= len(train.examples)  # windows without it
-    logits = per_token_cache(tmp_path / "cache", len(windows), 2)  # start and end
-    assert all(not logits[i, len(r):].any() for i, r in enumerate(train.encoded["input_ids"]))
+    seed = json.loads((tmp_path / "run" / "args.json").read_text())["seed"]
+    varied = family.encode("extra", augmented(train.examples, variants, seed), tokenizer).encoded
+    logits = per_token_cache(tmp_path / "cache", len(windows) + len(varied["input_ids"]), 2)  # start and end
+    rows = train.encoded["input_ids"] + varied["input_ids"]
+    assert all(not logits[i, len(r):].any() for i, r in enumerate(rows))
+    answered = [(ids, s, e) for ids, s, e in zip(varied["input_ids"], varied["start_positions"],
+                                                  varied["end_positions"]) if s]
+    assert len(answered) == len(train.examples) * variants  # a variant's window over its answer points at it
+    assert sorted(tokenizer.decode(ids[s:e + 1]) for ids, s, e in answered) == \
+        sorted(a.lower() for e in train.examples * variants for a in e.answer_texts)  # uncased
     best = tmp_path / "run" / "best"
     if task == "squad":
         assert load_config(str(best)).hidden_size == 128
