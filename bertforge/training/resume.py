@@ -44,7 +44,9 @@ DISTILL_FIXED = {**FINETUNE_FIXED, "model": "--student", "prune": "--prune", "pr
 EMBEDDINGS_FIXED = {"teacher": "--teacher", "model": "--student", "prune": "--prune", "input": "--input",
                     "held_out": "--held-out", "max_length": "--max-length"}
 FOLLOWS = {"config": "init_from"}  # with --init-from, the model's config is the checkpoint's whatever --config says
-NOT_SETTINGS = ("resume", "overwrite", "extra.arguments", "extra.command", "resumed")  # how, not what
+# how, not what: and whether the teacher's outputs were read from the cache (a resumed part reads what the first
+# part wrote)
+NOT_SETTINGS = ("resume", "overwrite", "extra.arguments", "extra.command", "resumed", "extra.teacher_outputs_cached")
 
 
 def run_record(args, device: str | None) -> dict:
