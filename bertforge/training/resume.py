@@ -95,7 +95,7 @@ def shown(v) -> str:
     return "none" if v is None else json.dumps(v) if not isinstance(v, str) else v
 
 
-def write_record(args, device: str, step: int, previous: dict | None, earlier_s: float | None = 0.0) -> None:
+def write_record(args, device: str, step: int, previous: dict | None, earlier_s: float | None) -> None:
     """RUN/args.json: the run's record when it starts; resumed, the first part's record with this resumption
     added to its "resumed" list (`earlier_s`: the wall seconds of the run by the checkpoint it resumes from)."""
     record = run_record(args, device)
