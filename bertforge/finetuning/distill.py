@@ -7,7 +7,8 @@ teacher's score), per labelled token (token classification) or per window's star
 as soft_targets.py defines it for each head. The student learns on the training set and, for text
 classification, on `--augment N` variants of each training input and on `--unlabelled` text (distill_data.py),
 all labelled by the teacher, whose outputs are cached; for question answering `--augment N` varies the questions
-(the paragraphs, so the answers' places, kept).
+(the paragraphs, so the answers' places, kept) and `--unlabelled` adds questions without answers, whose spans the
+teacher gives.
 `--representations` (text classification) adds general distillation's terms on the last layer (TinyBERT's
 task-specific stage: the hidden states, MiniLMv2's self-attention relations, or both;
 model/representation_loss.py), weighted `--representation-weight`: the teacher then runs beside the student on
@@ -192,7 +193,7 @@ def make_distiller(student, temperature: float, alpha: float, regression: bool, 
         def forward(self, teacher_logits=None, labelled=None, **batch):
             if teacher_logits is None:
                 return self.student(**batch)
-            given = batch if own_loss else {k: v for k, v in batch.items() if k != "labels"}
+            given = batch if own_loss else {k: v for k, v in batch.items() if k not in targets.label_keys}
             out = self.student(**given, output_hidden_states=self.representations is not None)
             label_loss = out["loss"] if own_loss else targets.label_loss(out, batch, labelled.bool(), regression)
             losses = {"distill_loss": (1 - alpha) * targets.soft_loss(out, teacher_logits, batch, temperature,
@@ -248,9 +249,10 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     targets = SOFT_TARGETS.get(head)
     if augment and not (targets and (targets.text_inputs or targets.questions)):
         raise BertforgeError(f"--augment: only for text, text-pair and question-answering tasks, not {task}")
-    for flag, given in (("--unlabelled", unlabelled), ("--representations", representations)):
-        if given and not (targets and targets.text_inputs):
-            raise BertforgeError(f"{flag}: only for text and text-pair tasks, not {task}")
+    if unlabelled and not (targets and (targets.text_inputs or targets.questions)):
+        raise BertforgeError(f"--unlabelled: only for text, text-pair and question-answering tasks, not {task}")
+    if representations and not (targets and targets.text_inputs):
+        raise BertforgeError(f"--representations: only for text and text-pair tasks, not {task}")
     family = make_family(task, data, max_length, options, reading=True)
     augmentable = bool(targets and targets.text_inputs and alpha < 1)  # a question's variants: given only
     record = Path(out) / "args.json"
@@ -335,25 +337,26 @@ def distill_rows(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Pat
     """The rows the student learns from (the training split's, then the augmented and unlabelled ones), each with
     the teacher's outputs and whether it is labelled; and whether the teacher's outputs came from the cache."""
     from ..inference.batches import row_lengths
-    from .distill_data import augmented, read_unlabelled, teacher_outputs
+    from .distill_data import augmented, read_unlabelled, read_unlabelled_questions, teacher_outputs
 
-    extra = []
+    questions = SOFT_TARGETS[family.model_class.__name__].questions
+    extra = []  # (examples, whether the labels' loss reads them)
     if augment:
         print(f"--augment {augment}: {augment * len(train.examples):,} variants of the {len(train.examples):,} "
               "training examples", file=sys.stderr)
-        extra = augmented(train.examples, augment, train_options["seed"])
+        # a question's variants keep its answer; a text's have the teacher's outputs alone
+        extra.append((augmented(train.examples, augment, train_options["seed"]), questions))
     if unlabelled:
-        extra += read_unlabelled(unlabelled, family, pairs=train.examples[0].text_b is not None)
+        extra.append((read_unlabelled_questions(unlabelled, family) if questions else
+                      read_unlabelled(unlabelled, family, pairs=train.examples[0].text_b is not None), False))
     encoded = {k: list(v) for k, v in train.encoded.items()}
     labelled = [1] * len(encoded["input_ids"])
-    # the teacher's outputs are a text's only targets: its "labels" are placeholders, never read (a question's
-    # variants keep its answer, which the span loss, the model's own, reads on every row)
-    if extra:
-        more = family.encode("extra", extra, tokenizer).encoded
+    for examples, has_labels in extra:  # an unlabelled row's labels are placeholders, never read
+        more = family.encode("extra", examples, tokenizer).encoded
         added = len(more["input_ids"])  # rows: a question may make several windows
         for key in encoded:
             encoded[key] += more.get(key, [0.0 if regression else 0] * added)
-        labelled += [0] * added
+        labelled += [int(has_labels)] * added
     logits, cached = teacher_outputs(teacher, teacher_dir, family, encoded, tokenizer.pad_token_id, cache,
                                      train_options["batch_size"] * 2, train_options.get("progress", True))
     print(f"teacher outputs of {len(logits)} rows {'read from' if cached else 'written to'} {cache}", file=sys.stderr)
@@ -427,7 +430,9 @@ def add_distill_arguments(p):
                         "(default: the --recipe's; none for questions)")
     p.add_argument("--unlabelled", nargs="+", type=Path, metavar="FILE",
                    help="text and text-pair tasks: text the teacher labels, a text (or a tab-separated pair) a line, "
-                        "or a table with the task's text columns")
+                        "or a table with the task's text columns; question answering: questions on paragraphs, a "
+                        "SQuAD file (its answers not read) or a table with the question and context columns, whose "
+                        "spans the teacher gives")
     p.add_argument("--cache-dir", type=Path, help="where the teacher's outputs are kept (default: "
                    "$BERTFORGE_CACHE/teacher-outputs, or ~/.cache/bertforge/teacher-outputs)")
     p.add_argument("--recipe", choices=DISTILL_RECIPES, default="adaptive",

@@ -1,5 +1,6 @@
 """What a student learns from in task distillation, beside the labelled training set: variants of the training
-inputs (Tang et al., 2019), unlabelled text, and the teacher's outputs on all of it, cached on disk.
+inputs (Tang et al., 2019), unlabelled text (or questions on paragraphs), and the teacher's outputs on all of it,
+cached on disk.
 
 Augmentation works on words (whitespace-separated): each word is replaced by [MASK] with probability
 `MASK_P`, else by a word drawn from the training texts with probability `REPLACE_P`; then, with probability
@@ -99,6 +100,30 @@ def read_unlabelled(paths: list[Path], family: TaskFamily, pairs: bool) -> list[
     if not examples:
         raise BertforgeError(f"--unlabelled {' '.join(map(str, paths))}: no text")
     return examples
+
+
+def read_unlabelled_questions(paths: list[Path], family: TaskFamily) -> list[SquadExample]:
+    """Questions on paragraphs for the teacher to answer: a SQuAD file's (a .json object; its answers not read),
+    or a table's (.csv, .tsv, .jsonl, a .json array) question and context columns (your own data's
+    --question-column and --context-column)."""
+    from ..tasks.squad import read_squad
+
+    question, context = family.columns[:2] if hasattr(family, "columns") else ("question", "context")
+    pairs = []
+    for path in map(Path, paths):
+        if path.suffix.lower() == ".json" and not read_text(path).lstrip().startswith("["):
+            pairs += [(e.question, e.context) for e in read_squad(path)]
+            continue
+        for location, record in read_records(path):
+            fields = [record.get(question), record.get(context)]
+            if not all(isinstance(f, str) and f.strip() for f in fields):
+                raise BertforgeError(f"{location}: expected a question ({question!r}) and its paragraph "
+                                     f"({context!r}), both non-empty texts")
+            pairs.append(fields)
+    if not pairs:
+        raise BertforgeError(f"--unlabelled {' '.join(map(str, paths))}: no questions")
+    # no answer given: the windows' positions are [CLS]'s, and the labels' loss never reads them
+    return [SquadExample(f"unlabelled-{i}", q, c, [], [], True) for i, (q, c) in enumerate(pairs)]
 
 
 def default_cache() -> Path:

@@ -13,8 +13,9 @@ its gradients keep their size as T changes.
   the labels' loss is the model's own token cross-entropy.
 - A span (extractive question answering): per window, the KL of the start and of the end distributions over its
   real tokens, halved as the span loss is, averaged over the windows; a window without the answer learns the
-  teacher's distributions as any other, and its span loss, the model's own, points it to [CLS] as in fine-tuning.
-  A question's `--augment` variants keep its paragraph and answer, so every window has its span loss.
+  teacher's distributions as any other, and its span loss (the model's, on the labelled windows) points it to
+  [CLS] as in fine-tuning. A question's `--augment` variants keep its paragraph and answer, so their windows are
+  labelled; `--unlabelled` questions have the teacher's outputs alone.
 
 The teacher's outputs of a row are `family.output_keys` side by side on the last axis: [outputs] per example,
 [tokens, outputs] per token (zeros over a batch's padding, which the losses mask). torch-free at the top: `distill
@@ -75,6 +76,19 @@ def labelled_loss(out: dict, batch: dict, labelled, regression: bool = False):
     return F.mse_loss(logits[:, 0], labels.float()) if regression else F.cross_entropy(logits, labels)
 
 
+def span_labelled_loss(out: dict, batch: dict, labelled, regression: bool = False):
+    """The span loss on the labelled windows (`labelled`, bool [B]): the mean of the start's and the end's
+    cross-entropy, as the model's own (task_heads.span_outputs: positions outside the window ignored)."""
+    import torch.nn.functional as F
+
+    if not labelled.any():
+        return out["start_logits"].sum() * 0.0
+    length = out["start_logits"].shape[1]
+    return sum(F.cross_entropy(out[key].float()[labelled], batch[target][labelled].clamp(0, length),
+                               ignore_index=length)
+               for key, target in (("start_logits", "start_positions"), ("end_logits", "end_positions"))) / 2
+
+
 def rows(batch: dict) -> int:
     return len(batch["input_ids"])
 
@@ -97,9 +111,12 @@ class SoftTargets:
     # given the batch's targets (every row of its families is labelled)
     label_loss: Callable | None
     label_units: Callable[[dict], int]
+    label_keys: tuple[str, ...] = ("labels",)  # the batch's targets, for a `label_loss` (the student is not given them)
     own_labels: bool = False  # its outputs are the data's labels: the teacher's label names must be the data's
     text_inputs: bool = False  # its rows are texts that --augment varies, --unlabelled adds and --representations reads
-    questions: bool = False  # its rows are a question's windows over a paragraph: --augment varies the question only
+    # its rows are a question's windows over a paragraph: --augment varies the question only, --unlabelled adds
+    # questions on paragraphs
+    questions: bool = False
 
 
 SOFT_TARGETS = {
@@ -107,6 +124,7 @@ SOFT_TARGETS = {
                                                  text_inputs=True),
     "BertForMultipleChoice": SoftTargets(example_loss, rows, labelled_loss, labelled_rows),
     "BertForTokenClassification": SoftTargets(token_loss, labelled_tokens, None, labelled_tokens, own_labels=True),
-    "BertForQuestionAnswering": SoftTargets(span_loss, rows, None, rows, questions=True),
+    "BertForQuestionAnswering": SoftTargets(span_loss, rows, span_labelled_loss, labelled_rows,
+                                            ("start_positions", "end_positions"), questions=True),
 }
 PER_EXAMPLE = tuple(head for head, targets in SOFT_TARGETS.items() if targets.soft_loss is example_loss)

@@ -18,13 +18,15 @@ from bertforge import (
     BertForTokenClassification, BertTokenizer
 )
 from bertforge.cli import main
-from bertforge.finetuning.distill import build_student, distill, make_distiller, soft_target_loss
+from bertforge.finetuning.distill import (
+    build_student, distill, distill_rows, load_teacher, make_distiller, soft_target_loss
+)
 from bertforge.finetuning.distill_recipe import (
     AUGMENT_ROWS, FIXED, MAX_AUTO_AUGMENT, MAX_EPOCHS, MIN_STEPS, RANDOM_LR, TRAINED_LR, distill_epochs,
     distill_settings, student_start
 )
 from bertforge.finetuning.soft_targets import span_loss, token_loss
-from bertforge.finetuning.distill_data import augment_words, augmented, read_unlabelled
+from bertforge.finetuning.distill_data import augment_words, augmented, read_unlabelled, read_unlabelled_questions
 from bertforge.core.errors import BertforgeError
 from bertforge.finetuning.finetune import finetune
 from bertforge.tasks import make_family
@@ -113,8 +115,8 @@ def test_span_loss_is_half_the_start_and_end_kl_over_each_windows_tokens():
 
 def test_token_and_span_distillers_add_the_models_own_loss_on_the_labels():
     """The label term of a token classifier is its token cross-entropy over the labelled tokens, of a span model
-    its span loss, a window without the answer pointed at [CLS] (position 0) as fine-tuning does; the soft term is
-    token_loss's or span_loss's on the student's outputs."""
+    its span loss over the labelled windows, a window without the answer pointed at [CLS] (position 0) as
+    fine-tuning does; the soft term is token_loss's or span_loss's on the student's outputs."""
     torch.manual_seed(0)
     config = BertConfig.from_name("tiny", vocab_size=50, id2label={0: "O", 1: "B-X", 2: "I-X"})
     ids, mask = torch.tensor([[2, 5, 6, 7, 3], [2, 8, 9, 3, 0]]), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
@@ -144,6 +146,15 @@ def test_token_and_span_distillers_add_the_models_own_loss_on_the_labels():
     assert out["label_loss"].item() == pytest.approx(0.25 * span.item(), rel=1e-5)
     assert out["distill_loss"].item() == pytest.approx(
         0.75 * span_loss(scores, teacher, batch, 2.0).item(), rel=1e-5)
+    # --unlabelled questions' windows: the teacher's outputs alone, whatever their placeholder positions
+    placeholders = dict(start_positions=torch.tensor([1, 4]), end_positions=torch.tensor([3, 4]))
+    distiller = make_distiller(reader, 2.0, 0.25, regression=False).eval()
+    first = sum(-torch.log_softmax(scores[key][0], -1)[p] for key, p in (("start_logits", 1), ("end_logits", 3))) / 2
+    for labelled, expected in (([1, 0], 0.25 * first.item()), ([0, 0], 0.0)):
+        out = distiller(teacher_logits=teacher, labelled=torch.tensor(labelled), **placeholders, **batch)
+        assert out["label_loss"].item() == pytest.approx(expected, rel=1e-5, abs=1e-7)
+        assert out["distill_loss"].item() == pytest.approx(
+            0.75 * span_loss(scores, teacher, batch, 2.0).item(), rel=1e-5)
 
 
 def test_missing_choices_add_nothing_and_give_finite_gradients():
@@ -476,7 +487,8 @@ def test_bad_teachers_and_students_are_one_line_errors(teacher, sst2, tmp_path, 
     assert "vocabulary" in fails("--prune-from", str(other), prune_from=other)
     assert "BertBiEncoder" in fails("retrieval", task="retrieval")  # a head task distillation does not cover
     assert "question-answering" in fails("--augment", task="conll2003", augment=2)
-    assert "text-pair" in fails("--unlabelled", task="squad", unlabelled=[tmp_path / "a.txt"])
+    assert "question-answering" in fails("--unlabelled", task="conll2003", unlabelled=[tmp_path / "a.txt"])
+    assert "text-pair" in fails("--representations", task="squad", representations="both")
     assert "one of" in fails("--representations", representations="attention")
     assert "above 0" in fails("--representation-weight", representations="both", representation_weight=0.0)
     assert "not a size" in fails("--prune", student=str(teacher), prune=True)
@@ -716,6 +728,52 @@ def test_question_answering_distils_start_and_end_per_window(task, wide_base, tm
         mine, reference = ours(**inputs), theirs(**inputs)
     for key in ("start_logits", "end_logits"):
         torch.testing.assert_close(reference[key], mine[key], atol=1e-5, rtol=1e-4)
+
+
+def test_unlabelled_questions_get_the_teachers_spans_and_no_label_loss(wide_base, tmp_path, capsys):
+    """Questions without answers from a table and from a SQuAD file (its answers not read): their windows join
+    the training windows and the question variants with the teacher's outputs, unlabelled (the span loss skips
+    them); `distill --unlabelled` runs on them end to end."""
+    data = squad_folder(tmp_path / "data", version_2=False)
+    finetune("squad", wide_base, data, tmp_path / "teacher", **QA)
+    teacher = tmp_path / "teacher" / "best"
+    paragraphs = json.loads((data / "train-v1.1.json").read_text())["data"][0]["paragraphs"]
+    table = write_jsonl(tmp_path / "questions.jsonl",
+                        [{"question": f"Who works in {PLACES[i % 4]}?", "context": p["context"]}
+                         for i, p in enumerate(paragraphs[:3])])
+    answered = tmp_path / "more.json"  # a SQuAD file: its questions count, their answers are not read
+    answered.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs[3:5]}]}))
+    family = make_family("squad", data, 72)
+    questions = read_unlabelled_questions([table, answered], family)
+    assert [(q.question, q.answer_texts) for q in questions[:4]] == [
+        ("Who works in Berlin?", []), ("Who works in New York?", []), ("Who works in Zanzibar?", []),
+        (paragraphs[3]["qas"][0]["question"], [])]
+    assert len(questions) == 3 + 4
+
+    tokenizer = BertTokenizer.from_pretrained(teacher)
+    train = family.read("train", tokenizer)
+    encoded, cached = distill_rows(family, train, tokenizer, load_teacher(family, teacher), teacher, 1,
+                                   [table, answered], False, tmp_path / "rows",
+                                   {"batch_size": 8, "seed": 1, "progress": False})
+    windows = len(train.encoded["input_ids"])
+    varied = len(family.encode("extra", augmented(train.examples, 1, 1), tokenizer).encoded["input_ids"])
+    added = len(family.encode("extra", questions, tokenizer).encoded["input_ids"])
+    assert added > len(questions)  # a paragraph longer than a window: several windows a question
+    assert encoded["labelled"] == [1] * (windows + varied) + [0] * added and not cached
+    assert len(encoded["teacher_logits"]) == len(encoded["input_ids"]) == windows + varied + added
+
+    results = distill("squad", teacher, "tiny", data, tmp_path / "run", cache_dir=tmp_path / "cache", prune=True,
+                      augment=0, unlabelled=[table, answered], **QA)
+    assert 0 <= results["f1"] <= 100
+    trained_rows(tmp_path / "run")
+    per_token_cache(tmp_path / "cache", windows + added, 2)
+    record = json.loads((tmp_path / "run" / "args.json").read_text())["extra"]
+    assert record["distill_rows"] == windows + added and record["unlabelled"] == [str(table), str(answered)]
+
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"question": "Where?"}) + "\n")
+    with pytest.raises(BertforgeError) as e:
+        read_unlabelled_questions([tmp_path / "bad.jsonl"], family)
+    assert one_line_error(e, "bad.jsonl:1", "'context'")
 
 
 # ---------------------------------------------------------------------------------------------------------
