@@ -77,16 +77,13 @@ def labelled_loss(out: dict, batch: dict, labelled, regression: bool = False):
 
 
 def span_labelled_loss(out: dict, batch: dict, labelled, regression: bool = False):
-    """The span loss on the labelled windows (`labelled`, bool [B]): the mean of the start's and the end's
-    cross-entropy, as the model's own (task_heads.span_outputs: positions outside the window ignored)."""
-    import torch.nn.functional as F
+    """The span loss on the labelled windows (`labelled`, bool [B]): the model's own (task_heads.span_cross_entropy)."""
+    from ..model.task_heads import span_cross_entropy
 
     if not labelled.any():
         return out["start_logits"].sum() * 0.0
-    length = out["start_logits"].shape[1]
-    return sum(F.cross_entropy(out[key].float()[labelled], batch[target][labelled].clamp(0, length),
-                               ignore_index=length)
-               for key, target in (("start_logits", "start_positions"), ("end_logits", "end_positions"))) / 2
+    return span_cross_entropy(*(out[key].float()[labelled] for key in ("start_logits", "end_logits")),
+                              *(batch[key][labelled] for key in ("start_positions", "end_positions")))
 
 
 def rows(batch: dict) -> int:

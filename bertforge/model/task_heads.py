@@ -135,12 +135,16 @@ def span_outputs(logits, attention_mask, start_positions, end_positions):
     start_logits, end_logits = logits.unbind(-1)
     loss = None
     if start_positions is not None and end_positions is not None:
-        length = start_logits.shape[1]
-        start = start_positions.clamp(0, length)
-        end = end_positions.clamp(0, length)
-        loss = (F.cross_entropy(start_logits, start, ignore_index=length)
-                + F.cross_entropy(end_logits, end, ignore_index=length)) / 2
+        loss = span_cross_entropy(start_logits, end_logits, start_positions, end_positions)
     return start_logits, end_logits, loss
+
+
+def span_cross_entropy(start_logits, end_logits, start_positions, end_positions):
+    """The mean of the start's and the end's cross-entropy (positions outside the input ignored, as the reference
+    does)."""
+    length = start_logits.shape[1]
+    return (F.cross_entropy(start_logits, start_positions.clamp(0, length), ignore_index=length)
+            + F.cross_entropy(end_logits, end_positions.clamp(0, length), ignore_index=length)) / 2
 
 
 def flatten_choices(input_ids, attention_mask, token_type_ids, inputs: dict):
