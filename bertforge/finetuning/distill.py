@@ -52,7 +52,8 @@ from .soft_targets import (  # noqa: F401 (PER_EXAMPLE, soft_target_loss, rows, 
 from .distill_embeddings import add_embedding_arguments, embedding_task, run_distill_embeddings
 from .distill_recipe import (
     AUGMENT_ROWS, DISTILL_DEFAULTS, DISTILL_RECIPES, FIXED, MAX_AUTO_AUGMENT, MAX_EPOCHS, MIN_STEPS, RANDOM_LR,
-    TRAINED_LR, distill_epochs, distill_settings, student_folder, student_start
+    SMALL_AUGMENT, SMALL_STUDENT, TRAINED_LR, distill_epochs, distill_settings, encoder_share, student_folder,
+    student_start
 )
 
 # --representations: the terms of general distillation (model/representation_loss.py) each choice trains on
@@ -279,9 +280,6 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
         raise BertforgeError(f"--teacher {teacher_dir}: not a model folder (no config.json)")
     tokenizer = BertTokenizer.from_pretrained(teacher_dir)
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
-    chosen, why = distill_settings(recipe, len(splits.train.examples), student_start(student, student_layers, prune),
-                                   augmentable, {"lr": train_options["lr"], "augment": augment})
-    train_options["lr"], augment = chosen["lr"], chosen["augment"]
     teacher = load_teacher(family, teacher_dir)
     torch.manual_seed(train_options["seed"])
     cut_from = None
@@ -290,6 +288,10 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     model = build_student(student, student_layers, teacher, teacher_dir, tokenizer, family, student_embeddings,
                           prune_sample(splits.train.encoded, train_options["seed"]) if prune else None, cut_from)
     model.config.extra.update(family.config_entries())
+    chosen, why = distill_settings(recipe, len(splits.train.examples), student_start(student, student_layers, prune),
+                                   augmentable, {"lr": train_options["lr"], "augment": augment},
+                                   encoder_share(model, teacher))
+    train_options["lr"], augment = chosen["lr"], chosen["augment"]
     regression = head == "BertForSequenceClassification" and teacher.config.num_labels == 1
     cache = Path(cache_dir) if cache_dir else default_cache()
     encoded, cached = distill_rows(family, splits.train, tokenizer, teacher, teacher_dir, augment, unlabelled,
@@ -439,9 +441,10 @@ def add_distill_arguments(p):
                    help=f"what --lr, --epochs and --augment not given are: adaptive: lr {TRAINED_LR:g} for a student "
                         f"that starts trained (--prune, --prune-from, --student-layers, a folder), {RANDOM_LR:g} for "
                         f"random layers; text and pair tasks under {AUGMENT_ROWS:,} examples get teacher-labelled "
-                        f"variants of each (at most {MAX_AUTO_AUGMENT}) to make about {AUGMENT_ROWS:,} rows; the "
-                        f"epochs that make {MIN_STEPS:,} steps (at most {MAX_EPOCHS}); fixed: lr {FIXED['lr']:g}, "
-                        f"{FIXED['epochs']:g} epochs, no variants")
+                        f"variants of each (at most {MAX_AUTO_AUGMENT}) to make about {AUGMENT_ROWS:,} rows, and a "
+                        f"student of at most {SMALL_STUDENT * 100:g}%% of the teacher's encoder at least {SMALL_AUGMENT}; "
+                        f"the epochs that make {MIN_STEPS:,} steps (at most {MAX_EPOCHS}); fixed: lr "
+                        f"{FIXED['lr']:g}, {FIXED['epochs']:g} epochs, no variants")
     add_task_run_arguments(p, DISTILL_DEFAULTS, None,
                            notes=dict.fromkeys(("lr", "epochs"), " (default: the --recipe's)"))
     add_embedding_arguments(p)

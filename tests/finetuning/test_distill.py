@@ -22,8 +22,8 @@ from bertforge.finetuning.distill import (
     build_student, distill, distill_rows, load_teacher, make_distiller, soft_target_loss
 )
 from bertforge.finetuning.distill_recipe import (
-    AUGMENT_ROWS, FIXED, MAX_AUTO_AUGMENT, MAX_EPOCHS, MIN_STEPS, RANDOM_LR, TRAINED_LR, distill_epochs,
-    distill_settings, student_start
+    AUGMENT_ROWS, FIXED, MAX_AUTO_AUGMENT, MAX_EPOCHS, MIN_STEPS, RANDOM_LR, SMALL_AUGMENT, SMALL_STUDENT,
+    TRAINED_LR, distill_epochs, distill_settings, encoder_share, student_start
 )
 from bertforge.finetuning.soft_targets import span_loss, token_loss
 from bertforge.finetuning.distill_data import augment_words, augmented, read_unlabelled, read_unlabelled_questions
@@ -780,8 +780,8 @@ def test_unlabelled_questions_get_the_teachers_spans_and_no_label_loss(wide_base
 # The recipe: what --lr, --augment and --epochs not given are, at the boundaries of its rules
 
 
-def adaptive(examples, start="cut", augmentable=True, **given):
-    return distill_settings("adaptive", examples, start, augmentable, {"lr": None, "augment": None, **given})
+def adaptive(examples, start="cut", augmentable=True, share=1.0, **given):
+    return distill_settings("adaptive", examples, start, augmentable, {"lr": None, "augment": None, **given}, share)
 
 
 @pytest.mark.parametrize("examples, variants", [
@@ -796,6 +796,33 @@ def test_text_tasks_under_the_row_count_get_variants_enough_to_reach_it(examples
     assert (f"--augment {variants}" in why) == bool(variants)
 
 
+@pytest.mark.parametrize("examples", [67_349, AUGMENT_ROWS, AUGMENT_ROWS - 1, AUGMENT_ROWS // (SMALL_AUGMENT + 1),
+                                      AUGMENT_ROWS // SMALL_AUGMENT, 1_000])
+def test_a_student_far_smaller_than_its_teacher_gets_variants_at_any_size(examples):
+    to_rows = adaptive(examples)[0]["augment"]
+    for share in (SMALL_STUDENT, SMALL_STUDENT / 10):
+        chosen, why = adaptive(examples, share=share)
+        assert chosen["augment"] == max(to_rows, SMALL_AUGMENT)
+        small = f"--augment {SMALL_AUGMENT}: a student of {share:.0%} of the teacher's encoder"
+        assert (small in why) == (to_rows < SMALL_AUGMENT)
+        assert (f"training examples, under {AUGMENT_ROWS:,}" in why) == (to_rows >= SMALL_AUGMENT)
+    assert adaptive(examples, share=SMALL_STUDENT * 1.01)[0]["augment"] == to_rows  # just above: the row rule alone
+    assert adaptive(examples, share=0.01, augmentable=False)[0]["augment"] == 0  # tokens, spans, choices, --alpha 1
+    assert adaptive(examples, share=0.01, augment=0)[0]["augment"] == 0  # what is given wins
+
+
+def test_encoder_share_counts_the_layers_not_the_embeddings_nor_the_head():
+    config = dict(vocab_size=100, max_position_embeddings=32, intermediate_size=64)
+    teacher = BertForSequenceClassification(BertConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                                                       **config))
+    student = BertForSequenceClassification(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                       **{**config, "vocab_size": 5000}).with_labels(list("abcdefghi")))
+    layer = sum(p.numel() for p in teacher.bert.encoder.layer[0].parameters())
+    pooler = sum(p.numel() for p in teacher.bert.pooler.parameters())
+    assert encoder_share(student, teacher) == pytest.approx((layer + pooler) / (4 * layer + pooler))
+    assert encoder_share(teacher, teacher) == 1
+
+
 def test_the_rate_is_the_starts_and_what_is_given_wins():
     assert [student_start(*a) for a in (("mini", None, True), ("tiny", [0, 1], False), ("mini", None, False),
                                         ("/a/model", None, False))] == ["cut", "layers", "random", "checkpoint"]
@@ -803,7 +830,7 @@ def test_the_rate_is_the_starts_and_what_is_given_wins():
         assert adaptive(3_000, start)[0]["lr"] == lr
     assert adaptive(3_000, augmentable=False)[0]["augment"] == 0  # token, span and choice tasks, or --alpha 1
     assert adaptive(3_000, lr=5e-5, augment=3) == ({"lr": 5e-5, "augment": 3}, "")
-    assert distill_settings("fixed", 3_000, "cut", True, {"lr": None, "augment": None})[0] == \
+    assert distill_settings("fixed", 3_000, "cut", True, {"lr": None, "augment": None}, 0.01)[0] == \
         {"lr": FIXED["lr"], "augment": FIXED["augment"]}
 
 
