@@ -442,9 +442,9 @@ def add_distill_arguments(p):
                         f"that starts trained (--prune, --prune-from, --student-layers, a folder), {RANDOM_LR:g} for "
                         f"random layers; text and pair tasks under {AUGMENT_ROWS:,} examples get teacher-labelled "
                         f"variants of each (at most {MAX_AUTO_AUGMENT}) to make about {AUGMENT_ROWS:,} rows, and a "
-                        f"student of at most {SMALL_STUDENT * 100:g}%% of the teacher's encoder at least {SMALL_AUGMENT}; "
-                        f"the epochs that make {MIN_STEPS:,} steps (at most {MAX_EPOCHS}); fixed: lr "
-                        f"{FIXED['lr']:g}, {FIXED['epochs']:g} epochs, no variants")
+                        f"student of at most {SMALL_STUDENT * 100:g}%% of the teacher's encoder at least "
+                        f"{SMALL_AUGMENT}; the epochs that make {MIN_STEPS:,} steps (at most {MAX_EPOCHS}); fixed: "
+                        f"lr {FIXED['lr']:g}, {FIXED['epochs']:g} epochs, no variants")
     add_task_run_arguments(p, DISTILL_DEFAULTS, None,
                            notes=dict.fromkeys(("lr", "epochs"), " (default: the --recipe's)"))
     add_embedding_arguments(p)
