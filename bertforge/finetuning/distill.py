@@ -240,7 +240,7 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     started = time.perf_counter()
     prune = prune or prune_from is not None
     check_distill_options(temperature, alpha, student, student_layers, representations, representation_weight, prune,
-                          augment)
+                          augment, recipe)
     train_options = task_training_options(options, DISTILL_DEFAULTS)
     teacher_dir = Path(teacher_dir)
     head = head_name(TASKS[task]) if task in TASKS else None
@@ -374,8 +374,11 @@ def real_tokens(batch: dict) -> int:
 
 
 def check_distill_options(temperature: float, alpha: float, student, layers, representations=None,
-                          representation_weight: float = 1.0, prune: bool = False, augment: int = 0) -> None:
-    """The checks the command line's types make, for calls from Python."""
+                          representation_weight: float = 1.0, prune: bool = False, augment: int = 0,
+                          recipe: str = "adaptive") -> None:
+    """The checks the command line's types and choices make, for calls from Python."""
+    if recipe not in DISTILL_RECIPES:
+        raise BertforgeError(f"--recipe must be one of {', '.join(DISTILL_RECIPES)}, not {recipe!r}")
     try:
         if augment is not None:
             AUGMENT(str(augment))

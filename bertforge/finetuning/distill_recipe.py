@@ -67,8 +67,6 @@ def distill_settings(recipe: str, examples: int, start: str, augmentable: bool, 
     """`given` (lr, augment: None where unsaid) completed by `recipe` for this many training examples, this start
     and a student of this `share` of the teacher's encoder (`encoder_share`), and why, in words; the epochs follow
     from the rows (`distill_epochs`)."""
-    if recipe not in DISTILL_RECIPES:
-        raise BertforgeError(f"--recipe must be one of {', '.join(DISTILL_RECIPES)}, not {recipe!r}")
     if recipe == "fixed":
         return {k: FIXED[k] if given[k] is None else given[k] for k in given}, "--recipe fixed"
     why = []

@@ -496,6 +496,7 @@ def test_bad_teachers_and_students_are_one_line_errors(teacher, sst2, tmp_path, 
     assert "layers" in fails("--student-layers", student="tiny", student_layers=[0, 1, 2], prune=True)
     assert "not a model folder" in fails("--prune-from", prune_from=tmp_path / "nothing")
     assert "at most 64" in fails("--augment", augment=10000)
+    assert "adaptive, fixed" in fails("--recipe", recipe="paper", teacher_dir=tmp_path)  # before the teacher is read
 
 
 def test_augment_takes_up_to_its_bound():
