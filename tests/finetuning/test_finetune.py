@@ -55,7 +55,10 @@ def test_glue_regression_and_submission(tiny_model, tmp_path, capsys):
     data = require_shared("data", "glue", "STS-B")
     result = run("stsb", tiny_model, data, tmp_path / "run")
     assert {"pearson", "spearman"} <= set(result)
-    assert rescored(capsys, "stsb", tmp_path / "run" / "best", data, 24)["pearson"] == pytest.approx(result["pearson"])
+    # the same checkpoint and pairs in batches of another size: fp32 sums differ in their last bits (AVX2 kernels),
+    # and a barely trained regressor's scores lie so close together that its Pearson moves in the fifth decimal
+    rescore = rescored(capsys, "stsb", tmp_path / "run" / "best", data, 24)
+    assert rescore["pearson"] == pytest.approx(result["pearson"], abs=1e-4)
     assert main(["predict", "stsb", "--model", str(tmp_path / "run" / "best"), "--data", str(data),
                  "--out", str(tmp_path / "pred"), "--max-eval-examples", "5"]) == 0
     lines = (tmp_path / "pred" / "STS-B_test.tsv").read_text().splitlines()
