@@ -355,6 +355,7 @@ def student_model(spec: str, teacher_dir: Path, tokenizer, encoded: dict, teache
 
 def train_student(model, job: EmbeddingJob, out, train_options: dict, run: dict, started: float) -> dict:
     """The training loop over run["epochs"], held-out figures each epoch; RUN/eval_results.json."""
+    from ..training.run_folder import best_score
     from ..training.train import fit, setup_distributed
 
     ctx = setup_distributed(train_options.get("device"))
@@ -365,9 +366,10 @@ def train_student(model, job: EmbeddingJob, out, train_options: dict, run: dict,
     fit(model, job, args, ctx, started)
     if not ctx.main:
         return {}
-    history = [{k: row[k] for k in ("step", "mse", "cosine")} for row in read_json_lines(out / "metrics.jsonl")
-               if "cosine" in row]
-    best = max(history, key=lambda row: row["cosine"]) if history else {}
+    rows = [row for row in read_json_lines(out / "metrics.jsonl") if "cosine" in row]
+    history = [{k: row[k] for k in ("step", "mse", "cosine")} for row in rows]
+    scores = [best_score(row, "cosine") for row in rows]
+    best = history[scores.index(max(scores))] if history else {}
     results = {"task": "embeddings", "teacher": run["teacher"], "student": run["model"], "prune": run["prune"],
                **{k: v for k, v in best.items() if k != "step"}, "step_of_best": best.get("step"),
                "dimension": model.dimension, "texts": run["texts"], "held_out_texts": len(job.held),

@@ -53,7 +53,7 @@ LARGE_STEPS, LARGE_LR = 1500, 5e-5
 TRAINER = dict(lr=5e-5, batch_size=8, epochs=3.0, warmup=0.0, weight_decay=0.0)
 CHOSEN = ("lr", "batch_size", "warmup", "weight_decay")  # the training options a recipe sets, beside the epochs
 EPOCH_RUN = ("steps", "eval_every")  # training options a fine-tuning run sets itself: epochs, an evaluation each
-LOG_KEYS = {"step", "loss", "lr", "tokens_per_s"}  # the training figures of a metrics.jsonl row
+LOG_KEYS = {"step", "loss", "lr", "tokens_per_s", "skipped"}  # the training figures of a metrics.jsonl row
 
 
 def shuffled_order(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -229,6 +229,7 @@ def train_on_task(family: TaskFamily, model, tokenizer, splits: TaskSplits, enco
     `finetune` describes it. `batch_keys` (key -> padding) are what the model reads beyond the family's, and
     `loss_units` its loss terms (see train.TrainingJob) where they are not the family's one loss; `teacher`: a
     distillation teacher's scores on the same splits, recorded beside the best epoch's with the share it keeps."""
+    from ..training.run_folder import best_score
     from ..training.train import fit, setup_distributed
 
     ctx = setup_distributed(train_options.get("device"))
@@ -249,9 +250,10 @@ def train_on_task(family: TaskFamily, model, tokenizer, splits: TaskSplits, enco
     fit(model, job, args, ctx, started)
     if not ctx.main:
         return {}
-    history = [{k: v for k, v in row.items() if k not in LOG_KEYS}
-               for row in read_json_lines(out / "metrics.jsonl") if family.best_metric in row]
-    best = max(history, key=lambda m: m.get(family.best_metric, -math.inf)) if history else {}
+    rows = [row for row in read_json_lines(out / "metrics.jsonl") if family.best_metric in row]
+    history = [{k: v for k, v in row.items() if k not in LOG_KEYS} for row in rows]
+    scores = [best_score(row, family.best_metric) for row in rows]
+    best = history[scores.index(max(scores))] if history else {}  # where none can be best: the first epoch's
     results = {"task": run["task"], **best, "epoch_of_best": history.index(best) + 1 if history else None,
                "history": history, "train_examples": len(splits.train.examples),
                "wall_time_s": run_wall_seconds(out, started)}

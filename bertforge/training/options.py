@@ -15,6 +15,9 @@ from ..core.flags import DEVICE_HELP, count, duration, fraction_or_steps, non_ne
 from ..core.io import read_json
 
 TENSORBOARD_MISSING = "needs the tensorboard package: pip install -e '.[tensorboard]'"
+# Steps in a row whose loss or gradient is not finite that stop a run (each such step is skipped, the weights left
+# as they were): a rare bad batch is survived, a broken model (NaN weights, a bad config) or rate never recovers.
+NONFINITE_STEPS = 10
 
 
 def reporter(text: str) -> str:

@@ -1,10 +1,11 @@
 """What a training run keeps in its folder: step checkpoints written atomically (a COMPLETE marker last) with
 the state that exact resume needs, the run folder's guard against starting over an earlier run, and
-metrics.jsonl (with its TensorBoard copy)."""
+metrics.jsonl (with its TensorBoard copy) and which of its rows may be best/."""
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from pathlib import Path
@@ -122,6 +123,15 @@ class Checkpointer:
             torch.cuda.set_rng_state(rng["cuda"])
         self.earlier_s = state.get("wall_s")  # absent from a checkpoint of a version before it was recorded
         return state["step"]
+
+
+def best_score(row: dict, metric: str) -> float:
+    """A metrics.jsonl row's `metric` as a candidate for RUN/best (higher is better): -inf where the row has none,
+    where it is not finite, or where the row's step was skipped (its loss or gradient not finite): no best/ is
+    saved from a model that does not train."""
+    score = row.get(metric)
+    return score if isinstance(score, (int, float)) and math.isfinite(score) and not row.get("skipped") \
+        else -math.inf
 
 
 class MetricsLog:

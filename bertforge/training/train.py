@@ -7,6 +7,11 @@ rest: AdamW with warm-up and linear decay, gradient accumulation, clipping, bf16
 progress with rate and ETA, TensorBoard event files if asked, atomic checkpoints, exact resume, and a clean stop
 on SIGINT/SIGTERM.
 
+A step whose loss or gradient is not finite is skipped (the weights and the optimizer's state stay as they were;
+its metrics.jsonl row says "skipped"), and a run whose steps stay so for NONFINITE_STEPS steps in a row, or that
+ends or stops on one, fails with a one-line error: no checkpoint, best/ or final/ is written after such a step, so
+the run folder resumes from the last checkpoint before them.
+
 Losses are combined so that the result does not depend on how a global batch is split across processes and
 accumulation steps: each term (e.g. masked-LM, averaged over masked tokens) is weighted by its units in the
 micro-batch over its units in the whole global batch.
@@ -17,6 +22,7 @@ import math
 import os
 import signal
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +37,9 @@ from ..core.io import exclusive, remove_folder
 from ..core.errors import BertforgeError
 from ..core.heap import bound_heap_growth
 from .optim import TimeSchedule, make_optimizer, step_schedule
-from .options import TrainArgs
+from .options import NONFINITE_STEPS, TrainArgs
 from .resume import check_resume, write_record
-from .run_folder import Checkpointer, MetricsLog, check_run_folder, step_folder
+from .run_folder import Checkpointer, MetricsLog, best_score, check_run_folder, latest_checkpoint, step_folder
 from ..inference.runtime import warn_if_emulated_bf16
 
 log = logging.getLogger("bertforge")
@@ -175,7 +181,8 @@ TIMED_BAR = "{l_bar}{bar}| {n_fmt}/{total_fmt} s of training [{elapsed} in all, 
 
 class Loop:
     """The steps of one run, from `start`: train, evaluate (keeping the best checkpoint, counting patience),
-    log, save, and stop when asked (SIGINT/SIGTERM), when patience runs out or when the time budget is spent."""
+    log, save, and stop when asked (SIGINT/SIGTERM), when patience runs out or when the time budget is spent;
+    fail when the loss stays not finite (`skipped`: the steps in a row that were skipped for it)."""
 
     def __init__(self, model, job: TrainingJob, args: TrainArgs, ctx: Dist, optimizer, scheduler, ckpt, start: int):
         self.model, self.job, self.args, self.ctx = model, job, args, ctx
@@ -189,9 +196,10 @@ class Loop:
                         disable=not (args.progress and ctx.main), dynamic_ncols=True,
                         bar_format=TIMED_BAR if self.timed else None)
         self.last_eval = {}
-        scores = [row[job.best_metric] for row in self.metrics_log.rows if job.best_metric in row]
+        scores = [best_score(row, job.best_metric) for row in self.metrics_log.rows if job.best_metric in row]
         self.best = max(scores, default=-math.inf)
         self.since_best = len(scores) - 1 - scores.index(self.best) if scores else 0  # evaluations since the best
+        self.skipped = 0  # a run resumes from a checkpoint, written after a step that was not skipped
         self.tokens_since, self.clock = 0, time.perf_counter()
 
     def run(self, start: int) -> int:
@@ -202,16 +210,17 @@ class Loop:
                 break
             row = self.train(step)
             done = step + 1
+            self.skipped = self.skipped + 1 if row.get("skipped") else 0
             last = done == self.args.steps or (self.timed and self.scheduler.finished)
             evaluated = bool(self.args.eval_every) and (done % self.args.eval_every == 0 or last)
             if evaluated:
-                row.update(self.evaluate(done))
+                row.update(self.evaluate(done, row))
             if done % self.args.log_every == 0 or last or evaluated:
                 self.log(row)
             advance = min(round(self.scheduler.seconds), self.bar.total) - self.bar.n if self.timed else 1
             if advance:  # timed: whole seconds; a step within the same second redraws nothing
                 self.bar.update(advance)
-            if self.stops(done, last):
+            if self.stops(done, last, row["loss"]):
                 break
         return done
 
@@ -225,16 +234,19 @@ class Loop:
             spent = float(self.ctx.all_reduce(torch.tensor([spent if self.ctx.main else 0.0], dtype=torch.float64)))
             self.scheduler.step(spent)
         else:
-            self.scheduler.step()
+            with warnings.catch_warnings():  # torch's, where a run's first step is skipped: the rate is not off by one
+                warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step\\(\\)` before")
+                self.scheduler.step()
         self.tokens_since += stats.pop("tokens")
         row = {"step": step + 1, **stats, "lr": self.scheduler.get_last_lr()[0]}
         return row | ({"train_seconds": round(self.scheduler.seconds, 3)} if self.timed else {})
 
-    def evaluate(self, done: int) -> dict:
-        """The evaluation's figures; a better `best_metric` saves RUN/best, a worse one counts against patience."""
+    def evaluate(self, done: int, row: dict) -> dict:
+        """The evaluation's figures after the step of `row`; a better `best_metric` saves RUN/best (never one that
+        is not finite, nor after a skipped step: run_folder.best_score), a worse one counts against patience."""
         self.last_eval = evaluate_on_main(self.model, self.job, self.ctx)
         metric = self.job.best_metric
-        if metric and self.last_eval.get(metric, -math.inf) > self.best:
+        if metric and best_score(row | self.last_eval, metric) > self.best:
             self.best, self.since_best = self.last_eval[metric], 0
             self.ckpt.save(self.model, self.optimizer, self.scheduler, done, name="best", full=False)
         elif metric and self.ctx.main:
@@ -248,13 +260,17 @@ class Loop:
         self.metrics_log.write(row)
         self.bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s'] or 0:.0f}")
 
-    def stops(self, done: int, last: bool) -> bool:
-        """Saves at --save-every and on a stop request (raising `Interrupted`); whether patience ran out."""
+    def stops(self, done: int, last: bool, loss: float) -> bool:
+        """Saves at --save-every and on a stop request (raising `Interrupted`); whether patience ran out. Fails
+        (a BertforgeError) after NONFINITE_STEPS skipped steps in a row, or where the run would end or stop on one:
+        nothing is saved after a skipped step."""
         args = self.args
         flags = self.ctx.all_reduce(torch.tensor([float(self.stop.requested),
                                                   float(bool(args.patience) and self.since_best >= args.patience)]))
         stop_now, patience_out = bool(flags[0]), bool(flags[1])
-        if (args.save_every and done % args.save_every == 0) or stop_now:
+        if self.skipped >= NONFINITE_STEPS or (self.skipped and (last or stop_now or patience_out)):
+            raise self.not_finite(done, loss)
+        if (args.save_every and done % args.save_every == 0 and not self.skipped) or stop_now:
             self.ckpt.save(self.model, self.optimizer, self.scheduler, done)
         if stop_now:
             raise Interrupted(f"stopped at step {done}: checkpoint saved in {step_folder(args.out, done)}; "
@@ -265,6 +281,14 @@ class Loop:
                          f"{self.job.best_metric} than {self.best:.4f}")
             return True
         return False
+
+    def not_finite(self, done: int, loss: float) -> BertforgeError:
+        """The error that stops a run whose last `skipped` steps had a loss or gradient that was not finite."""
+        folder = latest_checkpoint(self.args.out)
+        resumes = f"--resume continues from its last checkpoint before them, {folder}" if folder else \
+            "it has no checkpoint before them to resume from: start it over with --overwrite"
+        return BertforgeError(f"step {done}: the loss or its gradient has not been finite for {self.skipped} steps "
+                              f"in a row (the last loss: {loss:.4g}); the run stops without saving; {resumes}")
 
     def close(self):
         self.bar.close()
@@ -290,14 +314,17 @@ def train_step(model, job: TrainingJob, args: TrainArgs, ctx: Dist, step: int, o
         sums[:-1] += torch.tensor([float(out[t].detach()) * w if w > 0 else 0.0 for t, w in zip(terms, weights)],
                                   dtype=torch.float64)
         sums[-1] += float(batch["attention_mask"].sum()) if "attention_mask" in batch else 0.0
-    if args.max_grad_norm:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    # the norm of the gradients, which DDP made the same in every process (clipped only with --max-grad-norm)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm or math.inf)
     sums = ctx.all_reduce(sums)
     stats = {t: float(v) for t, v in zip(terms, sums[:-1])}
     stats["loss"] = sum(stats.values()) if "loss" not in stats else stats["loss"]
     stats["tokens"] = float(sums[-1])
+    if math.isfinite(stats["loss"]) and math.isfinite(norm):
+        optimizer.step()
+    else:  # the weights and the optimizer's state stay as they were
+        stats["skipped"] = True
+    optimizer.zero_grad(set_to_none=True)
     return stats
 
 

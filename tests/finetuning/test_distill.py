@@ -33,6 +33,7 @@ from bertforge.tasks import make_family
 from bertforge.inference.answer_spans import SquadExample
 from bertforge.tasks.glue import GlueExample
 from tests.conftest import one_line_error, require_shared, write_jsonl
+from tests.training.test_train import nan_weights
 
 OPTIONS = dict(epochs=1, batch_size=8, max_train_examples=48, max_eval_examples=16, lr=1e-3, progress=False)
 DISTILLED = {**OPTIONS, "augment": 0}  # the recipe's variants left out: these tests count rows and steps
@@ -885,3 +886,13 @@ def test_the_default_command_says_and_records_its_choices_and_resumes_them(teach
     # outputs now read from the cache
     final = [run / "final" / "model.safetensors" for run in (resumed, whole)]
     assert final[0].read_bytes() == final[1].read_bytes()
+
+
+def test_a_student_with_nan_weights_stops_the_run_without_best(teacher, sst2, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["distill", "sst2", "--teacher", str(teacher), "--student", str(nan_weights(teacher, tmp_path / "s")),
+                 "--data", str(sst2), "--out", str(run), "--max-train-examples", "48", "--max-eval-examples", "16",
+                 "--augment", "0", "--epochs", "2", "--batch-size", "8", "--no-progress",
+                 "--cache-dir", str(tmp_path / "cache")]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith("bertforge: error: step 10: the loss or its gradient")
+    assert not any((run / name).exists() for name in ("best", "final", "eval_results.json"))

@@ -20,6 +20,7 @@ from bertforge.finetuning.distill_embeddings import held_out_rows, read_texts
 from bertforge.model.sentence_encoder import SentenceEncoder, embedding_mse, pooled
 from bertforge.model.sentence_folder import POOLINGS, pool, read_sentence_folder, write_sentence_folder
 from tests.conftest import one_line_error, require_shared, write_jsonl
+from tests.training.test_train import nan_weights
 
 TEACHER = dict(hidden_size=192, num_hidden_layers=3, num_attention_heads=6, intermediate_size=768)
 
@@ -214,3 +215,11 @@ def test_bad_input_is_a_one_line_error(teacher, texts, tmp_path, capsys):
     assert main(["distill", "sst2", "--teacher", str(teacher), "--student", "tiny", "--out", str(tmp_path / "r"),
                  *inputs]) == 2
     assert "--input" in capsys.readouterr().err
+
+
+def test_a_student_with_nan_weights_fails_where_the_run_would_end_without_best(teacher, texts, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert distill(teacher, texts, out, "--student", str(nan_weights(teacher, tmp_path / "student"))) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith("bertforge: error: step 6: the loss or its gradient "
+                                                               "has not been finite for 6 steps")
+    assert not any((out / name).exists() for name in ("best", "final", "eval_results.json"))

@@ -22,6 +22,7 @@ from bertforge.tasks import make_family
 from bertforge.tasks.glue import read_glue
 from bertforge.model.task_heads import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
 from tests.conftest import require_shared
+from tests.training.test_train import nan_weights
 
 
 def run(task, model, data, out, **kw):
@@ -427,3 +428,18 @@ def test_a_log_gets_the_training_bar_without_cursor_codes(tiny_model, tmp_path, 
                  "--batch-size", "8"]) == 0
     err = capfd.readouterr().err
     assert "step" in err and "\x1b[A" not in err and "evaluate dev" not in err
+
+
+def test_a_model_with_nan_weights_stops_in_one_line_and_saves_no_model(tiny_model, tmp_path, capsys):
+    """Every loss NaN: the tenth step stops the run (the evaluations after epochs 1 and 2 save no best/)."""
+    data, run = require_shared("data", "glue", "SST-2"), tmp_path / "run"
+    assert main(["finetune", "sst2", "--model", str(nan_weights(tiny_model, tmp_path / "nan")), "--data", str(data),
+                 "--out", str(run), "--epochs", "3", "--batch-size", "8", "--max-train-examples", "32",
+                 "--max-eval-examples", "16", "--lr", "1e-3", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith("bertforge: error: step 10: the loss or its gradient has not been finite "
+                                           "for 10 steps in a row (the last loss: nan)")
+    assert "--overwrite" in err and "Traceback" not in err
+    assert not any((run / name).exists() for name in ("best", "final", "eval_results.json"))
+    assert [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if "accuracy" in r] == [4, 8]

@@ -21,6 +21,7 @@ from bertforge.data.create import create_pretraining_data
 from bertforge.pretraining.pretrain import collapse_warning
 from bertforge.pretraining.demo import module_documents
 from bertforge.text.wordpiece import train_vocab
+from tests.training.test_train import nan_weights
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
@@ -360,3 +361,19 @@ def test_a_modernbert_config_refuses_the_next_sentence_objective(data_dir, tmp_p
     assert main(["pretrain", "--data", str(data_dir), "--config", str(tmp_path / "config.json"), "--objective",
                  "mlm+nsp", "--steps", "1", "--out", str(tmp_path / "run")]) == 2
     assert "has no next-sentence head: pre-train it with --objective mlm" in capsys.readouterr().err
+
+
+def test_a_start_with_nan_weights_fails_at_the_end_without_any_checkpoint(data_dir, tmp_path, capsys):
+    """Six steps, each loss NaN (fewer than NONFINITE_STEPS): the run fails where it would end; its --save-every
+    checkpoint and final/ are not written from the NaN model."""
+    start, run = tmp_path / "start", tmp_path / "run"
+    assert main(["pretrain", *cli(data_dir, start, steps=1)]) == 0
+    broken = nan_weights(start / "final", tmp_path / "broken")
+    capsys.readouterr()
+    assert main(["pretrain", *cli(data_dir, run, "--init-from", str(broken), steps=6)]) == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith("bertforge: error: step 6: the loss or its gradient has not been finite for 6 steps")
+    assert error.endswith("start it over with --overwrite")
+    assert not list(run.glob("step-*")) and not (run / "final").exists()
+    assert main(["pretrain", *cli(data_dir, run, "--init-from", str(broken), "--resume", steps=6)]) == 2
+    assert "nothing to resume" in capsys.readouterr().err

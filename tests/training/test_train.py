@@ -1,9 +1,13 @@
 """The training loop against a plain reference loop: transformers' model, torch's AdamW, transformers' schedule."""
 
 import json
+import math
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
+import safetensors.torch
 import torch
 import transformers
 
@@ -11,6 +15,7 @@ from bertforge.model.config import BertConfig
 from bertforge.core.errors import BertforgeError
 from bertforge.core.io import remove_folder
 from bertforge.training.optim import GoogleAdamW
+from bertforge.training.options import NONFINITE_STEPS
 from bertforge.training.train import TrainArgs, fit
 from bertforge.model.task_heads import BertForSequenceClassification
 from tests.conftest import one_line_error
@@ -161,3 +166,93 @@ def test_micro_batches_are_trimmed_to_their_longest_row_per_token_values_too():
     assert {k: tuple(v.shape) for k, v in first.items()} == {"attention_mask": (1, 2), "input_ids": (1, 2),
                                                             "soft": (1, 2, 3), "labels": (1, 2), "per_row": (1, 3)}
     assert second["soft"].shape == (1, 4, 3)
+
+
+def nan_weights(model_dir, folder) -> Path:
+    """A copy of the checkpoint folder `model_dir` whose embeddings' LayerNorm weight starts with NaN: every loss of a
+    model that starts from it is NaN."""
+    shutil.copytree(model_dir, folder)
+    weights = safetensors.torch.load_file(folder / "model.safetensors")
+    weights[next(k for k in weights if k.endswith("embeddings.LayerNorm.weight"))][0] = math.nan
+    safetensors.torch.save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+def classifier() -> BertForSequenceClassification:
+    torch.manual_seed(0)
+    return BertForSequenceClassification(BertConfig(**{**MINI, "id2label": {0: "a", 1: "b", 2: "c"}}))
+
+
+def unlearnable(data: list[dict], steps) -> list[dict]:
+    """`data` with the batches of `steps` (from 0) labelled -100 throughout: their mean loss is 0 / 0, NaN."""
+    return [{**b, "labels": torch.full_like(b["labels"], -100)} if i in steps else b for i, b in enumerate(data)]
+
+
+class Scored(FixedBatches):
+    """FixedBatches whose evaluations give `scores` in turn (the best metric)."""
+    best_metric = "score"
+
+    def __init__(self, data, scores):
+        super().__init__(data)
+        self.scores = iter(scores)
+
+    def evaluate(self, model):
+        return {"score": next(self.scores)}
+
+
+def metrics(run) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def best_step(run) -> str:
+    return (run / "best" / "COMPLETE").read_text()
+
+
+def test_a_step_whose_loss_is_not_finite_leaves_the_weights_and_writes_no_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    args = TrainArgs(out=run, steps=6, batch_size=8, lr=LR, warmup=WARMUP, progress=False, save_every=1, keep=6)
+    fit(classifier(), FixedBatches(unlearnable(batches(6), {2, 3})), args)
+    rows = metrics(run)
+    assert [r["step"] for r in rows if r.get("skipped")] == [3, 4] and all(math.isnan(rows[i]["loss"]) for i in (2, 3))
+    assert sorted(p.name for p in run.glob("step-*")) == ["step-0000001", "step-0000002", "step-0000005",
+                                                         "step-0000006"]
+    state = torch.load(run / "step-0000006" / "training_state.pt", weights_only=True)
+    assert {float(s["step"]) for s in state["optimizer"]["state"].values()} == {4.0}  # 4 updates in 6 steps
+    final = BertForSequenceClassification.from_pretrained(run / "final")
+    assert all(bool(p.isfinite().all()) for p in final.parameters())
+
+
+def test_a_loss_that_stays_not_finite_stops_the_run_which_resumes_from_its_last_checkpoint(tmp_path):
+    """Steps 4 on give NaN: the tenth of them stops the run; the evaluations after step 3 (of a model that no
+    longer trains, whatever they score) save no best/, and no checkpoint is written after step 3."""
+    run, data = tmp_path / "run", batches(20)
+    options = dict(out=run, steps=20, batch_size=8, lr=LR, warmup=WARMUP, progress=False, save_every=2,
+                   eval_every=2)
+    with pytest.raises(BertforgeError) as excinfo:
+        fit(classifier(), Scored(unlearnable(data, range(3, 20)), range(10)), TrainArgs(**options))
+    one_line_error(excinfo, f"step {3 + NONFINITE_STEPS}: ", f"for {NONFINITE_STEPS} steps", "nan",
+                   run / "step-0000002")
+    assert sorted(p.name for p in run.glob("step-*")) == ["step-0000002"] and not (run / "final").exists()
+    assert best_step(run) == "step 2\n"
+    fit(classifier(), Scored(data, range(10, 20)), TrainArgs(**options, resume=True))
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == list(range(1, 21)) and not any(r.get("skipped") for r in rows)
+    assert best_step(run) == "step 20\n" and (run / "final").is_dir()
+
+
+def test_a_run_that_ends_on_a_loss_not_finite_fails_and_has_nothing_to_resume_without_checkpoints(tmp_path):
+    run = tmp_path / "run"
+    args = TrainArgs(out=run, steps=3, batch_size=8, lr=LR, warmup=WARMUP, progress=False, eval_every=1)
+    with pytest.raises(BertforgeError) as excinfo:
+        fit(classifier(), Scored(unlearnable(batches(3), {1, 2}), [0.1, 0.9, 0.8]), args)
+    one_line_error(excinfo, "step 3: ", "for 2 steps", "--overwrite")
+    assert best_step(run) == "step 1\n" and not (run / "final").exists()
+
+
+def test_a_score_that_is_not_finite_is_never_best_also_after_resume(tmp_path):
+    run = tmp_path / "run"
+    options = dict(out=run, batch_size=8, lr=LR, warmup=WARMUP, progress=False, eval_every=2, save_every=2)
+    fit(classifier(), Scored(batches(6), [math.nan, 0.5]), TrainArgs(**options, steps=4))
+    assert best_step(run) == "step 4\n"
+    fit(classifier(), Scored(batches(6), [0.6]), TrainArgs(**options, steps=6, resume=True))
+    assert best_step(run) == "step 6\n"  # 0.6 beats 0.5: the NaN before it is no score to beat
