@@ -7,7 +7,8 @@ padded tokens (shortest first, see inference.plan_batches; for a runtime that co
 further by length), runs them, and completes each request's future as its last row is done. Under load,
 clients answered by one batch send their next requests together, and the sliding window gathers them into
 the next batch instead of running the first few alone. A request whose client went away is dropped (`drop`):
-its rows that no batch has taken are not computed. With several workers, one gathers the next batch
+its rows that no batch has taken are not computed. A batch that fails is run again one request at a time
+(`run_rows`): each request gets its own answer or its own error. With several workers, one gathers the next batch
 while the others run theirs (on 2 cores, two single-threaded batches at once ran 8% faster offline than one
 on two threads; under load the gain was not established: BENCHMARKS.md, "Serving").
 """
@@ -155,25 +156,38 @@ class Batcher:
         lengths = [n for job_lengths, _ in sizes for n in job_lengths]
         widths = [w for _, job_widths in sizes for w in job_widths]
         for batch in plan_batches(lengths, None, self.max_tokens, widths, self.call_tokens):
-            members = [rows[k] for k in batch if not (rows[k][0].failed or rows[k][0].dropped)]
-            if not members:
-                continue
-            try:
-                results = run_batch(self.forward, [job.rows[i] for job, i in members], self.pad_id)
-            except Exception as e:  # a model failure fails its requests, never the worker
-                for job in {id(job): job for job, _ in members}.values():
-                    job.failed = True
-                    self.done(job, e)
-                continue
-            if self.on_batch is not None:
-                self.on_batch(len(members), max(lengths[k] for k in batch) * max(widths[k] for k in batch) * len(batch))
-            for (job, i), result in zip(members, results):
-                job.results[i] = result
-                job.left -= 1
-                if job.left == 0:
-                    self.done(job)
+            self.run_rows([(*rows[k], lengths[k], widths[k]) for k in batch])
         for job in jobs:  # those dropped while their batches ran
             if job.dropped:
+                self.done(job)
+
+    def run_rows(self, batch: list[tuple[Request, int, int, int]]):
+        """One model batch of rows, each (request, row index, tokens, sequences), those of requests failed or
+        dropped left out: each result recorded, a request answered with its last. Where the batch fails and holds
+        rows of several requests, each request's rows run again alone, so that a failure (an input the model
+        cannot take, or rows it cannot take together) fails the request it belongs to only, with its own error;
+        a model failure fails requests, never the worker."""
+        batch = [member for member in batch if not (member[0].failed or member[0].dropped)]
+        if not batch:
+            return
+        try:
+            results = run_batch(self.forward, [job.rows[i] for job, i, _, _ in batch], self.pad_id)
+        except Exception as e:
+            jobs = list({id(job): job for job, *_ in batch}.values())
+            if len(jobs) == 1:
+                jobs[0].failed = True
+                self.done(jobs[0], e)
+            else:
+                for job in jobs:
+                    self.run_rows([member for member in batch if member[0] is job])
+            return
+        if self.on_batch is not None:
+            padded = max(n for _, _, n, _ in batch) * max(w for _, _, _, w in batch) * len(batch)
+            self.on_batch(len(batch), padded)
+        for (job, i, _, _), result in zip(batch, results):
+            job.results[i] = result
+            job.left -= 1
+            if job.left == 0:
                 self.done(job)
 
     def done(self, job: Request, error: BaseException | None = None):

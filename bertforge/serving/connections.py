@@ -63,6 +63,7 @@ class Deadlines:
     send_timeout, stalled = SEND_TIMEOUT, None
     header_timer = send_timer = None
     over_limit = False
+    not_http = False  # bytes that are not a request came while an answer was due: the 400 follows that answer
 
     def connection_made(self, transport):
         if len(self.connections) >= self.max_connections:
@@ -94,6 +95,27 @@ class Deadlines:
 
     def headers_pending(self) -> bool:
         raise NotImplementedError
+
+    def send_400_response(self, msg: str):
+        """Bytes that are not an HTTP request: a typed 400, and the connection closed. Where they follow a request
+        whose answer is still due (what a client sent past its Content-Length is read as the next request), the
+        400 comes after that answer, in order; uvicorn's httptools protocol wrote it at once and closed, and the
+        answer was lost."""
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.not_http = True
+            return
+        self.transport.write(refusal_bytes(400, "Bad Request", "bad_request", "the bytes received are not an HTTP "
+                                           "request (those sent past a body's Content-Length begin the next one)"))
+        self.transport.close()
+        if self.refused is not None:
+            self.refused(400, "bad_request", "")
+
+    def on_response_complete(self):
+        super().on_response_complete()
+        if self.not_http:
+            self.send_400_response("")
 
     def pause_writing(self):
         """The transport's buffer is over its high-water mark: the client reads slower than the answer comes, or

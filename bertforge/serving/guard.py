@@ -4,11 +4,14 @@
 required (--api-key, in one Authorization header), and the request body read as it arrives and refused with a
 413 once it passes the limit, whatever its transfer encoding (a chunked body is not read to its end), or with a
 408 where it has not arrived whole --body-timeout seconds after the headers (its connection then closed; the
-headers' deadline is connections.py's). `Limits`: the limits of a request, checked in one place. `REQUEST`:
-every route's request body typed strictly, and `problems`, its validation errors as one line naming each field.
+headers' deadline is connections.py's). `Limits`: the limits of a request, checked in one place (JSON nested
+more than core.io.MAX_JSON_DEPTH deep among them). `REQUEST`: every route's request body typed strictly, and
+`problems`, its validation errors as one line naming each field, or where and why a body is not JSON;
+`http_refusal`, Starlette's own refusals (no such route, a body FastAPI could not parse) as typed ones.
 `Refused` is a typed refusal, answered as {"error", "error_type"} like every other error; `json_bytes` writes
 JSON that is always valid (NaN refused, a lone surrogate escaped); `scrub` makes an error message fit for a
-client: one line, and no absolute path of this machine.
+client: one line, and no absolute path of this machine; `unexpected`, what a client is told of an exception
+nobody expected (its type).
 """
 
 import asyncio
@@ -18,12 +21,15 @@ import json
 import re
 from pathlib import Path
 
+from ..core.io import MAX_JSON_DEPTH, too_deep
+
 MAX_BODY = 4 << 20  # bytes of request body
 CUT = 'send "truncate": true to cut it'  # how a request has an input over --max-input-tokens cut (see Limits)
 # Every route's request body, as the pydantic model config of each (serve.py, tei.py, openai_api.py): unknown fields
 # refused, and each value of the JSON type its route declares, never converted: true is not the number 1 (bool is
 # an int in Python), "yes" not true, "5" not 5; a whole number is a float's value. A 422 naming the field otherwise.
 REQUEST = {"extra": "forbid", "strict": True}
+TOO_DEEP = f"the body's JSON nests more than {MAX_JSON_DEPTH} levels deep, which no request needs"
 JSON_TYPES = {bool: "a boolean", int: "a whole number", float: "a decimal number", str: "a text", list: "an array",
               dict: "an object", type(None): "null"}
 
@@ -55,6 +61,8 @@ class Limits:
         from ..inference.inputs import is_ids
         from ..inference.pipeline_base import TooLong
 
+        if too_deep([inputs]):  # the body's depth, inputs one level down
+            raise Refused(422, "validation", TOO_DEEP)
         if isinstance(inputs, list) and not is_ids(inputs):  # token ids: one input
             self.check_items(len(inputs))
         try:
@@ -82,10 +90,13 @@ class Limits:
                                             "(--max-client-batch)")
 
 
-def problems(errors: list[dict]) -> str:
+def problems(errors: list[dict], body=None) -> str:
     """pydantic's validation errors of a request body (its `errors()`) as one line: a problem per field, with the
     JSON type given where it is not the one declared. Of a field of several shapes (ids: token ids, or lists of
-    them), the problem found deepest in the value, where the shape it was checked against fitted longest."""
+    them), the problem found deepest in the value, where the shape it was checked against fitted longest. A body
+    that is not JSON (FastAPI's json_invalid error; `body`: its text) is told where and why."""
+    if errors and errors[0]["type"] == "json_invalid":
+        return not_json(errors[0], body if isinstance(body, str) else "")
     found = {}
     for e in errors:
         field = e["loc"][1] if len(e["loc"]) > 1 else None
@@ -100,6 +111,33 @@ def problem(error: dict) -> str:
     given = type(error.get("input"))
     wrong_type = error["type"].endswith("_type") and given in JSON_TYPES
     return f"{where}: {error['msg']}{f', not {JSON_TYPES[given]}' if wrong_type else ''}"
+
+
+def not_json(error: dict, text: str) -> str:
+    """Where and why the body `text` is not JSON (json's message, the position in FastAPI's error): its line and
+    column, and a control character (a raw NUL, a tab in a text) named, with the escape JSON writes it as."""
+    at = error["loc"][1]
+    line, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+    why = re.sub(r" (starting )?at$", "", error["ctx"]["error"])
+    if at < len(text) and ord(text[at]) < 0x20:
+        why += f" U+{ord(text[at]):04X}, which a JSON text writes as \\u{ord(text[at]):04x}"
+    return f"the body is not JSON at line {line}, column {column}: {why}"
+
+
+def http_refusal(exc, method: str, path: str) -> Refused:
+    """Starlette's and FastAPI's own refusals (their HTTPException `exc`) as typed ones: a path no route answers,
+    a method its route does not take, and a body FastAPI could not parse (why: the exception's cause; not UTF-8,
+    or nested too deep for the parser)."""
+    status, cause = exc.status_code, exc.__cause__
+    if isinstance(cause, RecursionError):
+        return Refused(422, "validation", TOO_DEEP)
+    if isinstance(cause, UnicodeDecodeError):
+        return Refused(422, "validation", f"the body is not UTF-8: {cause.reason} at byte {cause.start}")
+    if status == 404:
+        return Refused(404, "not_found", f"{path[:100]}: no such route (/docs lists them)")
+    if status == 405:
+        return Refused(405, "method_not_allowed", f"{path} does not take {method}")
+    return Refused(status, "http", str(exc.detail))
 
 
 def error_body(status: int, kind: str, message: str) -> tuple[int, dict]:
@@ -145,6 +183,13 @@ def machine_path() -> re.Pattern:
     """An absolute path that starts with a folder of this machine's root (/home/..., /tmp/...; not /v1/...)."""
     roots = sorted((re.escape(p.name) for p in Path("/").iterdir()), key=len, reverse=True)
     return re.compile(rf"(?<![\w.:/~-])/(?:{'|'.join(roots)})(?:/[^\s/'\"`:;,()\[\]{{}}<>]*)*")
+
+
+def unexpected(e: Exception) -> str:
+    """What a client is told of an exception nobody expected (a bug, or a model that fails): its type, not its
+    text, which is the library's (torch's, many lines of it) and says nothing the client can act on. The server's
+    log has it whole, with its traceback."""
+    return f"the server failed on this request ({type(e).__name__}): not the request's fault; its log has the details"
 
 
 def scrub(message: str) -> str:

@@ -34,7 +34,8 @@ from ..core.errors import BertforgeError
 from .prometheus import Registry
 from ..core.flags import add_device_argument, count, header_token, host_names, non_negative, old_spellings
 from .guard import (
-    CUT, MAX_BODY, REQUEST, Guard, Limits, Refused, error_body, json_response, problems, result_bytes, scrub
+    CUT, MAX_BODY, REQUEST, Guard, Limits, Refused, error_body, http_refusal, json_response, problems, result_bytes,
+    scrub, unexpected
 )
 from .connections import add_connection_arguments, log_paths_only, protocol_class
 from .start import (
@@ -143,9 +144,9 @@ class Server:
             content, headers = await work()
         except Refused as e:
             return self.refusal(e.status, e.kind, str(e), path)
-        except Exception as e:  # a bug or a model failure: a 500, and the server goes on
+        except Exception as e:  # a bug or a model failure: a 500 (its text in the log only), and the server goes on
             log.exception("bertforge: request failed")
-            return self.refusal(500, "backend", f"{type(e).__name__}: {e}", path)
+            return self.refusal(500, "backend", unexpected(e), path)
         self.metrics.inc("bertforge_requests_total", endpoint=path, status=200)
         self.metrics.observe("bertforge_request_duration_seconds", time.perf_counter() - started, endpoint=path)
         return Response(content, headers=headers, media_type="application/json")
@@ -182,12 +183,12 @@ class Server:
         "error_type"}, text-embeddings-inference's (serve_tei.py) or OpenAI's (serve_openai.py)."""
         return self.forms.get(path, error_body)(status, kind, scrub(message))
 
-    def refusal(self, status: int, kind: str, message: str, endpoint: str = ""):
+    def refusal(self, status: int, kind: str, message: str, endpoint: str = "", headers: dict | None = None):
         """The response to a refused or failed request, in its route's form (see error), counted."""
         status, body = self.error(endpoint, status, kind, message)
         self.count_refusal(status, kind, endpoint)
-        retry = {"Retry-After": RETRY_AFTER} if status == 429 else None  # the queue is full: try again soon
-        return json_response(body, status, retry)
+        retry = {"Retry-After": RETRY_AFTER} if status == 429 else {}  # the queue is full: try again soon
+        return json_response(body, status, {**retry, **(headers or {})})
 
     @property
     def endpoint(self) -> str:
@@ -228,6 +229,7 @@ def create_app(server: Server, hosts=None, key: str | None = None, body_timeout:
 
         from fastapi import FastAPI
         from fastapi.exceptions import RequestValidationError
+        from starlette.exceptions import HTTPException
 
         from . import openai_api as serve_openai, tei as serve_tei
     except ImportError:
@@ -244,12 +246,17 @@ def create_app(server: Server, hosts=None, key: str | None = None, body_timeout:
     app = FastAPI(title="bertforge", description=__doc__.split("\n\n")[1], lifespan=lifespan)
 
     async def malformed(request, exc: RequestValidationError):
-        return server.refusal(422, "validation", problems(exc.errors()), request.url.path)
+        return server.refusal(422, "validation", problems(exc.errors(), exc.body), request.url.path)
+
+    async def unanswered(request, exc: HTTPException):  # no such route, or a body FastAPI could not parse
+        e = http_refusal(exc, request.method, request.url.path)
+        return server.refusal(e.status, e.kind, str(e), request.url.path, exc.headers)
 
     async def failed(request, exc: Exception):  # a bug: JSON like every error (Starlette logs the traceback)
-        return server.refusal(500, "internal", f"{type(exc).__name__}: {exc}", request.url.path)
+        return server.refusal(500, "internal", unexpected(exc), request.url.path)
 
     app.add_exception_handler(RequestValidationError, malformed)
+    app.add_exception_handler(HTTPException, unanswered)
     app.add_exception_handler(Exception, failed)
     app.add_middleware(Guard, refused=server.count_refusal, max_body=max_body, hosts=hosts, key=key,
                        body_timeout=body_timeout, render=server.error)

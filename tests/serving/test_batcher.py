@@ -71,17 +71,41 @@ def test_a_padded_runtime_gets_batches_cut_by_length():
 
 
 def test_a_failing_batch_fails_its_requests_only():
+    """A request the model fails on, merged with others: its rows run again alone and fail, with its own error;
+    the others' run again alone and are answered."""
     model = Model(fail_on=9)
 
     async def main():
-        batcher = Batcher(model, pad_id=0, max_tokens=9, max_pending=8, max_wait=0.05)
+        batcher = Batcher(model, pad_id=0, max_tokens=64, max_pending=8, max_wait=0.05)
         try:
-            return await submit_all(batcher, [[row(9)], [row(2)]])
+            return await submit_all(batcher, [[row(9)], [row(2), row(3)]])
         finally:
             batcher.close()
 
     failed, fine = asyncio.run(main())
-    assert isinstance(failed, RuntimeError) and fine == [2]
+    assert isinstance(failed, RuntimeError) and fine == [2, 3]
+    assert model.shapes == [(3, 9), (2, 3), (1, 9)]
+
+
+def test_a_batch_that_fails_merged_answers_each_request_alone():
+    """A model that cannot take the rows of two requests together (each alone it can): both are answered."""
+    shapes = []
+
+    def forward(batch):
+        shapes.append(tuple(batch["input_ids"].shape))
+        if len(batch["input_ids"]) > 1:
+            raise RuntimeError("rows of several requests")
+        return batch["attention_mask"].sum(1).tolist()
+
+    async def main():
+        batcher = Batcher(forward, pad_id=0, max_tokens=64, max_pending=8, max_wait=0.05)
+        try:
+            return await submit_all(batcher, [[row(4)], [row(6)]])
+        finally:
+            batcher.close()
+
+    assert asyncio.run(main()) == [[4], [6]]
+    assert shapes == [(2, 6), (1, 4), (1, 6)]
 
 
 def test_full_queue_is_refused():

@@ -70,6 +70,40 @@ def test_a_lone_surrogate_in_an_option_is_a_422_in_valid_json(server):
     still_answers(server)
 
 
+@pytest.mark.parametrize("content, message", [
+    (b'{"inputs": "a\x00b"}', "the body is not JSON at line 1, column 14: Invalid control character U+0000, which a "
+                              "JSON text writes as \\u0000"),
+    (b'{\n  "inputs": "a",\n  "top_k": 2,\n}', "the body is not JSON at line 4, column 1: Expecting property name "
+                                             "enclosed in double quotes"),
+    (b"{not json", "the body is not JSON at line 1, column 2: Expecting property name enclosed in double quotes"),
+    (b'{"inputs": "caf\xe9"}', "the body is not UTF-8: invalid continuation byte at byte 15"),
+])
+def test_a_body_that_is_not_json_is_a_422_saying_where(server, content, message):
+    response = post_raw(server, "classify", content)
+    assert refused(response, 422) == message
+    still_answers(server)
+
+
+@pytest.mark.parametrize("depth", [101, 900, 100_000])
+def test_json_nested_more_than_100_deep_is_a_422(server, depth):
+    """Deeper than json's parser goes (about 1000 here) was FastAPI's {"detail"} 400; from 100 on, the limit of
+    every JSON bertforge reads (core.io.MAX_JSON_DEPTH), a typed refusal."""
+    nested = b"[" * (depth - 1) + b"]" * (depth - 1)
+    response = post_raw(server, "classify", b'{"inputs": %s}' % nested)
+    assert refused(response, 422) == "the body's JSON nests more than 100 levels deep, which no request needs"
+    assert response.json()["error_type"] == "validation"
+    at_limit = post_raw(server, "classify", b'{"inputs": %s}' % (b"[" * 99 + b"]" * 99))
+    assert refused(at_limit, 422).startswith("inputs[0] is list")  # 100 deep: refused by its shape
+    still_answers(server)
+
+
+def test_no_such_route_and_a_wrong_method_are_typed(server):
+    refused(httpx.get(server.url + "/v1/nothing"), 404, "/v1/nothing: no such route")
+    wrong = httpx.get(server.url + "/v1/classify")
+    refused(wrong, 405, "/v1/classify does not take GET")
+    assert wrong.headers["allow"] == "POST"
+
+
 def test_a_nan_output_is_a_500_in_json_naming_the_input(classifier, tmp_path):
     folder = tmp_path / "nan"
     folder.mkdir()
