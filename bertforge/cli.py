@@ -33,6 +33,7 @@ COMMANDS = {
                 "rewrite a trusted pytorch_model.bin folder, or Google's TF checkpoint, as safetensors"),
     "export": ("commands.convert", "write a checkpoint as ONNX (fp32, and int8 with --int8), checked against PyTorch"),
     "serve": ("serving.serve", "an HTTP JSON API for a checkpoint: classify, embed, fill-mask, ner, qa (FastAPI)"),
+    "push": ("commands.push", "upload a model or a run's model to the Hugging Face Hub, with a model card"),
 }
 # Modules whose command function is named after the module rather than the command.
 FUNCTION_NAMES = {"data": "data_create"}

@@ -158,3 +158,43 @@ def modernbert_folder(folder: Path, head: str = "ModernBertForMaskedLM", **confi
             parameter.add_(torch.randn(parameter.shape) * 0.1)
     model.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """A Hugging Face Hub in this process (tests/hub_server.py) that huggingface_hub talks to, with an empty cache
+    and no token; `hub.add(repo_id, folder)` makes a repository of a folder's files."""
+    from tests.hub_server import HubServer
+
+    with HubServer() as server:
+        server.connect(monkeypatch, tmp_path / "hf-home")
+        yield server
+
+
+@pytest.fixture(scope="session")
+def hub_bert(tmp_path_factory) -> Path:
+    """A tiny BERT checkpoint as transformers writes one: random weights (2 layers of 32, a masked-LM head), and a
+    WordPiece tokenizer of 76 tokens made by `tokenizers` (tokenizer.json, tokenizer_config.json)."""
+    import string
+
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"the of and to in is was film good bad it not".split(),
+              *string.ascii_lowercase, *(f"##{c}" for c in string.ascii_lowercase), *".,!?'"]
+    vocab = {token: i for i, token in enumerate(dict.fromkeys(tokens))}
+    backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    folder = tmp_path_factory.mktemp("hub-bert")
+    transformers.BertTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                                   pad_token="[PAD]", mask_token="[MASK]").save_pretrained(folder)
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=37)).save_pretrained(folder)
+    return folder
