@@ -54,11 +54,8 @@ def check_ids(value, name: str, vocab_size: int) -> list[int]:
     return value
 
 
-def id_row(ids: list[int], max_length: int, truncate: bool, name: str, too_long=BertforgeError) -> dict:
-    """A model input of token ids as given (one segment), cut to max_length with truncate, else `too_long` raised
-    for ids over it."""
-    if len(ids) > max_length and not truncate:
-        raise too_long(f"{name} is {len(ids)} tokens, over the limit of {max_length}")
+def id_row(ids: list[int], max_length: int) -> dict:
+    """A model input of token ids as given (one segment), cut to max_length."""
     return {"input_ids": ids[:max_length], "token_type_ids": [0] * min(len(ids), max_length)}
 
 

@@ -33,6 +33,12 @@ class FillMask(Pipeline):
     model_class = bert.BertForMaskedLM
     defaults = {"top_k": 5}
 
+    @classmethod
+    def check_tokenizer(cls, tokenizer, folder):
+        if tokenizer.mask_token is None:
+            raise BertforgeError(f"{folder}: fill-mask needs a mask token, and the tokenizer files name none "
+                                 "(mask_token in tokenizer_config.json)")
+
     def check_options(self, options):
         check_count(options, "top_k")
 
@@ -113,8 +119,8 @@ class TextClassification(Pipeline):
             index = [i for i, x in enumerate(items) if isinstance(x, tuple) == is_pair]
             if index:
                 texts = [items[i][0] if is_pair else items[i] for i in index]
-                enc = self.encode_texts(texts, [items[i][1] for i in index] if is_pair else None, truncate,
-                                        [input_name(prepared, i) for i in index])
+                enc = self.encode_texts(prepared, texts, [items[i][1] for i in index] if is_pair else None,
+                                        truncate, [input_name(prepared, i) for i in index])
                 for i, ids, types in zip(index, enc["input_ids"], enc["token_type_ids"]):
                     rows[i] = {"input_ids": ids, "token_type_ids": types}
         return rows
@@ -264,10 +270,12 @@ class FeatureExtraction(Pipeline):
 
     def encode(self, items, prepared, truncate):
         texts = [i for i, x in enumerate(items) if isinstance(x, str)]
-        rows = [id_row(x, self.max_length, truncate, input_name(prepared, i), TooLong) if isinstance(x, list)
-                else None for i, x in enumerate(items)]
+        for i, x in enumerate(items):
+            if isinstance(x, list) and len(x) > self.max_length:
+                self.over_limit(prepared, input_name(prepared, i), str(len(x)), truncate)
+        rows = [id_row(x, self.max_length) if isinstance(x, list) else None for x in items]
         if texts:
-            enc = self.encode_texts([items[i] for i in texts], truncate=truncate,
+            enc = self.encode_texts(prepared, [items[i] for i in texts], truncate=truncate,
                                     names=[input_name(prepared, i) for i in texts])
             for i, ids, types in zip(texts, enc["input_ids"], enc["token_type_ids"]):
                 rows[i] = {"input_ids": ids, "token_type_ids": types}
@@ -340,7 +348,7 @@ class MultipleChoice(Pipeline):
     def encode(self, items, prepared, truncate):
         rows = []
         for n, item in enumerate(items):
-            enc = self.encode_texts([item["question"]] * len(item["choices"]), item["choices"], truncate,
+            enc = self.encode_texts(prepared, [item["question"]] * len(item["choices"]), item["choices"], truncate,
                                     [f"{input_name(prepared, n)}.choices[{c}]" for c in range(len(item["choices"]))])
             rows.append({"input_ids": list(enc["input_ids"]), "token_type_ids": list(enc["token_type_ids"])})
         return rows
@@ -397,6 +405,7 @@ def pipeline(task: str | None = None, model=None, device: str | None = None, bac
         raise BertforgeError(f"unknown task {task!r}: choose one of {', '.join([*TASKS, *ALIASES])}")
     cls = TASKS[task]
     tokenizer = BertTokenizer.from_pretrained(folder)
+    cls.check_tokenizer(tokenizer, folder)
     runtime = load_runtime(folder, head_for(config, task, cls.model_class), backend, device, int8,
                            tokenizer.mask_token_id, threads, bf16)
     return cls(runtime, tokenizer, config, folder, batch_size, max_batch_tokens, max_length)

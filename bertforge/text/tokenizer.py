@@ -17,8 +17,8 @@ from .encoding import Encoding, as_list, check_texts, truncated_lengths
 from ..core.errors import BertforgeError
 from ..core.io import atomic_path, has_model_file, read_model_json, write_json, write_text_atomic
 from .vocab import (
-    SPECIAL_NAMES, SPECIAL_TOKENS, added_tokens, check_fits, looks_uncased, max_length_of, read_vocab,
-    vocab_of_pipeline
+    SPECIAL_NAMES, SPECIAL_TOKENS, added_tokens, check_fits, check_pipeline, looks_uncased, max_length_of,
+    read_pipeline, read_vocab, vocab_of_pipeline
 )
 
 MAX_CHARS_PER_WORD = 100  # longer words become [UNK]
@@ -107,8 +107,9 @@ class BertTokenizer:
         path = Path(path)
         vocab_file = path / "vocab.txt" if path.is_dir() else path
         json_file = vocab_file.parent / "tokenizer.json" if vocab_file.name != "tokenizer.json" else vocab_file
-        pipeline = read_model_json(json_file) if has_model_file(json_file) else None
-        if pipeline is not None and (pipeline.get("model") or {}).get("type") != "WordPiece" \
+        pipeline = read_pipeline(json_file)
+        model = (pipeline or {}).get("model")
+        if pipeline is not None and (model.get("type") if isinstance(model, dict) else None) != "WordPiece" \
                 and not has_model_file(vocab_file.parent / "vocab.txt"):
             if do_lower_case is not None:
                 raise BertforgeError(f"{json_file}: do_lower_case applies to WordPiece vocabularies; this "
@@ -138,11 +139,11 @@ class BertTokenizer:
             if config.get(option) not in (None, supported):
                 raise BertforgeError(f"{config_file}: {option}={config[option]} is not supported with "
                                      f"do_lower_case={do_lower_case}")
-        tokenizer = cls(vocab, do_lower_case, max_length_of(config_file, config, DEFAULT_MAX_LENGTH))
         added = added_tokens(json_file, pipeline, len(vocab))
+        check_fits(len(vocab) + len(added), json_file if added else vocab_source, vocab_file.parent)
+        tokenizer = cls(vocab, do_lower_case, max_length_of(config_file, config, DEFAULT_MAX_LENGTH))
         for _, token, special in added:
             tokenizer.add_tokens([token], special_tokens=special)
-        check_fits(max(tokenizer._id_to_token) + 1, json_file if added else vocab_source, vocab_file.parent)
         return tokenizer
 
     def save_pretrained(self, out_dir):
@@ -373,18 +374,36 @@ class BertTokenizer:
         return self._id_to_token[i]
 
 
+def model_pad_token(folder: Path, vocab: dict[str, int]) -> str:
+    """The pad token of a tokenizer whose files name none: the one of the model's config.json pad_token_id."""
+    config_file = folder / "config.json"
+    pad_id = read_model_json(config_file).get("pad_token_id") if has_model_file(config_file) else None
+    if pad_id is None:
+        raise BertforgeError(f"{folder} has no pad token: tokenizer files name none and config.json has no "
+                             "pad_token_id (name one as pad_token in tokenizer_config.json)")
+    token = next((t for t, i in vocab.items() if i == pad_id), None) if type(pad_id) is int else None
+    if token is None:
+        raise BertforgeError(f"{config_file}: pad_token_id {pad_id!r} is not an id of tokenizer.json's vocabulary")
+    return token
+
+
 class PipelineTokenizer(BertTokenizer):
     """A tokenizer.json of any kind `tokenizers` reads (byte-level BPE as ModernBERT's and Ettin's, Unigram,
     WordLevel), run as the file says, with the special tokens tokenizer_config.json (or special_tokens_map.json)
-    names; inputs are laid out as BERT's, [CLS] A [SEP] B [SEP], with the folder's [CLS] and [SEP]."""
+    names; inputs are laid out as BERT's, [CLS] A [SEP] B [SEP], with the folder's [CLS] and [SEP]. Padding and
+    truncation are the call's, as in transformers, never the file's `padding` and `truncation`. Without a pad
+    token named, the model's (config.json pad_token_id) is taken: every batch of inputs is padded."""
 
     @classmethod
     def from_file(cls, json_file: Path, pipeline: dict) -> "PipelineTokenizer":
         folder = json_file.parent
+        check_pipeline(json_file, pipeline)
         try:
             backend = Tokenizer.from_str(json.dumps(pipeline))
         except Exception as e:  # the library's message says what it could not read
             raise BertforgeError(f"{json_file}: not a tokenizer `tokenizers` reads ({e})") from None
+        backend.no_padding()
+        backend.no_truncation()
         config_file = folder / "tokenizer_config.json"
         config = read_model_json(config_file) if has_model_file(config_file) else {}
         map_file = folder / "special_tokens_map.json"
@@ -400,10 +419,11 @@ class PipelineTokenizer(BertTokenizer):
         for name in ("cls_token", "sep_token"):
             if specials[name] is None:
                 raise BertforgeError(f"{config_file}: no {name} given, which inputs are laid out with")
+        if specials["pad_token"] is None:
+            specials["pad_token"] = model_pad_token(folder, vocab)
         tokenizer = cls.__new__(cls)
         tokenizer.specials = specials
         tokenizer.setup(vocab, backend, False, max_length_of(config_file, config, DEFAULT_MAX_LENGTH))
-        check_fits(max(vocab.values()) + 1, json_file, folder)
         return tokenizer
 
     def save_pretrained(self, out_dir):

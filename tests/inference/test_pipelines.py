@@ -6,6 +6,8 @@ predictions are well apart.
 bertforge runs its inputs batched and length-sorted; transformers one at a time.
 """
 
+import json
+import logging
 import os
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import bertforge
 from bertforge.core.errors import BertforgeError
 from bertforge.inference import answer_spans
 from bertforge.inference.pipeline_base import TooLong
-from tests.conftest import REPO
+from tests.conftest import REPO, modernbert_folder
 
 transformers.logging.set_verbosity_error()
 
@@ -107,6 +109,60 @@ def test_fill_mask_refuses_a_mask_past_its_length_by_name(make_model):
     with pytest.raises(TooLong, match=r"^inputs: 1 of its 1 \[MASK\] tokens lie past"):
         pipe(words * 1500 + " [MASK]")
     assert len(pipe(f"[MASK] {words}", top_k=2)) == 2
+
+
+def edit_json(path, change):
+    content = json.loads(path.read_text())
+    change(content)
+    path.write_text(json.dumps(content))
+
+
+def test_a_modernbert_folder_whose_tokenizer_lacks_a_pad_or_a_mask_token(tmp_path):
+    """Its tokenizer.json's own truncation (two tokens) is never applied; without a pad token in the tokenizer
+    files, config.json's pad_token_id pads: texts of different lengths batched answer as transformers does one at
+    a time. Without a mask token, fill-mask is refused at load by name (it was a TypeError at the first text);
+    without a pad token anywhere, any pipeline is (two texts of different lengths failed)."""
+    folder = modernbert_folder(tmp_path / "modernbert")
+    edit_json(folder / "tokenizer.json", lambda p: p.update(truncation={"direction": "Right", "max_length": 2,
+                                                                        "strategy": "LongestFirst", "stride": 0}))
+    edit_json(folder / "tokenizer_config.json", lambda config: config.pop("pad_token"))
+    texts = ["Paris is the capital of [MASK].", "A gripping [MASK], beautifully shot, and far too long for me."]
+    theirs = reference("fill-mask", folder)
+    for text, got in zip(texts, bertforge.pipeline("fill-mask", model=folder)(texts, top_k=3)):
+        assert_same(got, theirs(text, top_k=3))
+    edit_json(folder / "tokenizer_config.json", lambda config: config.pop("mask_token"))
+    with pytest.raises(BertforgeError) as e:
+        bertforge.pipeline("fill-mask", model=folder)
+    assert str(e.value) == (f"{folder}: fill-mask needs a mask token, and the tokenizer files name none (mask_token "
+                            "in tokenizer_config.json)")
+    assert len(bertforge.pipeline("feature-extraction", model=folder)(texts[1])[0]) > 2
+    edit_json(folder / "config.json", lambda config: config.pop("pad_token_id"))
+    with pytest.raises(BertforgeError) as e:
+        bertforge.pipeline("feature-extraction", model=folder)
+    assert str(e.value) == (f"{folder} has no pad token: tokenizer files name none and config.json has no "
+                            "pad_token_id (name one as pad_token in tokenizer_config.json)")
+
+
+def test_an_input_over_the_models_length_is_cut_with_a_warning_naming_the_limit(make_model, caplog):
+    """`max_position_embeddings: 4` in config.json cut every input to 4 tokens without a word. An input over the
+    length is cut by default, and the call logs which, the limit and what sets it; truncate=False refuses it by
+    name (the server's 413)."""
+    pipe = bertforge.pipeline("feature-extraction", model=make_model("BertModel", max_position_embeddings=8))
+    long = "the quick brown fox jumps over the lazy dog"  # 11 tokens with [CLS] and [SEP]
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        states = pipe([long, "hello", long, long, long, [5] * 9])
+    assert [len(s[0]) for s in states] == [8, 3, 8, 8, 8, 8]
+    assert caplog.messages == ["inputs[5], inputs[0], inputs[2] and 2 more cut to 8 tokens: the model's "
+                               "max_position_embeddings (config.json) is 8 (truncate=False refuses an input over it "
+                               "instead)"]
+    with pytest.raises(TooLong, match=r"^inputs\[1\] is 11 tokens, over the limit of 8$"):
+        pipe(["hello", long], truncate=False)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        pipe("hello there")
+        bertforge.pipeline("feature-extraction", model=make_model("BertModel"), max_length=6)(long)
+    assert caplog.messages == ["inputs cut to 6 tokens: max_length is 6 (truncate=False refuses an input over it "
+                               "instead)"]
 
 
 PAIRS = [{"text": "The cat sat on the mat.", "text_pair": "A cat was sitting on a mat."},

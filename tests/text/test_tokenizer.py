@@ -279,6 +279,44 @@ def test_bad_vocab_files(tmp_path):
     one_line_error(lambda: read_vocab(latin1), str(latin1), "byte 34")
 
 
+def wordpiece_json(folder, change):
+    """A folder holding a small WordPiece tokenizer as transformers 5 saves it (tokenizer.json, no vocab.txt), with
+    `change` made to its tokenizer.json."""
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "##s"])}
+    BertTokenizer(vocab, do_lower_case=True).save_pretrained(folder)
+    (folder / "vocab.txt").unlink()
+    pipeline = json.loads((folder / "tokenizer.json").read_text())
+    change(pipeline)
+    (folder / "tokenizer.json").write_text(json.dumps(pipeline))
+    return folder
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda p: p["model"].update(vocab=list(p["model"]["vocab"])),
+     "the WordPiece model's vocab is list, not an object of tokens to ids"),
+    (lambda p: p["model"]["vocab"].update(cats=4), "tokens '[MASK]' and 'cats' both have id 4"),
+    (lambda p: p["model"]["vocab"].update(cat=99), "the WordPiece vocabulary's 9 ids skip 6; they must be 0 to 8"),
+    (lambda p: p["added_tokens"].append({"id": -5, "content": "[NEW]"}),
+     "added token '[NEW]' has id -5, not a whole number from 0"),
+])
+def test_a_wordpiece_tokenizer_json_is_checked(tmp_path, change, words):
+    """Its vocabulary's ids one token's each, 0 to n-1 as vocab.txt's lines; an added token's id a token id (one
+    of -5 was dropped without a word)."""
+    folder = wordpiece_json(tmp_path, change)
+    message = one_line_error(lambda: BertTokenizer.from_pretrained(folder), words)
+    assert message.startswith(str(folder / "tokenizer.json"))
+
+
+def test_a_wordpiece_tokenizer_jsons_padding_and_truncation_are_not_applied(tmp_path):
+    transformers = pytest.importorskip("transformers")
+
+    folder = wordpiece_json(tmp_path, lambda p: p.update(truncation={"direction": "Right", "max_length": 2,
+                                                                     "strategy": "LongestFirst", "stride": 0}))
+    text = "the cats sat the cat"
+    ours = BertTokenizer.from_pretrained(folder)(text)["input_ids"]
+    assert ours == transformers.PreTrainedTokenizerFast.from_pretrained(folder)(text)["input_ids"] and len(ours) == 8
+
+
 def test_non_string_text_is_refused(uncased):
     ours, _ = uncased
     one_line_error(lambda: ours(["a", "b", "c", 4]), "text[3] is int, expected str")
