@@ -50,7 +50,11 @@ GONE = {
     "inference": {"row_choices": "bertforge.inference.batches.pad_choices pads a row's choices"},
     "evaluate": {"inference_rate": "bertforge.finetuning.evaluate.Speed times a model's forward passes"},
     "checkpoint": {"TIED_ALIASES": "bertforge.model.architectures.Architecture.aliases_of names the tied tensors' "
-                                   "second names, per architecture"},
+                                   "second names, per architecture",
+                   "encoder_parts": "bertforge.model.architectures.Architecture.encoder_parts, by each "
+                                    "architecture's own names"},
+    "sizes": {"FIRST_DIMENSION": "bertforge.model.sizes.field_of finds any architecture's field on the meta device",
+              "layer_count": "bertforge.model.architectures.Architecture.layer_count, by each architecture's names"},
     "general_distill": {"last_layer_qkv": "each encoder's own method now (BertModel.last_layer_qkv, "
                                           "ModernBertModel.last_layer_qkv)"},
     "sentence_folder": {"MODULE_TYPES": "bertforge.model.sentence_folder.MODULE_ORDER names the modules that may "

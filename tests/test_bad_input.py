@@ -12,6 +12,7 @@ from itertools import islice
 from pathlib import Path
 
 import numpy as np
+import torch
 import pytest
 
 from bertforge.cli import main
@@ -524,8 +525,9 @@ def test_the_pickle_refusal_names_what_exists(tmp_path, capsys, tiny_model):
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"num_hidden_layers": 1}, ["the weights have 2 layers, config.json says 1"]),
-    ({"intermediate_size": 100}, ["intermediate.dense.weight", "config.json gives"]),
+    ({"num_hidden_layers": 1}, ["num_hidden_layers 1, the weights have 2 layers"]),
+    ({"intermediate_size": 100}, ["intermediate.dense.", "(intermediate_size 100)",
+                                  "config.json does not describe these weights"]),
     ({"num_hidden_layers": -1}, ["num_hidden_layers must be a whole number of at least 1"]),
     ({"num_labels": 10**9, "id2label": None}, ["config.json: num_labels 1000000000 is over"]),
     ({"max_position_embeddings": 10**9}, ["config.json: max_position_embeddings 1000000000 is over"]),
@@ -616,3 +618,64 @@ def test_a_weights_link_to_another_models_file_is_refused(tiny_model, tmp_path, 
     (folder / "model.safetensors").unlink()
     (folder / "model.safetensors").symlink_to(tiny_model / "model.safetensors")
     one_line_error(capsys, 2, ["info", folder], str(folder / "model.safetensors"), "outside the model folder")
+
+
+# A ModernBERT folder broken one field or tensor at a time: every command refuses it in one line naming the file,
+# by the rules its architecture's registry entry declares (config schema, parameter list), before a model is built.
+
+def modernbert_broken(tmp_path_factory, config=None, weights=None) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    from tests.conftest import modernbert_folder
+
+    folder = modernbert_folder(tmp_path_factory.mktemp("modernbert"), "ModernBertForSequenceClassification")
+    if config:
+        path = folder / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+    if weights:
+        tensors = load_file(folder / "model.safetensors")
+        weights(tensors)
+        save_file({k: v.contiguous() for k, v in tensors.items()}, folder / "model.safetensors")
+    return folder
+
+
+def no_last_layer(tensors):
+    for key in [k for k in tensors if k.startswith("model.layers.3.")]:
+        del tensors[key]
+
+
+@pytest.mark.parametrize("config, weights, file, words", [
+    ({"rope_parameters": ["full_attention"]}, None, "config.json", "rope_parameters must be an object"),
+    ({"norm_eps": "abc"}, None, "config.json", "norm_eps must be a number above 0"),
+    ({"attention_dropout": 5.0}, None, "config.json", "attention_dropout must be a number from 0 to 1, not 5.0"),
+    ({"global_attn_every_n_layers": 0, "layer_types": None}, None, "config.json", "global_attn_every_n_layers must"),
+    (None, no_last_layer, "model.safetensors", "layer 3 not in the weights"),
+    (None, lambda t: t.update({"model.embeddings.norm.weight": t["model.embeddings.norm.weight"].to(torch.int8)}),
+     "model.safetensors", "embeddings.norm.weight holds int8 values"),
+])
+def test_a_broken_modernbert_folder_is_one_line_in_every_command(tmp_path_factory, tmp_path, capsys, config,
+                                                                 weights, file, words):
+    from bertforge import BertforgeError, pipeline
+
+    folder = modernbert_broken(tmp_path_factory, config, weights)
+    with pytest.raises(BertforgeError) as excinfo:
+        pipeline("text-classification", model=folder)
+    assert str(folder / file) in str(excinfo.value) and words in str(excinfo.value), excinfo.value
+    (tmp_path / "train.csv").write_text("text,label\ngood,pos\nbad,neg\n")
+    for argv in (["info", folder], ["serve", folder, "--port", "0"],
+                 ["finetune", "text-classification", "--model", folder, "--train", tmp_path / "train.csv",
+                  "--dev", tmp_path / "train.csv", "--out", tmp_path / "run", "--no-progress"]):
+        one_line_error(capsys, 2, argv, str(folder / file), words)
+    assert not (tmp_path / "run").exists()
+
+
+def test_ten_billion_layers_are_refused_at_once_within_the_memory_cap(tmp_path_factory):
+    """The layer count is checked before ModernBERT's layer pattern is built from it (it once hung `info` and
+    took memory without bound)."""
+    folder = modernbert_broken(tmp_path_factory, {"num_hidden_layers": 10**10, "layer_types": None})
+    for argv in (["-m", "bertforge", "info", folder], ["-c", PIPELINE, folder],
+                 ["-m", "bertforge", "serve", folder, "--port", "0"]):
+        code, err = bounded(argv, seconds=60)
+        said = [line for line in err.splitlines() if line.startswith("bertforge")]
+        assert code == 2 and len(said) == 1 and "Traceback" not in err, (argv, err)
+        assert "num_hidden_layers 10000000000 is over 256" in said[0], said

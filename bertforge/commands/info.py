@@ -56,28 +56,11 @@ def vocabulary_case(folder: Path) -> str:
     return "unknown (no tokenizer files in the folder)"
 
 
-def check_sizes(config, header: dict, source) -> None:
-    """The config's sizes against the weights' shapes (the encoder's tensors, built on the meta device)."""
-    from ..model.architectures import architecture, model_class
-    from ..model.sizes import model_shapes
-
-    arch = architecture(config)
-    expected = model_shapes(model_class("BertModel", config), config)
-    layers = arch.layer_count(header)
-    if layers and layers != config.num_hidden_layers:
-        raise BertforgeError(f"{source}: the weights have {layers} layers, config.json says "
-                             f"{config.num_hidden_layers}")
-    for key, shape in expected.items():
-        if key in header and tuple(header[key][0]) != shape:
-            raise BertforgeError(f"{source}: {key} is {tuple(header[key][0])}, config.json gives "
-                                 f"{shape}: the config does not describe these weights")
-
-
 def describe(folder: Path) -> list[str]:
     """The lines `bertforge info` prints."""
     from ..model import google_checkpoint  # here, not at the top: the command's --help does not load torch
-    from ..model.architectures import PARTS, read_config
-    from ..model.checkpoint import normalise_keys, part_name, weight_files
+    from ..model.architectures import PARTS, model_class, read_config
+    from ..model.checkpoint import check_header, normalise_keys, part_name, weight_files
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -92,9 +75,10 @@ def describe(folder: Path) -> list[str]:
             raise BertforgeError(f"{files[0]}: info reads safetensors headers only; convert a pickle you trust "
                                  f"first (`bertforge convert {folder} OUT`)")
         header = read_header(files)
+    # the encoder's tensors by the rules every command loads them by (the heads are read as they are)
+    check_header(model_class("BertModel", config), config, folder, ignore_mismatched_sizes=False)
     # Without the prefix, the position-ids buffer, and the reference's second names for the tied decoder.
     header = normalise_keys(header, config, wants_prefix=False)
-    check_sizes(config, header, files[0])
     dtypes = sorted({dtype for _, dtype in header.values()})
 
     counts = {"embeddings": 0, "encoder": 0, "heads": 0}

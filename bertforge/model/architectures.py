@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import BertforgeError
+from ..core.hub import model_folder
 from ..core.io import read_model_json
 from .config import SIZES, BertConfig, ConfigFile, ModernBertConfig
 from .heads import HEADS, PART_NAMES, head_class
@@ -28,6 +29,7 @@ class Architecture:
     encoder: tuple[str, ...]  # the encoder's top-level parts, under the prefix: what a bare encoder's checkpoint holds
     parts: dict[str, str]  # state-dict prefix of each part outside the encoder -> its plain name, for reports
     cut: str  # "module:Class" of how --prune ranks and cuts it (model/student.py)
+    optional: tuple[str, ...] = ()  # encoder parts a checkpoint may lack, initialised fresh (BERT's pooler)
     segments: bool = True  # reads token_type_ids (BERT's sentence A / B); others ignore them
     # checkpoint names of tensors the model holds once under another name (the masked-LM decoder tied to the token
     # table): dropped on reading, where the config ties them
@@ -41,9 +43,28 @@ class Architecture:
         return getattr(importlib.import_module(module), name)
 
     def layer_count(self, keys) -> int:
-        """How many encoder layers the tensor names (without the prefix) hold."""
+        """How many encoder layers the tensor names (with or without the prefix) hold."""
+        return len({part for part in map(self.layer_of, keys) if part is not None})
+
+    def layer_of(self, key: str) -> str | None:
+        """The encoder layer (its index, as named) tensor `key` belongs to; None outside the layers."""
         start = self.layers + "."
-        return len({key[len(start):].split(".")[0] for key in keys if key.startswith(start)})
+        key = key.removeprefix(self.prefix + ".")
+        return key[len(start):].split(".")[0] if key.startswith(start) else None
+
+    def encoder_parts(self, keys) -> list[str]:
+        """The encoder's layers and the other parts a checkpoint must hold among tensor names `keys` (with or
+        without the prefix), e.g. ["embeddings.word_embeddings", "layer 6"]: what a mismatch is reported by."""
+        required = set(self.encoder) - {self.layers.split(".")[0]} - set(self.optional)
+        layers, tables = set(), set()
+        for key in keys:
+            layer = self.layer_of(key)
+            if layer is not None:
+                layers.add(layer)
+            elif key.removeprefix(self.prefix + ".").split(".")[0] in required:
+                tables.add(key.removeprefix(self.prefix + ".").rsplit(".", 1)[0])
+        ordered = sorted(layers, key=lambda layer: (not layer.isdigit(), int(layer) if layer.isdigit() else 0, layer))
+        return sorted(tables) + [f"layer {layer}" for layer in ordered]
 
     def heads(self) -> list[str]:
         """The heads (HEADS names) this architecture has a class for."""
@@ -53,7 +74,8 @@ class Architecture:
 MODERNBERT, STUDENT = "bertforge.model.modernbert", "bertforge.model.student"
 ARCHITECTURES = {arch.model_type: arch for arch in (
     Architecture("bert", BertConfig, "bert", None, "encoder.layer", ("embeddings", "encoder", "pooler"), PART_NAMES,
-                 f"{STUDENT}:BertCut", aliases=("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")),
+                 f"{STUDENT}:BertCut", optional=("pooler",),
+                 aliases=("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")),
     Architecture("modernbert", ModernBertConfig, "model", {
         "BertModel": f"{MODERNBERT}:ModernBertModel",
         "BertForMaskedLM": f"{MODERNBERT}:ModernBertForMaskedLM",
@@ -91,13 +113,16 @@ def read_config(path) -> ConfigFile:
 
 
 def load_config(name_or_path: str) -> ConfigFile:
-    """A named BERT size (config.SIZES), a config.json file of any architecture, or a folder holding one."""
+    """A named BERT size (config.SIZES), a config.json file of any architecture, a folder holding one, or a Hub
+    model's name (org/name: its config.json)."""
     if name_or_path in SIZES:
         return BertConfig.from_name(name_or_path)
-    path = Path(name_or_path)
-    if not path.exists():
+    try:
+        path = model_folder(name_or_path, weights=False)
+    except BertforgeError as e:
         raise BertforgeError(f"{name_or_path}: neither a model size ({', '.join(SIZES)}) nor a config.json file "
-                             "or a folder holding one")
+                             f"or a folder holding one, nor a Hub model ({str(e).removeprefix(f'{name_or_path}: ')})"
+                             ) from None
     return read_config(path / "config.json" if path.is_dir() else path)
 
 

@@ -7,6 +7,7 @@ caller trusts them explicitly, and even then read with `torch.load(weights_only=
 
 import json
 import logging
+import tempfile
 from pathlib import Path
 
 
@@ -18,6 +19,7 @@ from . import google_checkpoint, sizes
 from .architectures import ENCODER_PARTS, PARTS, architecture, head_of, model_class, read_config
 from .config import BertConfig, check_size
 from ..core.errors import BertforgeError
+from ..core.hub import model_folder, push
 from ..core.io import atomic_path, has_model_file, model_file, read_model_json, write_text_atomic
 
 log = logging.getLogger("bertforge")
@@ -49,13 +51,16 @@ def pickle_refused(file: Path, folder: Path) -> BertforgeError:
 
 def check_weights(folder, trust_pickle: bool = False) -> None:
     """A one-line error now, before a model is built, where the folder has no weights that read_weights would read
-    (none at all, or a pickle not trusted); a Google checkpoint's are its own module's to check."""
+    (none at all, or a pickle not trusted) or its encoder's weights are not what its config.json describes (for
+    commands that load the model later, in the background); a Google checkpoint's are its own module's to check."""
     folder = Path(folder)
     if google_checkpoint.find(folder) is not None:
         return
     for file in weight_files(folder):
         if file.suffix == ".bin" and not trust_pickle:
             raise pickle_refused(file, folder)
+    config = read_config(folder / "config.json")
+    check_header(model_class("BertModel", config), config, folder, ignore_mismatched_sizes=False)
 
 
 def shard_files(index_file: Path) -> list[Path]:
@@ -148,18 +153,6 @@ def describe_mismatch(model_name: str, missing: list[str], unexpected: list[str]
     return lines
 
 
-def encoder_parts(keys, prefix: str) -> list[str]:
-    """The encoder layers and embedding tables among `keys`, e.g. ["embeddings.word_embeddings", "layer 6"]."""
-    layers, tables = set(), set()
-    for key in keys:
-        key = key.removeprefix(prefix + ".")
-        if key.startswith("encoder.layer."):
-            layers.add(int(key.split(".")[2]))
-        elif key.startswith("embeddings."):
-            tables.add(key.rsplit(".", 1)[0])
-    return sorted(tables) + [f"layer {i}" for i in sorted(layers)]
-
-
 class PretrainedMixin:
     """`from_pretrained` / `save_pretrained` for the model classes (which define `base_model_prefix`)."""
 
@@ -172,13 +165,15 @@ class PretrainedMixin:
 
     @classmethod
     def from_pretrained(cls, folder, trust_pickle: bool = False, config: BertConfig | None = None,
-                        skip_init: bool = False, *, num_labels: int | None = None, id2label: dict | None = None,
-                        label2id: dict | None = None, dtype=None, torch_dtype=None, device=None, device_map=None,
+                        skip_init: bool = False, *, revision: str | None = None, token: str | None = None,
+                        num_labels: int | None = None, id2label: dict | None = None, label2id: dict | None = None,
+                        dtype=None, torch_dtype=None, device=None, device_map=None,
                         ignore_mismatched_sizes: bool = False, new_head: bool = False, **config_overrides):
         """Build the model from `folder/config.json` (or `config`) and load the folder's weights; in eval mode.
 
-        As transformers: `num_labels`, `id2label`, `label2id` set the task head's labels (LABEL_0.. when only
-        the number is given); `dtype` (or `torch_dtype`; "auto" reads the config's) casts the weights;
+        `folder` may be a Hub name (org/name, `core.hub.model_folder`: at `revision`, with `token`; a folder that
+        exists wins). As transformers: `num_labels`, `id2label`, `label2id` set the task head's labels (LABEL_0..
+        when only the number is given); `dtype` (or `torch_dtype`; "auto" reads the config's) casts the weights;
         `ignore_mismatched_sizes` initialises fresh a head whose checkpoint shape differs; `new_head`: the task
         head is expected to be fresh (fine-tuning starts one), said as information, not a warning. `device` (or
         a one-device `device_map`) moves the model. Other keywords replace BertConfig fields; any other name is
@@ -186,8 +181,8 @@ class PretrainedMixin:
         base-sized embedding table on a CPU, and every value is overwritten): parts the checkpoint lacks are then
         zeros, so use it only where those parts are not used (a missing pooler, when reading hidden states).
         """
-        folder = Path(folder)
         google = google_checkpoint.find(folder)
+        folder = Path(folder) if google else model_folder(folder, revision, token, trust_pickle=trust_pickle)
         if config is None:
             config = google_checkpoint.read_config(google) if google else read_config(folder / "config.json")
         if not isinstance(config, cls.config_class):  # another architecture's folder: its class with this head
@@ -195,13 +190,8 @@ class PretrainedMixin:
         if config_overrides.pop("attn_implementation", None) is not None:
             log.warning("attn_implementation is ignored: bertforge runs SDPA, or the written-out product where "
                         "dropout or output_attentions need it")
-        overrides = {**config_overrides, **labels_override(num_labels, id2label, label2id)}
-        unknown = sorted(set(overrides) - set(config.to_dict()) - {"id2label"})
-        if unknown:
-            raise TypeError(f"{cls.__name__}.from_pretrained() got unexpected keyword arguments: {', '.join(unknown)}"
-                            " (neither its own nor BertConfig fields; pass output_attentions and the like to forward)")
-        if overrides:
-            config = type(config).from_dict({**config.to_dict(), **overrides})
+        config = configured(config, f"{cls.__name__}.from_pretrained", num_labels, id2label, label2id,
+                            **config_overrides)
         check_header(cls, config, folder, ignore_mismatched_sizes)  # sizes checked before anything is allocated
         if skip_init:
             with sizes.no_random_init():
@@ -228,8 +218,8 @@ class PretrainedMixin:
         shapes = {k: v.shape for k, v in normalise_keys(own, self.config, wants_prefix=True).items()}
         weights, file = read_weights(folder, trust_pickle, shapes)
         weights = normalise_keys(weights, self.config, wants_prefix)
-        fresh = check_shapes({k: tuple(v.shape) for k, v in own.items()},
-                             {k: tuple(v.shape) for k, v in weights.items()}, file, prefix, ignore_mismatched_sizes)
+        fresh = check_shapes(type(self), self.config, shapes_and_dtypes(own), shapes_and_dtypes(weights), file,
+                             ignore_mismatched_sizes)
         for key in fresh:
             log.warning(f"{part_name(key)}: {key} is {tuple(weights[key].shape)} in the checkpoint, "
                         f"{tuple(own[key].shape)} here: initialised fresh")
@@ -255,6 +245,19 @@ class PretrainedMixin:
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
 
+    def push_to_hub(self, repo_id: str, private: bool = False, branch: str | None = None,
+                    token: str | None = None) -> str:
+        """Upload the files save_pretrained writes to the Hub repository `repo_id` in one commit (made where
+        missing, private if asked, on `branch`: core.hub.push); the commit's URL."""
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / repo_id.rsplit("/", 1)[-1]
+            self.save_pretrained(folder)
+            return push(folder, repo_id, private, branch, token)
+
+
+def shapes_and_dtypes(tensors: dict) -> dict[str, tuple[tuple, str]]:
+    return {key: (tuple(value.shape), str(value.dtype).removeprefix("torch.")) for key, value in tensors.items()}
+
 
 def own_class(cls, config, folder: Path) -> type:
     """The class of `config`'s architecture with the head `cls` has (as transformers' AutoModelFor... classes)."""
@@ -265,36 +268,44 @@ def own_class(cls, config, folder: Path) -> type:
     return model_class(head, config)
 
 
-def check_shapes(own: dict, theirs: dict, file: Path, prefix: str, ignore_mismatched_sizes: bool) -> list[str]:
-    """The checkpoint's shapes (`theirs`, under the model's names) against the model's (`own`): the heads to
-    initialise fresh (another shape, with ignore_mismatched_sizes); any other difference is an error naming the
-    config field, and so is an encoder part missing or left over (the config is wrong; only heads may be fresh)."""
+FLOATS = ("float64", "float32", "float16", "bfloat16")
+
+
+def check_shapes(model_class, config, own: dict, theirs: dict, file: Path, ignore_mismatched_sizes: bool) -> list[str]:
+    """The checkpoint's tensors (`theirs`: name -> (shape, dtype name), under the model's names) against the model's
+    (`own`, likewise), by its architecture's parameter list: the heads to initialise fresh (another shape, with
+    ignore_mismatched_sizes); any other difference is an error naming the config field, and so is an encoder part
+    missing or left over (the config is wrong; only heads may be fresh) and a float weight stored as integers."""
+    arch = architecture(config)
     config_name = google_checkpoint.CONFIG if file.suffix == ".index" else "config.json"
     fresh = []
-    for key, shape in theirs.items():
-        if key not in own or own[key] == shape:
+    for key, (shape, dtype) in theirs.items():
+        if key in own and own[key][1] in FLOATS and dtype not in FLOATS:
+            raise BertforgeError(f"{file}: {key} holds {dtype} values; the model's weights are floating point "
+                                 f"({', '.join(FLOATS)})")
+        if key not in own or own[key][0] == shape:
             continue
-        if ignore_mismatched_sizes and not encoder_parts([key], prefix):
+        if ignore_mismatched_sizes and not arch.encoder_parts([key]):
             fresh.append(key)
             continue
-        hint = "" if encoder_parts([key], prefix) else " (for a task head of another size, pass " \
+        hint = "" if arch.encoder_parts([key]) else " (for a task head of another size, pass " \
             "ignore_mismatched_sizes=True)"
-        raise BertforgeError(
-            f"{file}: {key} has shape {shape} but the config gives {own[key]} ({sizes.field_of(key, own[key], shape)});"
-            f" the {config_name} does not describe these weights{hint}")
+        field = sizes.field_of(model_class, config, key, own[key][0], shape)
+        raise BertforgeError(f"{file}: {key} has shape {shape} but the config gives {own[key][0]} ({field}); the "
+                             f"{config_name} does not describe these weights{hint}")
     kept = theirs.keys() - set(fresh)
-    missing, extra = encoder_parts(own.keys() - kept, prefix), encoder_parts(kept - own.keys(), prefix)
+    missing, extra = arch.encoder_parts(own.keys() - kept), arch.encoder_parts(kept - own.keys())
     if missing or extra:
         problems = ([f"{', '.join(sizes.layer_runs(missing))} not in the weights"] if missing else []) + (
             [f"weights have {', '.join(sizes.layer_runs(extra))} beyond the config"] if extra else [])
         if any(part.startswith("layer") for part in missing + extra):
-            problems.append(f"num_hidden_layers {sizes.layer_count(own, prefix)}, the weights have "
-                            f"{sizes.layer_count(theirs, prefix)} layers")
+            problems.append(f"num_hidden_layers {config.num_hidden_layers}, the weights have "
+                            f"{arch.layer_count(theirs)} layers")
         raise BertforgeError(f"{file}: the {config_name} does not describe these weights: {'; '.join(problems)}")
     return fresh
 
 
-def check_header(model_class, config: BertConfig, folder: Path, ignore_mismatched_sizes: bool) -> None:
+def check_header(model_class, config, folder: Path, ignore_mismatched_sizes: bool) -> None:
     """Before the model is built: its shapes (on the meta device) against those the checkpoint's headers give
     (safetensors headers, a Google checkpoint's index; a pickle's are checked once loaded)."""
     google = google_checkpoint.find(folder)
@@ -305,10 +316,24 @@ def check_header(model_class, config: BertConfig, folder: Path, ignore_mismatche
     prefix = model_class.base_model_prefix
     wants_prefix = any(k.startswith(prefix + ".") for k in own)
     if google is not None:
-        theirs, file = google_checkpoint.shapes_of(google, normalise_keys(own, config, wants_prefix=True))
+        shapes = {key: shape for key, (shape, _) in normalise_keys(own, config, wants_prefix=True).items()}
+        theirs, file = google_checkpoint.shapes_of(google, shapes)
+        theirs = {key: (shape, "float32") for key, shape in theirs.items()}
     else:
-        theirs, file = {k: tuple(shape) for k, (shape, _) in sizes.read_header(files).items()}, files[0]
-    check_shapes(own, normalise_keys(theirs, config, wants_prefix), file, prefix, ignore_mismatched_sizes)
+        theirs, file = {k: (tuple(shape), dtype) for k, (shape, dtype) in sizes.read_header(files).items()}, files[0]
+    check_shapes(model_class, config, own, normalise_keys(theirs, config, wants_prefix), file,
+                 ignore_mismatched_sizes)
+
+
+def configured(config, caller: str, num_labels=None, id2label=None, label2id=None, **fields):
+    """`config` with transformers' keyword overrides: the labels (num_labels, id2label, label2id) and config fields;
+    any other name is a TypeError naming `caller`."""
+    overrides = {**fields, **labels_override(num_labels, id2label, label2id)}
+    unknown = sorted(set(overrides) - set(config.to_dict()) - {"id2label"})
+    if unknown:
+        raise TypeError(f"{caller}() got unexpected keyword arguments: {', '.join(unknown)} (neither its own nor "
+                        f"{type(config).__name__} fields; pass output_attentions and the like to forward)")
+    return type(config).from_dict({**config.to_dict(), **overrides}) if overrides else config
 
 
 def labels_override(num_labels, id2label, label2id) -> dict:

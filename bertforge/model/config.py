@@ -1,6 +1,7 @@
 """Model sizes, as a dataclass that reads and writes Hugging Face `config.json`."""
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,11 +38,73 @@ MAX_PARAMETERS = 1 << 32  # about 4.3 billion: 17 GB of float32 weights
 
 def check_size(name: str, value) -> int:
     """`value` as the config field `name`: a whole number from 1 to its LIMITS bound."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise BertforgeError(f"{name} must be a whole number of at least 1, not {value!r}")
-    if value > LIMITS[name]:
-        raise BertforgeError(f"{name} {value} is over {LIMITS[name]:,}, more than any BERT model has")
-    return value
+    return Rule("whole", 1, LIMITS[name]).check(name, value)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one config field may hold: whole numbers or numbers within [low, high] (`low` itself excluded where
+    `above`), one of `choices`, true or false, an object or a list; `optional`: null too."""
+
+    kind: str  # "whole", "number", "choice", "flag", "object", "list"
+    low: float | None = None
+    high: float | None = None
+    choices: tuple = ()
+    optional: bool = False
+    above: bool = False
+
+    def check(self, name: str, value):
+        """`value` if it is what the field holds, else a one-line error naming the field, the value and the rule."""
+        if value is None and self.optional:
+            return value
+        if self.kind == "choice" and not self.holds(value):
+            raise BertforgeError(f"{name} {value!r:.80} is not one of {', '.join(self.choices)}")
+        if not self.holds(value):
+            raise BertforgeError(f"{name} must be {self.describe()}, not {value!r:.80}")
+        if self.kind == "whole" and self.high is not None and value > self.high:
+            raise BertforgeError(f"{name} {value} is over {self.high:,}, more than any BERT model has")
+        return value
+
+    def holds(self, value) -> bool:
+        if self.kind == "choice":
+            return isinstance(value, str) and value in self.choices
+        if self.kind in ("flag", "object", "list"):
+            return isinstance(value, {"flag": bool, "object": dict, "list": list}[self.kind])
+        number = int if self.kind == "whole" else (int, float)
+        if isinstance(value, bool) or not isinstance(value, number) or not math.isfinite(value):
+            return False
+        low_ok = self.low is None or (value > self.low if self.above else value >= self.low)
+        return low_ok and (self.kind == "whole" or self.high is None or value <= self.high)
+
+    def describe(self) -> str:
+        if self.kind in ("flag", "object", "list"):
+            return {"flag": "true or false", "object": "an object", "list": "a list"}[self.kind]
+        what = "a whole number" if self.kind == "whole" else "a number"
+        if self.kind == "whole":
+            return f"{what} of at least {self.low:g}" if self.low is not None else what
+        if self.low is None:
+            return what
+        if self.above:
+            return f"{what} above {self.low:g}" + (f" and at most {self.high:g}" if self.high is not None else "")
+        return f"{what} from {self.low:g}" + (f" to {self.high:g}" if self.high is not None else "")
+
+
+def size(name: str) -> Rule:
+    return Rule("whole", 1, LIMITS[name])
+
+
+PROBABILITY = Rule("number", 0, 1)  # a dropout rate
+EPSILON = Rule("number", 0, 1, above=True)  # a layer norm's
+SCALE = Rule("number", 0, 100, above=True)  # an initialiser's standard deviation or cutoff
+TOKEN_ID = Rule("whole", 0, LIMITS["vocab_size"], optional=True)
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+
+
+def check_fields(schema: dict[str, Rule], values: dict) -> None:
+    """Each field of `values` that `schema` has a rule for, by its rule (fields absent are left to defaults)."""
+    for name, rule in schema.items():
+        if name in values:
+            rule.check(name, values[name])
 
 
 def check_labels(config) -> None:
@@ -58,11 +121,8 @@ def check_labels(config) -> None:
                              f"{sorted(config.id2label)[:5]}{'...' if len(config.id2label) > 5 else ''}")
 
 
-def check_sizes(config, names) -> None:
-    """The sizes a model allocates, each within LIMITS, the parameters within MAX_PARAMETERS, the heads dividing
-    the width."""
-    for name in names:
-        check_size(name, getattr(config, name))
+def check_shape(config) -> None:
+    """Across fields: the parameters within MAX_PARAMETERS, the heads dividing the width."""
     if config.parameter_count() > MAX_PARAMETERS:
         raise BertforgeError(
             f"num_hidden_layers {config.num_hidden_layers}, hidden_size {config.hidden_size}, intermediate_size "
@@ -80,6 +140,8 @@ class ConfigFile:
     with `id2label`, `extra` and `model_type` (config.json's, which `architectures.read_config` dispatches on)."""
 
     model_type = ""
+    # every field the model reads -> its Rule; config.json's older spellings too, checked before they are read
+    schema: dict = {}
 
     @property
     def num_labels(self) -> int:
@@ -105,6 +167,7 @@ class ConfigFile:
     @classmethod
     def from_dict(cls, d: dict):
         """From a Hugging Face config.json dictionary; unknown fields are kept in `extra`."""
+        check_fields(cls.schema, d)  # before normalise reads them and before anything is allocated
         d = cls.normalise(dict(d))
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: v for k, v in d.items() if k in names}
@@ -140,6 +203,12 @@ class ConfigFile:
     def save(self, path):
         write_json(path, self.to_dict(), sort_keys=True)
 
+    def check(self) -> None:
+        """Every field by its rule, then the rules across fields (from __post_init__, however it was made)."""
+        check_fields(self.schema, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        check_shape(self)
+        check_labels(self)
+
 
 @dataclass
 class BertConfig(ConfigFile):
@@ -169,12 +238,19 @@ class BertConfig(ConfigFile):
     # Fields of config.json this class does not use, kept so that saving preserves them.
     extra: dict = field(default_factory=dict, repr=False)
 
+    schema = {
+        **{name: size(name) for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                         "intermediate_size", "max_position_embeddings", "type_vocab_size")},
+        "hidden_act": Rule("choice", choices=ACTIVATIONS),
+        "hidden_dropout_prob": PROBABILITY, "attention_probs_dropout_prob": PROBABILITY,
+        "classifier_dropout": Rule("number", 0, 1, optional=True),
+        "initializer_range": SCALE, "layer_norm_eps": EPSILON, "pad_token_id": TOKEN_ID,
+        "is_decoder": Rule("flag"),
+        "problem_type": Rule("choice", choices=PROBLEM_TYPES, optional=True),
+    }
+
     def __post_init__(self):
-        check_sizes(self, ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                           "intermediate_size", "max_position_embeddings", "type_vocab_size"))
-        if self.hidden_act not in ACTIVATIONS:
-            raise BertforgeError(f"hidden_act {self.hidden_act!r} is not one of {', '.join(ACTIVATIONS)}")
-        check_labels(self)
+        self.check()
 
     def parameter_count(self) -> int:
         """About how many parameters a model of these sizes has (the encoder with its embeddings)."""
@@ -271,52 +347,75 @@ class ModernBertConfig(ConfigFile):
     def rope_theta(self, layer_type: str) -> float:
         return self.rope_parameters[layer_type]["rope_theta"]
 
+    schema = {
+        **{name: size(name) for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                         "intermediate_size", "max_position_embeddings")},
+        **dict.fromkeys(("hidden_activation", "classifier_activation"), Rule("choice", choices=ACTIVATIONS)),
+        **dict.fromkeys(("embedding_dropout", "mlp_dropout", "attention_dropout", "classifier_dropout"), PROBABILITY),
+        **dict.fromkeys(("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_bias",
+                         "tie_word_embeddings"), Rule("flag")),
+        **dict.fromkeys(("pad_token_id", "eos_token_id", "bos_token_id", "cls_token_id", "sep_token_id"), TOKEN_ID),
+        "initializer_range": SCALE, "initializer_cutoff_factor": SCALE, "norm_eps": EPSILON,
+        "classifier_pooling": Rule("choice", choices=("cls", "mean")),
+        "local_attention": Rule("whole", 2, 2 * LIMITS["max_position_embeddings"]),
+        "layer_types": Rule("list", optional=True), "rope_parameters": Rule("object", optional=True),
+        "problem_type": Rule("choice", choices=PROBLEM_TYPES, optional=True),
+        # the first release's spellings, read into layer_types and rope_parameters
+        "global_attn_every_n_layers": Rule("whole", 1, LIMITS["num_hidden_layers"], optional=True),
+        "global_rope_theta": Rule("number", 1, above=True), "local_rope_theta": Rule("number", 1, above=True),
+    }
+
     @classmethod
     def normalise(cls, d: dict) -> dict:
-        every = d.pop("global_attn_every_n_layers", 3)
+        """The first release's fields read into today's; where both forms are given, they must agree."""
         layers = d.get("num_hidden_layers", cls.num_hidden_layers)
-        if d.get("layer_types") is None and isinstance(every, int) and not isinstance(every, bool) and every > 0 \
-                and isinstance(layers, int):
-            d["layer_types"] = layer_pattern(layers, every)
-        rope = {t: dict(v) for t, v in (d.get("rope_parameters") or {}).items() if isinstance(v, dict)}
+        given = "global_attn_every_n_layers" in d
+        every = d.pop("global_attn_every_n_layers", 3)  # transformers' default
+        if every is not None:
+            pattern = layer_pattern(layers, every)
+            if d.get("layer_types") is None:
+                d["layer_types"] = pattern
+            elif given and d["layer_types"] != pattern:
+                raise BertforgeError(f"layer_types {str(d['layer_types'])[:80]} disagrees with "
+                                     f"global_attn_every_n_layers {every}")
+        elif d.get("layer_types") is None:
+            raise BertforgeError("global_attn_every_n_layers is null and no layer_types is given: one of them must "
+                                 "say which layers attend globally")
+        rope = {}
+        for layer_type, value in (d.get("rope_parameters") or {}).items():
+            if layer_type not in LAYER_TYPES:
+                raise BertforgeError(f"rope_parameters has {layer_type!r:.40}; its keys are {', '.join(LAYER_TYPES)}")
+            rope[layer_type] = dict(Rule("object").check(f"rope_parameters.{layer_type}", value))
         old_names = {"full_attention": "global_rope_theta", "sliding_attention": "local_rope_theta"}
         for layer_type, old_name in old_names.items():
             theta = d.pop(old_name, None)
-            rope.setdefault(layer_type, {"rope_type": "default"})
-            rope[layer_type].setdefault("rope_theta", theta if theta is not None else ROPE_THETA[layer_type])
+            given = rope.setdefault(layer_type, {"rope_type": "default"}).setdefault(
+                "rope_theta", theta if theta is not None else ROPE_THETA[layer_type])
+            if theta is not None and theta != given:
+                raise BertforgeError(f"{old_name} {theta:g} disagrees with rope_parameters.{layer_type}.rope_theta "
+                                     f"{given!r:.40}")
         d["rope_parameters"] = rope
         if d.pop("rope_scaling", None) is not None:
             raise BertforgeError("rope_scaling is not supported: bertforge runs ModernBERT's default rotary positions")
         return d
 
     def __post_init__(self):
-        check_sizes(self, ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                           "intermediate_size", "max_position_embeddings"))
-        for name in ("hidden_activation", "classifier_activation"):
-            if getattr(self, name) not in ACTIVATIONS:
-                raise BertforgeError(f"{name} {getattr(self, name)!r} is not one of {', '.join(ACTIVATIONS)}")
-        if self.classifier_pooling not in ("cls", "mean"):
-            raise BertforgeError(f"classifier_pooling {self.classifier_pooling!r} is not cls or mean")
-        if not isinstance(self.local_attention, int) or isinstance(self.local_attention, bool) \
-                or self.local_attention < 2:
-            raise BertforgeError(f"local_attention must be a whole number of at least 2, not {self.local_attention!r}")
+        self.check()
         if self.layer_types is None:
-            self.layer_types = self.normalise({"num_hidden_layers": self.num_hidden_layers})["layer_types"]
+            self.layer_types = layer_pattern(self.num_hidden_layers, 3)
         if self.rope_parameters is None:
             self.rope_parameters = self.normalise({})["rope_parameters"]
-        if not isinstance(self.layer_types, list) or len(self.layer_types) != self.num_hidden_layers \
-                or any(t not in LAYER_TYPES for t in self.layer_types):
+        if len(self.layer_types) != self.num_hidden_layers or any(t not in LAYER_TYPES for t in self.layer_types):
             raise BertforgeError(f"layer_types must name {' or '.join(LAYER_TYPES)} for each of the "
                                  f"{self.num_hidden_layers} layers, not {str(self.layer_types)[:80]}")
         for layer_type in LAYER_TYPES:
-            rope = self.rope_parameters.get(layer_type) or {}
+            rope = self.rope_parameters.get(layer_type)
+            if not isinstance(rope, dict):
+                raise BertforgeError(f"rope_parameters.{layer_type} must be an object, not {rope!r:.40}")
             if rope.get("rope_type", "default") != "default":
                 raise BertforgeError(f"rope_parameters.{layer_type}.rope_type {rope['rope_type']!r} is not supported:"
                                      " bertforge runs the default rotary positions")
-            theta = rope.get("rope_theta")
-            if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 1:
-                raise BertforgeError(f"rope_parameters.{layer_type}.rope_theta must be a number above 1, not {theta!r}")
-        check_labels(self)
+            Rule("number", 1, above=True).check(f"rope_parameters.{layer_type}.rope_theta", rope.get("rope_theta"))
 
     def parameter_count(self) -> int:
         h, i = self.hidden_size, self.intermediate_size

@@ -6,6 +6,7 @@ layers beside weights of 2, a billion positions) is a one-line error instead of 
 gives out; `config.LIMITS` bounds every config, weights or not.
 """
 
+import dataclasses
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -13,13 +14,8 @@ from safetensors import SafetensorError, safe_open
 
 from ..core.errors import BertforgeError
 
-DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64"}
-
-# The config field behind a tensor's first dimension, by the tensor's name; any other dimension is hidden_size,
-# except the second of a feed-forward output (intermediate_size).
-FIRST_DIMENSION = (("word_embeddings", "vocab_size"), ("position_embeddings", "max_position_embeddings"),
-                   ("token_type_embeddings", "type_vocab_size"), ("intermediate.dense", "intermediate_size"),
-                   ("classifier", "num_labels"), ("predictions.bias", "vocab_size"))
+DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
+          "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
 
 
 def read_header(files: list[Path]) -> dict[str, tuple[list[int], str]]:
@@ -53,32 +49,44 @@ def no_random_init():
             setattr(nn.init, name, function)
 
 
-def model_shapes(model_class, config) -> dict[str, tuple[int, ...]]:
-    """The state dict's shapes of `model_class(config)`, built on the meta device (nothing allocated)."""
+def model_shapes(model_class, config) -> dict[str, tuple[tuple[int, ...], str]]:
+    """(shape, dtype name) of each tensor in the state dict of `model_class(config)`, built on the meta device
+    (nothing allocated)."""
     import torch
 
     with torch.device("meta"), no_random_init():
-        return {key: tuple(value.shape) for key, value in model_class(config).state_dict().items()}
+        return {key: (tuple(value.shape), str(value.dtype).removeprefix("torch."))
+                for key, value in model_class(config).state_dict().items()}
 
 
-def field_of(key: str, ours: tuple, theirs: tuple) -> str:
-    """The config field a mismatch of tensor `key`'s shapes comes from, e.g. "vocab_size 600"."""
+def field_of(model_class, config, key: str, ours: tuple, theirs: tuple) -> str:
+    """The config field a mismatch of tensor `key`'s shapes comes from, e.g. "vocab_size 600": the size field
+    whose change changes that dimension of the model's tensor (tried on the meta device, for any architecture)."""
+    from .config import LIMITS
+
     differs = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
     if len(ours) != len(theirs) or not differs:
         return "the sizes"
     dim = differs[0]
-    name = "hidden_size"
-    if dim == 0:
-        name = next((field for part, field in FIRST_DIMENSION if part in key), name)
-    elif ".output.dense." in key and ".attention." not in key:
-        name = "intermediate_size"
-    return f"{name} {ours[dim]}"
+    for name in [name for name in LIMITS if name in config.schema] + ["num_labels"]:
+        if shape_changes(model_class, config, name, key, ours, dim):
+            return f"{name} {getattr(config, name)}"
+    return "the sizes"
 
 
-def layer_count(keys, prefix: str) -> int:
-    """How many encoder layers the tensor names hold."""
-    return len({key.removeprefix(prefix + ".").split(".")[2] for key in keys
-                if key.removeprefix(prefix + ".").startswith("encoder.layer.")})
+def shape_changes(model_class, config, name: str, key: str, ours: tuple, dim: int) -> bool:
+    """Whether a config with another value of size field `name` gives tensor `key` another size in `dim`."""
+    value = getattr(config, name)
+    step = config.num_attention_heads if name == "hidden_size" else 1  # the heads still dividing the width
+    for other in (value + step, value - step):
+        try:
+            changed = config.with_labels([f"LABEL_{i}" for i in range(other)]) if name == "num_labels" \
+                else dataclasses.replace(config, **{name: other})
+        except BertforgeError:
+            continue  # over the field's bound, or under 1: try the other way
+        shape = model_shapes(model_class, changed).get(key, ((),))[0]
+        return len(shape) > dim and shape[dim] != ours[dim]
+    return False
 
 
 def layer_runs(parts: list[str]) -> list[str]:

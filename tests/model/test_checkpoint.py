@@ -2,6 +2,7 @@
 
 import json
 import logging
+import shutil
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from bertforge.model.checkpoint import PICKLE, SAFETENSORS, SAFETENSORS_INDEX
 from bertforge.model.config import BertConfig
 from bertforge.core.errors import BertforgeError
 from bertforge.model.task_heads import BertForSequenceClassification, BertForTokenClassification
-from tests.conftest import built_devices, one_line_error
+from tests.conftest import built_devices, modernbert_folder, one_line_error
 
 TINY = dict(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256)
 
@@ -392,3 +393,69 @@ def test_fine_tuning_s_new_head_is_information_not_a_warning(tmp_path, caplog):
         (logging.INFO, "classifier: a new head, initialised at random; fine-tuning trains it"),
         (logging.INFO, "masked-LM head in the checkpoint is not used by BertForSequenceClassification"),
         (logging.INFO, "next-sentence head in the checkpoint is not used by BertForSequenceClassification")]
+
+
+@pytest.fixture(scope="module")
+def modernbert(tmp_path_factory):
+    return modernbert_folder(tmp_path_factory.mktemp("modernbert"), "ModernBertForSequenceClassification")
+
+
+def broken(modernbert, tmp_path, change):
+    """A copy of the ModernBERT folder whose weights `change` edits in place."""
+    folder = tmp_path / "broken"
+    shutil.copytree(modernbert, folder)
+    weights = load_file(folder / SAFETENSORS)
+    change(weights)
+    save_file({k: v.contiguous() for k, v in weights.items()}, folder / SAFETENSORS)
+    return folder
+
+
+def drop_layer(weights):
+    for key in [k for k in weights if k.startswith("model.layers.3.")]:
+        del weights[key]
+
+
+def add_layer(weights):
+    weights.update({k.replace("layers.3.", "layers.4."): v.clone() for k, v in list(weights.items())
+                    if ".layers.3." in k})
+
+
+@pytest.mark.parametrize("change, says", [
+    (drop_layer, "layer 3 not in the weights; num_hidden_layers 4, the weights have 3 layers"),
+    (add_layer, "weights have layer 4 beyond the config; num_hidden_layers 4, the weights have 5 layers"),
+    (lambda w: w.pop("model.final_norm.weight"), "final_norm not in the weights"),
+    (lambda w: w.update({"model.layers.1.mlp.Wi.weight": w["model.layers.1.mlp.Wi.weight"][:100]}),
+     "layers.1.mlp.Wi.weight has shape (100, 64) but the config gives (192, 64) (intermediate_size 96)"),
+    (lambda w: w.update({"model.layers.1.mlp.Wo.weight": w["model.layers.1.mlp.Wo.weight"][:, :50]}),
+     "(intermediate_size 96)"),
+    (lambda w: w.update({"model.layers.0.attn.Wqkv.weight": w["model.layers.0.attn.Wqkv.weight"].to(torch.int8)}),
+     "layers.0.attn.Wqkv.weight holds int8 values; the model's weights are floating point"),
+    (lambda w: w.update({"classifier.weight": w["classifier.weight"] > 0}), "classifier.weight holds bool values"),
+])
+def test_a_modernbert_checkpoint_is_checked_against_its_own_parameter_list(modernbert, tmp_path, monkeypatch,
+                                                                           change, says):
+    """Weights checked by ModernBERT's own layer names, as BERT's are: a missing or extra layer, a missing final
+    norm, a tensor of another shape (named by the field behind it) or of integers is refused before anything is
+    built, by every head class, never loaded with a part drawn at random."""
+    folder = broken(modernbert, tmp_path, change)
+    devices = built_devices(monkeypatch)
+    for model_class in (BertForSequenceClassification, bf.BertModel, bf.BertForMaskedLM):
+        if "classifier" in says and model_class is not BertForSequenceClassification:
+            continue
+        with pytest.raises(BertforgeError) as excinfo:
+            model_class.from_pretrained(folder)
+        assert says in one_line_error(excinfo, folder / SAFETENSORS)
+    assert set(devices) <= {"meta"}
+
+
+def test_the_mismatched_sizes_hint_and_reset_apply_to_heads_only(modernbert, tmp_path):
+    folder = broken(modernbert, tmp_path, lambda w: w.update(
+        {"model.embeddings.tok_embeddings.weight": w["model.embeddings.tok_embeddings.weight"][:-1]}))
+    for ignore in (False, True):
+        with pytest.raises(BertforgeError) as excinfo:
+            BertForSequenceClassification.from_pretrained(folder, ignore_mismatched_sizes=ignore)
+        assert "(vocab_size " in str(excinfo.value) and "ignore_mismatched_sizes" not in str(excinfo.value)
+    with pytest.raises(BertforgeError, match=r"\(num_labels 5\).*pass ignore_mismatched_sizes=True"):
+        BertForSequenceClassification.from_pretrained(modernbert, num_labels=5)
+    model = BertForSequenceClassification.from_pretrained(modernbert, num_labels=5, ignore_mismatched_sizes=True)
+    assert model.classifier.weight.shape[0] == 5

@@ -1,14 +1,16 @@
 """Model sizes and the Hugging Face config.json, both ways."""
 
+import dataclasses
 import json
+import re
 
 import pytest
 import torch
 import transformers
 
 import bertforge.model.bert as bf
-from bertforge.model.architectures import load_config
-from bertforge.model.config import BertConfig
+from bertforge.model.architectures import ARCHITECTURES, load_config
+from bertforge.model.config import BertConfig, ModernBertConfig
 from bertforge.core.errors import BertforgeError
 
 transformers.logging.set_verbosity_error()
@@ -129,3 +131,58 @@ def test_missing_config_file(tmp_path):
         load_config(str(tmp_path / "nowhere.json"))
     message = str(excinfo.value)
     assert "nowhere.json: neither a model size (tiny, mini, small, medium, base, large)" in message
+
+
+def wrong_values(rule):
+    """Values that break `rule`: of another type, and out of its range where it has one."""
+    values = {"whole": ["3", 2.5, True, -1], "number": ["x", True, float("nan")], "choice": ["no-such", 3],
+              "flag": ["yes", 1], "object": [[1], "x"], "list": ["x", {}]}[rule.kind]
+    if rule.kind in ("whole", "number") and rule.high is not None:
+        values.append(rule.high * 10 + 1)
+    if rule.kind == "number" and rule.low is not None:
+        values.append(rule.low - 1)
+    return values
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES.values(), ids=lambda arch: arch.model_type)
+def test_every_field_of_every_architecture_is_checked_by_its_rule(arch):
+    """Each architecture's schema: every field the model reads, given a value of another type or out of range in
+    config.json, is refused by a one-line error naming the field and the value, before anything is built."""
+    assert {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"} \
+        <= set(arch.config.schema)
+    for name, rule in arch.config.schema.items():
+        for value in wrong_values(rule):
+            with pytest.raises(BertforgeError) as excinfo:
+                arch.config.from_dict({"num_hidden_layers": 2, name: value})
+            message = str(excinfo.value)
+            assert message.startswith(name) and repr(value)[:20] in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES.values(), ids=lambda arch: arch.model_type)
+def test_the_schema_covers_what_the_config_class_reads(arch):
+    """Every dataclass field of a config class has a rule, but the labels (their own checks) and `extra`."""
+    fields = {f.name for f in dataclasses.fields(arch.config)} - {"id2label", "extra"}
+    assert fields <= set(arch.config.schema), fields - set(arch.config.schema)
+
+
+def test_a_config_of_ten_billion_layers_is_refused_before_the_layer_pattern_is_built():
+    with pytest.raises(BertforgeError, match="num_hidden_layers 10000000000 is over 256"):
+        ModernBertConfig.from_dict({"num_hidden_layers": 10**10})
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"global_attn_every_n_layers": None}, "global_attn_every_n_layers is null and no layer_types"),
+    ({"global_attn_every_n_layers": 2, "layer_types": ["full_attention"] * 4},
+     "disagrees with global_attn_every_n_layers 2"),
+    ({"local_rope_theta": 5000.0, "rope_parameters": {"sliding_attention": {"rope_theta": 10000.0}}},
+     "local_rope_theta 5000 disagrees with rope_parameters.sliding_attention.rope_theta 10000"),
+    ({"rope_parameters": {"global": {"rope_theta": 1e4}}}, "rope_parameters has 'global'"),
+    ({"rope_parameters": {"full_attention": [1e4]}}, "rope_parameters.full_attention must be an object"),
+    ({"rope_parameters": {"full_attention": {"rope_theta": "1e4"}}},
+     "rope_parameters.full_attention.rope_theta must be a number above 1"),
+])
+def test_modernberts_two_forms_must_agree_and_hold_what_they_should(fields, says):
+    with pytest.raises(BertforgeError, match=re.escape(says)):
+        ModernBertConfig.from_dict({"num_hidden_layers": 4, **fields})
+    assert ModernBertConfig.from_dict({"num_hidden_layers": 4, "layer_types": ["full_attention"] * 4}).layer_types \
+        == ["full_attention"] * 4  # layer_types alone, as transformers 5 writes it
