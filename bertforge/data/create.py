@@ -58,8 +58,12 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
     masking. ``nsp=False`` writes single-segment rows filled with consecutive sentences instead of Google's pairs
     (:func:`~bertforge.data.instances.iter_full_rows`).
     """
+    source = "the tokenizer" if isinstance(tokenizer, BertTokenizer) else tokenizer
     if not isinstance(tokenizer, BertTokenizer):
         tokenizer = BertTokenizer.from_pretrained(tokenizer)
+    if tokenizer.mask_token_id is None:
+        raise BertforgeError(f"{source}: no mask token, which masked-LM pre-training data needs (mask_token in "
+                             "tokenizer_config.json)")
     check_settings(max_seq_length, short_seq_prob, masked_lm_prob, dupe_factor, max_predictions, eval_docs)
     final = Path(out)
     with exclusive(final, "--out"):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..core.errors import BertforgeError
 from ..core.io import read_model_json, write_json
+from ..text.vocab import MAX_VOCAB
 
 # (layers, hidden, heads) from the paper and Google's 24 small models; feed-forward is 4H.
 SIZES = {
@@ -24,7 +25,7 @@ ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 # Upper bounds on the sizes a config may ask for, far beyond any released BERT (checked before anything is
 # allocated, so that a careless or hostile config.json is an error, not memory taken until the machine gives out).
 LIMITS = {
-    "vocab_size": 1 << 22,
+    "vocab_size": MAX_VOCAB,
     "hidden_size": 1 << 14,
     "num_hidden_layers": 1 << 8,
     "num_attention_heads": 1 << 10,

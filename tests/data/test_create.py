@@ -266,3 +266,16 @@ def test_documents_are_held_out_by_default(corpus, tmp_path, capsys):
     report = capsys.readouterr().out
     assert "0 documents held out (--eval-docs auto holds out none of fewer than 10 documents" in report
     assert not (tmp_path / "few" / "eval").exists()
+
+
+def test_a_tokenizer_without_a_mask_token_is_refused_before_any_data_is_written(corpus, tmp_path):
+    """A byte-level BPE tokenizer folder that names no mask token: masked-LM data cannot be made from it."""
+    from tests.conftest import modernbert_tokenizer
+
+    folder = modernbert_tokenizer(tmp_path / "tok")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    del config["mask_token"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(BertforgeError, match=f"^{tmp_path / 'tok'}: no mask token, which masked-LM pre-training"):
+        create_pretraining_data([corpus], folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
