@@ -34,7 +34,11 @@ class GlueTask:
         return len(self.labels) if self.labels else 1
 
     def path(self, data_dir, split: str) -> Path:
-        return Path(data_dir) / self.folder / f"{split}.tsv"
+        """The split's file: in `data_dir` itself where it holds the task's train.tsv (a folder of any name), else
+        in the task's folder under it (download_glue_data.py's layout)."""
+        data_dir = Path(data_dir)
+        own = (data_dir / "train.tsv").is_file() or (data_dir / f"{split}.tsv").is_file()
+        return data_dir / f"{split}.tsv" if own else data_dir / self.folder / f"{split}.tsv"
 
 
 _BINARY = ("0", "1")
@@ -178,7 +182,6 @@ class GlueFamily(TaskFamily):
     def __init__(self, task: str, data: Path | None, max_length: int):
         super().__init__(task, data, max_length)
         self.glue = glue_task(task)
-        self.root = data.parent if data and (data / "train.tsv").is_file() else data
         self.labels = list(self.glue.names or self.glue.labels or [self.glue.name])
         self.order = None  # the model's output of each label, where its label names are in another order
         self.best_metric = GLUE_METRICS[task][0]
@@ -186,7 +189,7 @@ class GlueFamily(TaskFamily):
         self.text_fields = {name: str for name in self.glue.hf_text if name}
 
     def read(self, split: str, tokenizer, limit=None) -> Split:
-        return self.encode(split, read_glue(self.glue.name, self.root, split)[:limit], tokenizer)
+        return self.encode(split, read_glue(self.glue.name, self.data, split)[:limit], tokenizer)
 
     def encode(self, name: str, examples: list, tokenizer) -> Split:
         return Split(name, examples, encode_glue(examples, tokenizer, self.max_length))

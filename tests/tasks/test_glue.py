@@ -162,3 +162,17 @@ def test_model_labels_are_read_in_the_task_order():
     sst2.use_model_labels(BertConfig.from_name("tiny", id2label={0: "bad", 1: "good"}))
     assert sst2.labels == ["bad", "good"] and sst2.order is None
     assert sst2.describe(None, {"logits": [np.array([0.0, 1.0])]})[0]["label"] == "good"
+
+
+def test_a_data_folder_holding_the_splits_is_read_as_given_whatever_its_name(tmp_path):
+    """--data DIR with train.tsv and dev.tsv in it is read there, not from DIR/../QNLI/, however DIR is named;
+    a parent folder in download_glue_data.py's layout still reads its task's folder."""
+    mine = tmp_path / "my-data"
+    mine.mkdir()
+    (mine / "train.tsv").write_text("index\tquestion\tsentence\tlabel\n0\tQ?\tA.\tentailment\n")
+    (mine / "dev.tsv").write_text("index\tquestion\tsentence\tlabel\n0\tQ2?\tA2.\tnot_entailment\n")
+    assert [(e.text_a, e.label) for e in read_glue("qnli", mine, "dev")] == [("Q2?", 1)]
+    family = GlueFamily("qnli", mine, 32)
+    assert family.glue.path(family.data, "train") == mine / "train.tsv"
+    _write(tmp_path, "QNLI", "dev", "index\tquestion\tsentence\tlabel\n0\tQ3?\tA3.\tentailment\n")
+    assert [e.text_a for e in read_glue("qnli", tmp_path, "dev")] == ["Q3?"]
