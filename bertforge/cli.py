@@ -7,6 +7,7 @@ import sys
 
 from .core.version import __version__
 from .core.errors import BertforgeError, os_error_message
+from .core.hub import progress_bars
 from .training.options import apply_args_file
 
 # command -> (module, help); the module defines add_<name>_arguments(parser) and run_<name>(args). Building a
@@ -147,7 +148,8 @@ def main(argv=None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        return command_functions(args.command)[1](args) or 0
+        with progress_bars(getattr(args, "progress", True)):  # a model named on the Hub downloads with bars
+            return command_functions(args.command)[1](args) or 0
     except BertforgeError as e:
         print(f"bertforge: error: {e}", file=sys.stderr)
         return 2

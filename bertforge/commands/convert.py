@@ -8,13 +8,16 @@ from pathlib import Path
 
 from ..core.errors import BertforgeError
 from ..core.io import atomic_path, has_model_file, model_file, new_model_folder
-from ..core.flags import ONNX_OPSETS, onnx_opset
+from ..core.flags import ONNX_OPSETS, add_revision_argument, onnx_opset
+from ..core.hub import model_folder
 from ..model.sentence_folder import keep_sentence_folder
 
 
 def add_convert_arguments(parser):
     parser.add_argument("src", help="checkpoint folder holding pytorch_model.bin (from a source you trust), or "
-                        "Google's TensorFlow checkpoint (bert_config.json, *.ckpt.*, vocab.txt)")
+                        "Google's TensorFlow checkpoint (bert_config.json, *.ckpt.*, vocab.txt), or a Hub model's "
+                        "name (org/name: its safetensors, else its pytorch_model.bin)")
+    add_revision_argument(parser, "SRC")
     parser.add_argument("out", help="folder to write (config, model.safetensors and the tokenizer files)")
     parser.add_argument("--do-lower-case", action=argparse.BooleanOptionalAction, default=None,
                         help="for a Google checkpoint: its casing, when neither its name nor its vocabulary says")
@@ -34,12 +37,12 @@ def run_convert(args) -> int:
     from ..model.architectures import architecture, read_config
     from ..model.checkpoint import SAFETENSORS, read_weights
 
-    src, out = Path(args.src), Path(args.out)
-    overwrite = getattr(args, "overwrite", False)
-    if google_checkpoint.find(src) is not None:
-        print(convert_google(src, out, getattr(args, "do_lower_case", None), getattr(args, "hidden_act", None),
-                             overwrite=overwrite))
+    out, overwrite = Path(args.out), getattr(args, "overwrite", False)
+    if google_checkpoint.find(args.src) is not None:
+        print(convert_google(Path(args.src), out, getattr(args, "do_lower_case", None),
+                             getattr(args, "hidden_act", None), overwrite=overwrite))
         return 0
+    src = model_folder(args.src, getattr(args, "revision", None), trust_pickle=True)  # converting is trusting it
     with new_model_folder(out, "OUT", overwrite, src) as tmp:
         weights, file = read_weights(src, trust_pickle=True)
         check_vocabulary(src, weights, file)
@@ -73,7 +76,8 @@ def check_vocabulary(src: Path, weights: dict, file: Path) -> None:
 def add_export_arguments(p):
     sub = p.add_subparsers(dest="format", required=True)
     onnx = sub.add_parser("onnx", help="ONNX with dynamic batch and sequence axes, checked by ONNX Runtime")
-    onnx.add_argument("model", help="a checkpoint folder")
+    onnx.add_argument("model", help="a checkpoint folder, or a Hub model's name (org/name)")
+    add_revision_argument(onnx)
     onnx.add_argument("out", help="folder to write: model.onnx, onnx.json, config and tokenizer files")
     onnx.add_argument("--int8", action="store_true", help="also model_int8.onnx, dynamically quantised")
     onnx.add_argument("--opset", type=onnx_opset, default=17,
@@ -85,7 +89,8 @@ def add_export_arguments(p):
 def run_export(args) -> int:
     from ..inference.export import ONNX_FILES, export_onnx
 
-    report = export_onnx(args.model, args.out, args.int8, args.opset, getattr(args, "overwrite", False))
+    folder = model_folder(args.model, getattr(args, "revision", None))
+    report = export_onnx(folder, args.out, args.int8, args.opset, getattr(args, "overwrite", False))
     for name, difference in report.items():
         verdict = ("within 1e-4 of PyTorch: the same model" if name == ONNX_FILES[False] else
                    "int8 weights and activations: outputs differ by design; check its accuracy on your data "

@@ -4,7 +4,7 @@ import argparse
 
 from ..data.create import AUTO, AUTO_MIN_DOCS, AUTO_SHARE, MAX_SEQ_LENGTH, create_pretraining_data, format_report
 from ..core.io import check_output
-from ..core.flags import add_encoding_argument, count, old_spellings, open_fraction, share
+from ..core.flags import add_encoding_argument, add_revision_argument, count, old_spellings, open_fraction, share
 from ..text.tokenizer import BertTokenizer
 
 
@@ -24,7 +24,9 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``bertforge data create`` (Google's defaults)."""
     parser.add_argument("--input", nargs="+", required=True, metavar="F",
                         help="text files or folders (searched recursively for .txt/.raw/.text files)")
-    parser.add_argument("--vocab", required=True, help="vocab.txt or a tokenizer/model folder")
+    parser.add_argument("--vocab", required=True, help="vocab.txt, a tokenizer/model folder, or a Hub model's name "
+                        "(org/name)")
+    add_revision_argument(parser, "--vocab")
     parser.add_argument("--out", required=True, help="output folder (shards, index.json, stats.json, eval/)")
     old_spellings(parser.add_argument("--max-length", "--max-seq-length", dest="max_seq_length", metavar="N",
                                       type=count(5, MAX_SEQ_LENGTH), default=128,
@@ -58,7 +60,8 @@ def add_data_create_arguments(parser: argparse.ArgumentParser) -> None:
 def run_data_create(args) -> None:
     check_output(args.out, "--out", inputs=args.input)
     stats = create_pretraining_data(
-        args.input, BertTokenizer.from_pretrained(args.vocab), args.out, max_seq_length=args.max_seq_length,
+        args.input, BertTokenizer.from_pretrained(args.vocab, revision=args.revision), args.out,
+        max_seq_length=args.max_seq_length,
         max_predictions=args.max_predictions, masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,
         dupe_factor=args.dupe_factor, seed=args.seed, whole_word_mask=args.whole_word_mask, mask=not args.no_mask,
         eval_docs=args.eval_docs, encoding=args.encoding, fmt=args.format, nsp=not args.no_nsp, progress=args.progress)

@@ -9,7 +9,7 @@ import time
 from ..core.errors import BertforgeError
 from ..inference.features import COMBINES, LEVELS, WORD_VECTORS, check_output_format, extract_features, write_features
 from ..core.io import check_output, read_text
-from ..core.flags import add_device_argument, count
+from ..core.flags import add_device_argument, add_revision_argument, count
 from ..model.sentence_folder import POOLINGS
 
 PAIR_SEPARATOR = re.compile(r"^(.*) \|\|\| (.*)$")  # Google's extract_features input format
@@ -47,7 +47,9 @@ def _layer_list(text: str | None) -> list[int] | None:
 def add_features_arguments(parser):
     # "-1,-2,-3,-4" is a value, not an option: let this parser read such lists as it reads negative numbers.
     parser._negative_number_matcher = re.compile(r"^-\d+(,\s*-?\d+)*$|^-\d*\.\d+$")
-    parser.add_argument("--model", required=True, help="checkpoint folder (config.json, weights, vocab.txt)")
+    parser.add_argument("--model", required=True, help="checkpoint folder (config.json, weights, vocab.txt), or a "
+                        "Hub model's name (org/name)")
+    add_revision_argument(parser)
     parser.add_argument("--input", required=True, help="text file, one text per line, or - for stdin")
     parser.add_argument("--out", required=True,
                         help="output file: .npz or .jsonl (token/word level), .npy, .npz or .jsonl (sentence level)")
@@ -82,7 +84,7 @@ def run_features(args) -> int:
         args.model, texts, layers=layers, combine=args.combine, level=args.level,
         pooling=args.pooling, word_vector=args.word_vector, max_length=args.max_length, stride=args.stride,
         batch_size=args.batch_size, bf16=args.bf16, device=args.device, normalize=args.normalize,
-        progress="features" if args.progress else None)
+        progress="features" if args.progress else None, revision=args.revision)
     out = write_features(features, args.out)
     rows = {"token": "tokens", "word": "words"}.get(args.level)
     shape = f"[{len(features)}, {features.dim}]" if rows is None else \

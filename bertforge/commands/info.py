@@ -8,6 +8,8 @@ from pathlib import Path
 
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
+from ..core.flags import add_revision_argument
+from ..core.hub import hub_origin, model_folder
 from ..core.io import has_model_file, read_model_json, read_model_text
 from ..model.sentence_folder import read_sentence_folder
 from ..model.sizes import read_header
@@ -22,7 +24,9 @@ ACTIVATIONS = {
 
 
 def add_info_arguments(parser):
-    parser.add_argument("dir", metavar="DIR", type=Path, help="checkpoint folder (config.json, model.safetensors)")
+    parser.add_argument("dir", metavar="MODEL", help="checkpoint folder (config.json, model.safetensors), or a Hub "
+                        "model's name (org/name)")
+    add_revision_argument(parser)
 
 
 def vocabulary(folder: Path, config: BertConfig) -> str:
@@ -120,9 +124,12 @@ def describe(folder: Path) -> list[str]:
                         f"{config.rope_theta('full_attention'):g} / {config.rope_theta('sliding_attention'):g})")
     if declared:
         lines.append(f"embedding:     sentence-transformers folder: {declared.summary()}")
+    origin = hub_origin(folder)
+    if origin:
+        lines.insert(1, f"hub:           {origin['repo_id']}, commit {origin['commit']}")
     return lines
 
 
 def run_info(args) -> int:
-    print("\n".join(describe(args.dir)))
+    print("\n".join(describe(model_folder(args.dir, args.revision))))
     return 0

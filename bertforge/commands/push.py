@@ -4,7 +4,7 @@ FOLDER is a model folder, or a run folder, whose best model (best/, else final/)
 made from the model and the run it came from: front matter that the Hub reads (the base model, the licence, tags,
 the pipeline, the data set, the library), and a body a person reads: the model folder's own README.md where it has
 one (fine-tuning writes the task, the data, the command and the metrics there), else the run's command and metrics;
-then the base model with the commit the run read.
+then the base model with the commit the run read, where the body does not say it.
 """
 
 import re
@@ -56,7 +56,7 @@ def model_card(model: Path, run: Path | None, repo_id: str, license: str | None)
 
     extra = (read_json(run / ARGS_FILE).get("extra") or {}) if run else {}
     results = read_json(run / RESULTS) if run and (run / RESULTS).is_file() else {}
-    origin = extra.get("base_model") or (hub_origin(extra["model"]) if extra.get("model") else None)
+    origin = extra.get("base_model") or hub_origin(extra.get("model"))
     sentences = (model / "modules.json").is_file()
     architectures = read_model_json(model / "config.json", model).get("architectures") or []
     head = next(filter(None, map(head_of, architectures)), None)
@@ -77,7 +77,7 @@ def model_card(model: Path, run: Path | None, repo_id: str, license: str | None)
         body = (f"# {repo_id}\n\nPushed with bertforge {__version__}.\n"
                 + (f"\n- command: `{' '.join(command)}`\n" if command else "")
                 + (f"\n| metric | value |\n|---|---|\n{scores}" if scores else ""))
-    if origin:
+    if origin and origin["commit"] not in body:  # fine-tuning's own card names it already
         body = f"{body.rstrip()}\n\nBase model: `{origin['repo_id']}`, commit `{origin['commit']}`.\n"
     return f"---\n{data.to_yaml()}\n---\n\n{body}"
 

@@ -4,7 +4,7 @@ how a text is tokenized."""
 import time
 
 from ..core.io import check_output
-from ..core.flags import add_encoding_argument, count, old_spellings
+from ..core.flags import add_encoding_argument, add_revision_argument, count, old_spellings
 from ..text.tokenizer import BertTokenizer
 from ..text.wordpiece import train_vocab
 from ..text.vocab import SPECIAL_TOKENS
@@ -22,7 +22,9 @@ def add_tokenizer_arguments(parser):
     add_encoding_argument(train)
     train.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     encode = sub.add_parser("encode", help="show how a text (or text pair) is tokenized")
-    encode.add_argument("--vocab", required=True, help="vocab.txt or a checkpoint folder")
+    encode.add_argument("--vocab", required=True, help="vocab.txt, a checkpoint folder, or a Hub model's name "
+                        "(org/name)")
+    add_revision_argument(encode, "--vocab")
     case = encode.add_mutually_exclusive_group()
     case.add_argument("--cased", dest="do_lower_case", action="store_false", default=None, help="keep case")
     case.add_argument("--uncased", dest="do_lower_case", action="store_true", default=None, help="lower-case")
@@ -46,7 +48,7 @@ def run_tokenizer(args) -> int:
             print(f"  {text}\n    -> {' '.join(tokenizer.tokenize(text))}")
         return 0
 
-    tokenizer = BertTokenizer.from_pretrained(args.vocab, do_lower_case=args.do_lower_case)
+    tokenizer = BertTokenizer.from_pretrained(args.vocab, do_lower_case=args.do_lower_case, revision=args.revision)
     enc = tokenizer(args.text, args.text_pair, truncation=args.max_length is not None, max_length=args.max_length,
                     return_offsets_mapping=True)
     texts = (args.text, args.text_pair)

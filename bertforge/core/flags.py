@@ -154,6 +154,12 @@ def old_spellings(action, *names: str):
     return action
 
 
+def add_revision_argument(parser, model: str = "the model") -> None:
+    """--revision of the commands that read a model, which may be given by its Hub name (core/hub.py)."""
+    parser.add_argument("--revision", help=f"the branch, tag or commit of {model} to read, where it is given by its "
+                        "Hub name (default: main)")
+
+
 def add_encoding_argument(parser) -> None:
     """--encoding of the commands that read text files (`decoding.decoded_blocks` tries the fallbacks)."""
     parser.add_argument("--encoding", default="utf-8", help="text encoding of the input files, or fallbacks tried "

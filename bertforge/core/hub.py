@@ -15,6 +15,7 @@ Every failure of either is a BertforgeError of one line that says what to do.
 """
 
 import re
+from contextlib import nullcontext
 from pathlib import Path
 
 from .errors import BertforgeError
@@ -68,6 +69,16 @@ def model_folder(name, revision: str | None = None, token: str | None = None, we
     return folder
 
 
+def progress_bars(shown: bool):
+    """The client's download bars, shown or (`bertforge COMMAND --no-progress`) hidden while a command runs: a
+    context."""
+    if shown:
+        return nullcontext()
+    from huggingface_hub.utils import disable_progress_bars
+
+    return disable_progress_bars()
+
+
 def is_repo_id(name: str) -> bool:
     """Whether `name` is spelled as a Hub repository's id: `name` or `org/name`."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
@@ -99,10 +110,12 @@ def snapshot(repo_id: str, revision: str | None, token: str | None, patterns) ->
                              "commit)") from None
     except LocalEntryNotFoundError:
         if constants.HF_HUB_OFFLINE:
-            raise BertforgeError(f"{repo_id}: not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
-                                 "HF_HUB_OFFLINE is set: download it once with HF_HUB_OFFLINE unset") from None
-        raise BertforgeError(f"{repo_id}: the Hub ({constants.ENDPOINT}) cannot be reached and the model is not in "
-                             f"the Hugging Face cache ({constants.HF_HUB_CACHE}): check the connection") from None
+            raise BertforgeError(f"{repo_id}: no such model folder, and HF_HUB_OFFLINE is set but the Hugging Face "
+                                 f"cache ({constants.HF_HUB_CACHE}) does not hold the model's files: download it once "
+                                 "with HF_HUB_OFFLINE unset") from None
+        raise BertforgeError(f"{repo_id}: no such model folder, and the Hub ({constants.ENDPOINT}) cannot be reached "
+                             f"nor does the Hugging Face cache ({constants.HF_HUB_CACHE}) hold the model's files: "
+                             "check the path or the connection") from None
     except HfHubHTTPError as e:
         raise hub_refused(repo_id, e) from None
 
@@ -117,7 +130,9 @@ def hub_refused(repo_id: str, e) -> BertforgeError:
 
 def hub_origin(folder) -> dict | None:
     """The Hub repository and commit of a cache snapshot folder ({"repo_id", "commit"}), which a run records;
-    None for any other folder."""
+    None for any other folder (or None)."""
+    if not folder:
+        return None
     found = SNAPSHOT.fullmatch("/".join(Path(folder).absolute().parts[-3:]))
     return None if found is None else {"repo_id": found["repo"].replace("--", "/"), "commit": found["commit"]}
 

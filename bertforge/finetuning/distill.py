@@ -40,7 +40,8 @@ from .finetune import (
     task_training_options, train_on_task
 )
 from ..core.io import check_output, read_json
-from ..core.flags import count, positive, share
+from ..core.flags import add_revision_argument, count, positive, share
+from ..core.hub import hub_origin, model_folder
 from ..tasks import TASKS, make_family
 from ..tasks.base import TaskFamily, head_name
 from ..text.tokenizer import BertTokenizer
@@ -227,8 +228,9 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
             representation_weight: float = 1.0, cache_dir=None, epochs: float | None = None,
             max_length: int | None = None, max_train_examples: int | None = None, max_eval_examples: int | None = None,
             group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
-            recipe: str = "adaptive", **options) -> dict:
-    """Distil `teacher_dir` (fine-tuned on the task) into a student; the run folder and the results are
+            recipe: str = "adaptive", revision: str | None = None, **options) -> dict:
+    """Distil `teacher_dir` (fine-tuned on the task: a folder, or a Hub model's name at `revision`) into a
+    student; the run folder and the results are
     `finetune`'s. `options`: TrainArgs fields (defaults DISTILL_DEFAULTS) and the task family's options; the lr,
     `augment` and `epochs` not given are the `recipe`'s (`distill_settings`, `distill_epochs`), a resumed run's
     those its args.json records."""
@@ -242,7 +244,6 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     check_distill_options(temperature, alpha, student, student_layers, representations, representation_weight, prune,
                           augment, recipe)
     train_options = task_training_options(options, DISTILL_DEFAULTS)
-    teacher_dir = Path(teacher_dir)
     head = head_name(TASKS[task]) if task in TASKS else None
     if head not in SOFT_TARGETS and task in TASKS:
         raise BertforgeError(f"distill {task}: task distillation covers the heads of {', '.join(SOFT_TARGETS)}, "
@@ -264,9 +265,11 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
         train_options["lr"] = began["lr"] if train_options["lr"] is None else train_options["lr"]
         augment = began["extra"]["augment"] if augment is None else augment
         epochs = began["extra"]["epochs"] if epochs is None else epochs
+    teacher_dir = model_folder(teacher_dir, revision)
     run = {"task": task, "model": student if student_layers is None else
            f"{teacher_dir} layers {','.join(map(str, student_layers))}", "prune": prune,
            "prune_from": None if prune_from is None else str(prune_from), "teacher": str(teacher_dir),
+           "base_model": hub_origin(teacher_dir),
            "data": None if data is None else str(data), "family_options": family_record(options),
            "student_embeddings": student_embeddings, "temperature": temperature, "alpha": alpha,
            "representations": representations, "representation_weight": representation_weight,
@@ -400,12 +403,13 @@ def check_distill_options(temperature: float, alpha: float, student, layers, rep
 
 def add_distill_arguments(p):
     p.add_argument("task", help=f"one of {', '.join(t for t, f in TASKS.items() if head_name(f) in SOFT_TARGETS)}")
-    p.add_argument("--teacher", required=True, type=Path, help="a model fine-tuned on the task (bertforge's or "
-                   "transformers' folder)")
+    p.add_argument("--teacher", required=True, help="a model fine-tuned on the task (bertforge's or transformers' "
+                   "folder, or a Hub model's name, org/name)")
+    add_revision_argument(p, "--teacher")
     p.add_argument("--student", help=f"the student: a size ({', '.join(SIZES)}: its layers and width, random "
                    "weights, and the teacher's vocabulary, position count and token types, so that it reads what "
-                   "the teacher reads) or a checkpoint folder with the teacher's vocabulary (default with "
-                   "--student-layers: the teacher's layers)")
+                   "the teacher reads) or a checkpoint folder (or a Hub model's name) with the teacher's vocabulary "
+                   "(default with --student-layers: the teacher's layers)")
     p.add_argument("--student-layers", type=layer_list, metavar="I,J,...",
                    help="start from these layers of the teacher (from 0), its embeddings, pooler and head")
     p.add_argument("--student-embeddings", choices=("teacher", "random"),
@@ -416,9 +420,10 @@ def add_distill_arguments(p):
                    help="the student of the size --student names starts as the teacher cut to that size: its layers "
                         "evenly spaced (or --student-layers), in each the hidden channels, attention heads (the "
                         "teacher's head size) and feed-forward neurons most active on the training data")
-    p.add_argument("--prune-from", type=Path, metavar="DIR",
-                   help="--prune, cutting this model of the task instead of the teacher: a larger student distilled "
-                        "before, to cut a much narrower student in steps (measured: docs/distillation.md)")
+    p.add_argument("--prune-from", metavar="MODEL",
+                   help="--prune, cutting this model of the task (a folder or a Hub model's name) instead of the "
+                        "teacher: a larger student distilled before, to cut a much narrower student in steps "
+                        "(measured: docs/distillation.md)")
     p.add_argument("--temperature", type=positive, default=2.0, help="softens both distributions")
     p.add_argument("--alpha", type=share, default=0.5, help="weight of the loss on the labels (1 - alpha: on the "
                    "teacher's outputs)")
@@ -462,6 +467,6 @@ def run_distill(args) -> int:
                       student_layers=args.student_layers, student_embeddings=args.student_embeddings, prune=args.prune,
                       prune_from=args.prune_from,
                       representations=args.representations, representation_weight=args.representation_weight,
-                      cache_dir=args.cache_dir, recipe=args.recipe, **task_run_options(args))
+                      cache_dir=args.cache_dir, recipe=args.recipe, revision=args.revision, **task_run_options(args))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0

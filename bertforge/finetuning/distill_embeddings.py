@@ -33,6 +33,7 @@ import numpy as np
 
 from ..core.errors import BertforgeError
 from ..core.flags import probability
+from ..core.hub import hub_origin, model_folder
 from ..core.io import atomic_path, check_output, read_json_lines, read_records, read_text, text_files, write_json
 from ..model.architectures import load_config
 from ..model.config import SIZES, BertConfig
@@ -268,9 +269,10 @@ def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: boo
                        epochs: float | None = None, max_length: int | None = None,
                        max_train_examples: int | None = None, max_eval_examples: int | None = None,
                        group_by_length: bool = True, text_column: str = "text", text_pair_column: str | None = None,
-                       command: list[str] | None = None,
-                       arguments: dict | None = None, **options) -> dict:
-    """Distil the sentence-embedding teacher `teacher_dir` into `student` on the texts of `inputs`; writes the run
+                       command: list[str] | None = None, arguments: dict | None = None,
+                       revision: str | None = None, **options) -> dict:
+    """Distil the sentence-embedding teacher `teacher_dir` (a folder, or a Hub model's name at `revision`) into
+    `student` on the texts of `inputs`; writes the run
     folder (best/ and final/ sentence-transformers folders, metrics.jsonl, eval_results.json) and returns the best
     held-out figures. `options`: TrainArgs fields (defaults: distill's, DISTILL_DEFAULTS)."""
     from .distill_recipe import DISTILL_DEFAULTS, start_lr, student_start
@@ -281,7 +283,6 @@ def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: boo
     train_options = task_training_options(options, DISTILL_DEFAULTS)
     if train_options["lr"] is None:  # the rate of task distillation's recipe for this start
         train_options["lr"] = start_lr(student_start(student, None, prune))
-    teacher_dir = Path(teacher_dir)
     if not inputs:
         raise BertforgeError("distill embeddings needs --input: the text files (or tables, SQuAD files, folders) "
                              "whose texts the student learns the teacher's vectors of")
@@ -291,6 +292,7 @@ def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: boo
         raise BertforgeError(f"--prune: --student {student} is not a size ({', '.join(SIZES)}) to cut the teacher to")
     if not 0 <= held_out < 1:
         raise BertforgeError(f"--held-out {held_out}: must be at least 0 and below 1")
+    teacher_dir = model_folder(teacher_dir, revision)
     if not (teacher_dir / "config.json").is_file():
         raise BertforgeError(f"--teacher {teacher_dir}: not a model folder (no config.json)")
     if prune:  # the cut's shape, before any text is read
@@ -301,7 +303,8 @@ def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: boo
     tokenizer = BertTokenizer.from_pretrained(teacher_dir)
     limit = min(tokenizer.model_max_length, load_config(teacher_dir).max_position_embeddings)
     max_length = min(max_length or declared.max_seq_length or DEFAULT_LENGTH, limit)
-    run = {"task": "embeddings", "teacher": str(teacher_dir), "model": student, "prune": prune,
+    run = {"task": "embeddings", "teacher": str(teacher_dir), "base_model": hub_origin(teacher_dir),
+           "model": student, "prune": prune,
            "student_embeddings": student_embeddings, "input": [str(p) for p in inputs], "held_out": held_out,
            "max_length": max_length, "epochs": EPOCHS if epochs is None else epochs,
            "max_train_examples": max_train_examples,
@@ -423,6 +426,6 @@ def run_distill_embeddings(args) -> int:
             options[name] = value
     results = distill_embeddings(args.teacher, args.student, args.input, args.out, prune=args.prune,
                                  student_embeddings=args.student_embeddings, held_out=args.held_out,
-                                 cache_dir=args.cache_dir, **options)
+                                 cache_dir=args.cache_dir, revision=args.revision, **options)
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0

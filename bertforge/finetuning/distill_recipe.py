@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from ..core.errors import BertforgeError
+from ..core.hub import model_folder
 from ..model.config import SIZES
 from ..text.tokenizer import BertTokenizer
 from .finetune import CHOSEN, FINETUNE_DEFAULTS, PAPER
@@ -32,8 +33,13 @@ DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": 
 
 
 def student_folder(spec: str, teacher_tokenizer, flag: str = "--student") -> Path:
-    """A student checkpoint folder (or the model --prune-from names), which must read the teacher's tokens."""
-    folder = Path(spec)
+    """A student checkpoint folder, or a Hub model's (or the model --prune-from names), which must read the
+    teacher's tokens."""
+    try:
+        folder = model_folder(spec)
+    except BertforgeError as e:
+        size = f"not a size ({', '.join(SIZES)}); " if flag == "--student" else ""
+        raise BertforgeError(f"{flag} {spec}: {size}{str(e).removeprefix(f'{spec}: ')}") from None
     if not (folder / "config.json").is_file():
         raise BertforgeError(f"{flag} {spec}: " + (f"neither a size ({', '.join(SIZES)}) nor a model folder"
                                                    if flag == "--student" else "not a model folder"))

@@ -9,7 +9,8 @@ from ..core.errors import BertforgeError
 from ..model.architectures import head_of, heads_of
 from ..inference.batches import padding, row_lengths, run_model
 from ..core.io import check_output, write_json
-from ..core.flags import add_device_argument, count
+from ..core.flags import add_device_argument, add_revision_argument, count
+from ..core.hub import model_folder
 from ..tasks import TASKS, add_family_arguments, make_family
 from ..tasks.base import Split, TaskFamily
 from ..text.tokenizer import BertTokenizer
@@ -137,25 +138,29 @@ def check_length(family: TaskFamily, config, folder) -> None:
 
 
 def load_finetuned(args, reading: bool = True):
-    """The family, tokenizer and model of a fine-tuned folder; label names are the model's where they fit."""
+    """The family, tokenizer and model of a fine-tuned folder (--model, or a Hub name at --revision), and that
+    folder; label names are the model's where they fit."""
     family = make_family(args.task, args.data, args.max_length, vars(args), reading)
-    tokenizer = BertTokenizer.from_pretrained(args.model)
+    folder = model_folder(args.model, args.revision)
+    tokenizer = BertTokenizer.from_pretrained(folder)
     from ..inference.runtime import linear_weights_in_bf16, pick_device, warn_if_emulated_bf16  # torch: not at the top
 
     device = pick_device(args.device)
-    model = family.model_class.from_pretrained(args.model).to(device)
+    model = family.model_class.from_pretrained(folder).to(device)
     check_model(family, model, args.model, fine_tuned=True)
     if args.bf16:
         warn_if_emulated_bf16(device)
         linear_weights_in_bf16(model)
     family.use_model_labels(model.config)
-    return family, tokenizer, model
+    return family, tokenizer, model, folder
 
 
 def add_model_run_arguments(p, data_help: str, examples_help: str):
     """What `evaluate` and `predict` share: the task, the fine-tuned model, the data and how to run it."""
     p.add_argument("task", help=f"one of {', '.join(TASKS)}")
-    p.add_argument("--model", required=True, help="a fine-tuned folder (e.g. RUN/best)")
+    p.add_argument("--model", required=True, help="a fine-tuned folder (e.g. RUN/best), or a Hub model's name "
+                   "(org/name)")
+    add_revision_argument(p)
     p.add_argument("--data", help=data_help)
     p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 to 384)")
     p.add_argument("--max-eval-examples", type=count(1), help=examples_help)
@@ -183,7 +188,7 @@ def add_evaluate_arguments(p):
 def run_evaluate(args) -> int:
     inputs = [p for p in (args.model, args.data) if p]
     out = None if args.out is None else check_output(args.out, "--out", inputs=inputs)
-    family, tokenizer, model = load_finetuned(args)
+    family, tokenizer, model, folder = load_finetuned(args)
     splits = [family.read(s, tokenizer, args.max_eval_examples) for s in ([args.split] if args.split
                                                                           else family.eval_splits)]
     if out is not None:
@@ -191,7 +196,7 @@ def run_evaluate(args) -> int:
     speed = Speed()
     metrics = evaluate_splits(family, model, splits, args.batch_size, tokenizer.pad_token_id, args.bf16,
                               progress=args.progress, out=out, speed=speed)
-    figures = model_figures(model, args.model, speed.examples_per_s, args.batch_size, args.bf16)
+    figures = model_figures(model, folder, speed.examples_per_s, args.batch_size, args.bf16)
     if out is not None:
         write_json(out / "eval_results.json", {"task": args.task, "model": str(args.model),
                                                "splits": [s.name for s in splits], **metrics, "speed": figures})

@@ -24,7 +24,8 @@ from ..inference.batches import pad_batch, row_lengths
 from ..core.version import __version__
 from ..core.io import check_output, read_json, read_json_lines, write_json, write_text_atomic
 from ..training.options import add_training_arguments, recorded_arguments, training_options
-from ..core.flags import count, positive
+from ..core.flags import add_revision_argument, count, positive
+from ..core.hub import hub_origin, model_folder
 from ..tasks import TASKS, add_family_arguments, family_options, make_family
 from ..tasks.base import Split, TaskFamily
 from ..inference.batches import padding
@@ -126,9 +127,10 @@ class FinetuneJob:
 def finetune(task: str, model_dir, data, out, epochs: float | None = None, max_length: int | None = None,
              max_train_examples: int | None = None, max_eval_examples: int | None = None,
              group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
-             recipe: str = "paper", **options) -> dict:
-    """Fine-tune `model_dir` on a task; writes RUN/best/, RUN/eval_results.json (and, where the family predicts a
-    test split, its predictions by the best model) and returns the best metrics.
+             recipe: str = "paper", revision: str | None = None, **options) -> dict:
+    """Fine-tune `model_dir` (a folder, or a Hub model's name at `revision`) on a task; writes RUN/best/,
+    RUN/eval_results.json (and, where the family predicts a test split, its predictions by the best model) and
+    returns the best metrics.
 
     `options`: TrainArgs fields (defaults FINETUNE_DEFAULTS) and the task family's own options; the lr, batch
     size and `epochs` not given are the `recipe`'s (`recipe_settings`); `command` and `arguments` (the parsed
@@ -138,6 +140,7 @@ def finetune(task: str, model_dir, data, out, epochs: float | None = None, max_l
     started = time.perf_counter()
     train_options = task_training_options(options, FINETUNE_DEFAULTS)
     family = make_family(task, data, max_length, options, reading=True)
+    model_dir = model_folder(model_dir, revision)
     check_length(family, load_config(str(model_dir)), model_dir)  # before the data is read
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
@@ -145,7 +148,8 @@ def finetune(task: str, model_dir, data, out, epochs: float | None = None, max_l
     torch.manual_seed(train_options["seed"])
     model = family.model_class.from_pretrained(model_dir, new_head=True, **family.head_config())
     model.config.extra.update(family.config_entries())
-    run = {"task": task, "model": str(model_dir), "data": None if data is None else str(data),
+    run = {"task": task, "model": str(model_dir), "base_model": hub_origin(model_dir),
+           "data": None if data is None else str(data),
            "family_options": family_record(options),
            "epochs": epochs, "max_length": family.max_length, "max_train_examples": max_train_examples,
            "max_eval_examples": max_eval_examples, "group_by_length": group_by_length, "command": command,
@@ -285,10 +289,16 @@ def model_card(family: TaskFamily, run: dict, results: dict) -> str:
     return (f"# {run['task']}, fine-tuned with bertforge {__version__}\n\n"
             f"- task: `{run['task']}` ({type(family).__name__}, head `{family.model_class.__name__}`)\n"
             f"- labels: {', '.join(map(str, family.labels))}\n"
-            f"- started from: `{run['model']}`\n- data: {data_sources(run)}, "
+            f"- started from: {model_named(run['model'])}\n- data: {data_sources(run)}, "
             f"{results['train_examples']} training examples, max length {run['max_length']}\n"
             f"- best epoch: {results['epoch_of_best']} of {len(results['history'])}\n"
             f"- command: `{command}`\n\n| metric (best epoch) | value |\n|---|---|\n{scores}\n")
+
+
+def model_named(model: str) -> str:
+    """A model as the card names it: a Hub model by its repository and the commit read, a folder by its path."""
+    origin = hub_origin(model)
+    return f"`{origin['repo_id']}`, commit `{origin['commit']}`" if origin else f"`{model}`"
 
 
 def data_sources(run: dict) -> str:
@@ -301,7 +311,9 @@ def data_sources(run: dict) -> str:
 
 def add_finetune_arguments(p):
     p.add_argument("task", help=f"one of {', '.join(TASKS)}")
-    p.add_argument("--model", required=True, help="pre-trained checkpoint folder (Hugging Face layout)")
+    p.add_argument("--model", required=True, help="pre-trained checkpoint folder (Hugging Face layout), or a Hub "
+                   "model's name (org/name)")
+    add_revision_argument(p)
     p.add_argument("--recipe", choices=RECIPES, default="adaptive",
                    help="what --lr, --batch-size, --epochs, --warmup and --weight-decay not given are: adaptive: "
                         f"the paper's recipe (lr 2e-5, batch 32, 3 epochs, warm-up 0.1, weight decay 0.01) at lr "
@@ -340,6 +352,7 @@ def task_run_options(args) -> dict:
 
 def run_finetune(args) -> int:
     check_output(args.out, "--out", inputs=[p for p in (args.model, args.data) if p])
-    results = finetune(args.task, args.model, args.data, args.out, recipe=args.recipe, **task_run_options(args))
+    results = finetune(args.task, args.model, args.data, args.out, recipe=args.recipe, revision=args.revision,
+                       **task_run_options(args))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0

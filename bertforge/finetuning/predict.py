@@ -99,7 +99,7 @@ def run_predict(args) -> int:
         return predict_own(args)
     if args.out is None:
         raise BertforgeError("--data, --test and --dataset need --out, the folder for the submission file")
-    family, tokenizer, model = load_finetuned(args)
+    family, tokenizer, model, _ = load_finetuned(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in [args.split] if args.split else ["test"]:
@@ -112,7 +112,7 @@ def run_predict(args) -> int:
 
 def predict_own(args) -> int:
     records = read_examples(make_family(args.task, options=vars(args)).text_fields, args.text, args.input)
-    family, tokenizer, model = load_finetuned(args, reading=False)
+    family, tokenizer, model, _ = load_finetuned(args, reading=False)
     predictions = predict_examples(family, tokenizer, model, records, args.batch_size, args.bf16, args.progress)
     lines = json_lines(predictions)
     if args.out is None:

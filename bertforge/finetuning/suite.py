@@ -30,7 +30,8 @@ from .evaluate import SPEED_FIGURES, mebibytes, millions, run_conditions, whole
 from .finetune import EPOCH_RUN, FINETUNE_DEFAULTS, PAPER, finetune
 from ..core.io import read_json, write_json, write_text_atomic
 from ..training.options import add_training_arguments, training_options
-from ..core.flags import count, positive
+from ..core.flags import add_revision_argument, count, positive
+from ..core.hub import model_folder
 from ..tasks import TASKS, make_family
 from ..text.tokenizer import BertTokenizer
 
@@ -60,18 +61,21 @@ def point_name(point: dict) -> str:
     return f"lr{point['lr']:g}-bs{point['batch_size']}-ep{point['epochs']:g}"
 
 
-def check_model(model: str, vocab: str | None) -> None:
+def check_model(model: str, vocab: str | None, revision: str | None = None) -> Path | None:
+    """The folder every run starts from (a Hub name's, at `revision`, in the cache), checked; None for
+    random:CONFIG, whose runs start from a model of their seed."""
     if model.startswith("random:"):
         if vocab is None:
             raise BertforgeError(f"--model {model}: a random model needs --vocab (a vocab.txt or tokenizer folder)")
         load_config(model.split(":", 1)[1])
-        return
-    folder = Path(model)
+        return None
+    folder = model_folder(model, revision)
     if not folder.is_dir():
         raise BertforgeError(f"--model {model}: not a folder")
-    if not (folder / "vocab.txt").is_file():
-        raise BertforgeError(f"--model {model}: no tokenizer in the folder (vocab.txt); save the model with its "
-                             "tokenizer, or copy the vocabulary it was trained with beside it")
+    if not any((folder / name).is_file() for name in ("vocab.txt", "tokenizer.json")):
+        raise BertforgeError(f"--model {model}: no tokenizer in the folder (vocab.txt or tokenizer.json); save the "
+                             "model with its tokenizer, or copy the vocabulary it was trained with beside it")
+    return folder
 
 
 def random_model(spec: str, vocab: str, seed: int, folder: Path) -> Path:
@@ -195,16 +199,17 @@ def markdown(model: str, summary: dict, wall_s: float) -> str:
 
 def suite(model: str, tasks: list[str], seeds: list[int], out, data, points: list[dict], vocab: str | None = None,
           max_train_examples: int | None = None, max_eval_examples: int | None = None, keep_models: bool = False,
-          progress: bool = True, training: dict | None = None) -> dict:
+          progress: bool = True, training: dict | None = None, revision: str | None = None) -> dict:
     """Run (or pick up) every task x point x seed and write OUT/suite.json and OUT/suite.md; return the summary.
-    `training`: TrainArgs fields for every run (finetune's defaults otherwise), but a point's lr and batch size."""
+    `model`: a folder, a Hub model's name (at `revision`) or random:CONFIG. `training`: TrainArgs fields for every
+    run (finetune's defaults otherwise), but a point's lr and batch size."""
     training = training or {}
     device = training.get("device")
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         raise BertforgeError(f"--tasks: unknown task {unknown[0]!r}: choose from {', '.join(TASKS)}")
     check_seeds(seeds)
-    check_model(model, vocab)
+    start = check_model(model, vocab, revision)
     out = Path(out)
     check_report(out)
     todo = list(itertools.product(tasks, points, seeds))
@@ -214,8 +219,7 @@ def suite(model: str, tasks: list[str], seeds: list[int], out, data, points: lis
         result = run_result(folder)
         if result is None:
             shutil.rmtree(folder, ignore_errors=True)  # an interrupted run (or a torn result) starts again
-            model_dir = random_model(model, vocab, seed, out / "init" / f"seed-{seed}") \
-                if model.startswith("random:") else model
+            model_dir = random_model(model, vocab, seed, out / "init" / f"seed-{seed}") if start is None else start
             began = time.perf_counter()
             finetune(task, model_dir, data, folder, **{**training, **point}, max_train_examples=max_train_examples,
                      max_eval_examples=max_eval_examples, seed=seed, progress=False)
@@ -251,9 +255,10 @@ def add_suite_arguments(p):
                      f"(timed as evaluate's speed line, batches of {SPEED_BATCH}, on --device), parameters and size "
                      "on disk")
     p.add_argument("--model", required=True,
-                   help="checkpoint folder with its tokenizer, or random:CONFIG (tiny, mini, ... or a config.json) "
-                        "for randomly initialised encoders (with --vocab)")
-    p.add_argument("--vocab", help="vocab.txt or tokenizer folder, for --model random:CONFIG")
+                   help="checkpoint folder with its tokenizer, a Hub model's name (org/name), or random:CONFIG (tiny, "
+                        "mini, ... or a config.json) for randomly initialised encoders (with --vocab)")
+    add_revision_argument(p)
+    p.add_argument("--vocab", help="vocab.txt, a tokenizer folder or a Hub model's name, for --model random:CONFIG")
     p.add_argument("--tasks", nargs="+", default=["sst2", "mrpc", "cola", "stsb"],
                    help="tasks to fine-tune on")
     p.add_argument("--seeds", nargs="+", type=count(0), default=[1, 2, 3],
@@ -284,6 +289,6 @@ def run_suite(args) -> int:
     summary = suite(args.model, args.tasks, args.seeds, args.out, args.data, points, vocab=args.vocab,
                     max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
                     keep_models=args.keep_models, progress=args.progress,
-                    training=training_options(args, skip=SUITE_OWN + ("lr", "batch_size")))
+                    training=training_options(args, skip=SUITE_OWN + ("lr", "batch_size")), revision=args.revision)
     print((Path(args.out) / "suite.md").read_text(encoding="utf-8"), end="")
     return 0 if summary["tasks"] else 2

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..core.errors import BertforgeError
+from ..core.hub import model_folder
 from ..core.io import atomic_path, rounded
 from ..model.sentence_folder import check_pooling, normalized, pool, read_sentence_folder
 from .batches import doc_spans, max_context_window, run_model
@@ -92,8 +93,8 @@ class _Item:
 class FeatureExtractor:
     """A loaded model and tokenizer; `extract(texts, ...)` may be called many times."""
 
-    def __init__(self, model_dir, device: str | None = None):
-        folder = Path(model_dir)
+    def __init__(self, model_dir, device: str | None = None, revision: str | None = None, token: str | None = None):
+        folder = model_folder(model_dir, revision, token)  # or a Hub name (org/name)
         if not folder.is_dir():
             raise BertforgeError(f"{folder}: no such model folder")
         from ..model.bert import BertModel
@@ -290,12 +291,14 @@ def _word_vectors(item: _Item, matrix: np.ndarray, how: str) -> tuple[np.ndarray
 
 def extract_features(model_dir, texts, layers=None, combine="concat", level="token", pooling=None,
                      word_vector="first", max_length=None, stride=None, batch_size=32, bf16=False,
-                     device=None, progress: str | None = None, normalize=None) -> Features:
-    """Load the model in `model_dir` and return the features of `texts`; see the module docstring.
+                     device=None, progress: str | None = None, normalize=None,
+                     revision: str | None = None) -> Features:
+    """Load the model in `model_dir` (or the Hub model of that name, at `revision`) and return the features of
+    `texts`; see the module docstring.
 
     For many calls on one model, build a `FeatureExtractor` once and call its `extract`.
     """
-    return FeatureExtractor(model_dir, device).extract(
+    return FeatureExtractor(model_dir, device, revision).extract(
         texts, layers=layers, combine=combine, level=level, pooling=pooling, word_vector=word_vector,
         max_length=max_length, stride=stride, batch_size=batch_size, bf16=bf16, progress=progress, normalize=normalize)
 

@@ -17,6 +17,7 @@ from ..model.architectures import heads_of, read_config
 from ..model.config import BertConfig
 from .entities import STRATEGIES, Entities, entities, softmax, token_entries
 from ..core.errors import BertforgeError
+from ..core.hub import model_folder
 from .batches import per_row
 from ..model.heads import HEADS
 from .inputs import as_list, check_count, check_ids, check_masks, check_text, id_row, input_name, is_ids
@@ -385,8 +386,10 @@ def head_task(config: BertConfig, folder: Path) -> str:
 
 def pipeline(task: str | None = None, model=None, device: str | None = None, backend: str = "torch",
              int8: bool = False, batch_size: int = 32, max_batch_tokens: int | None = None,
-             max_length: int | None = None, threads: int | None = None, bf16: bool = False) -> Pipeline:
-    """A pipeline for `task` (None: the checkpoint's head's) on the checkpoint folder `model`.
+             max_length: int | None = None, threads: int | None = None, bf16: bool = False,
+             revision: str | None = None, token: str | None = None) -> Pipeline:
+    """A pipeline for `task` (None: the checkpoint's head's) on the checkpoint folder `model`, or the Hub model of
+    that name (org/name, `core.hub.model_folder`: at `revision`, with `token`; a folder that exists wins).
 
     backend "onnx" runs the folder's model.onnx (model_int8.onnx with int8) written by `bertforge export onnx`;
     int8 on the torch backend quantises the linear layers (CPU); bf16 runs the torch model under bfloat16
@@ -395,8 +398,8 @@ def pipeline(task: str | None = None, model=None, device: str | None = None, bac
     length and answered in order.
     """
     if model is None:
-        raise BertforgeError("pipeline needs model=, a checkpoint folder")
-    folder = Path(model)
+        raise BertforgeError("pipeline needs model=, a checkpoint folder or a Hub name")
+    folder = model_folder(model, revision, token)
     if not folder.is_dir():
         raise BertforgeError(f"{folder}: no such model folder")
     config = read_config(folder / "config.json")

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..core.io import check_output, exclusive, write_json
 from ..training.options import add_training_arguments, recorded_arguments, training_options
-from ..core.flags import count
+from ..core.flags import add_revision_argument, count
+from ..core.hub import hub_origin, model_folder
 from ..model.architectures import load_config, pretraining_class
 from ..data.shards import check_vocab, load_pretraining_data
 from ..core.errors import BertforgeError
@@ -207,6 +208,7 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     recorded = {"recipe": recipe, "objective": job.objective.name, "teacher": teacher,
                 "mask_prob": mask_prob or job.train.index.get("masked_lm_prob") if job.objective.masks else None,
                 "dropout": model.config.hidden_dropout_prob, "config": str(init_from or config), "init_from": init_from,
+                "base_model": hub_origin(init_from or teacher),
                 "data": str(data), "max_length": job.train.max_seq_length, "eval_rows": eval_rows,
                 "output_bias": output_bias or "zero" if tokens and not init_from else None,
                 "student_embeddings": student_embeddings, "prune": prune or None}
@@ -214,7 +216,7 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     if not ctx.main:
         return fit(model, job, args, ctx)
     shown = {k: v for k, v in recorded.items()
-             if v is not None or k not in ("teacher", "mask_prob", "student_embeddings", "prune")}
+             if v is not None or k not in ("teacher", "mask_prob", "student_embeddings", "prune", "base_model")}
     log.info("pre-training: " + ", ".join(f"{k} {v}" for k, v in {
         **shown, "lr": args.lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": args.batch_size,
         "bf16": args.bf16,
@@ -232,10 +234,13 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
 def add_pretrain_arguments(p):
     p.add_argument("--data", required=True, help="folder written by `bertforge data create`")
     p.add_argument("--out", required=True, help="run folder: metrics.jsonl, step-*/ checkpoints, final/")
-    p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large or a config.json")
-    p.add_argument("--init-from", help="start from this checkpoint folder instead of random weights")
+    p.add_argument("--config", default="mini", help="tiny|mini|small|medium|base|large, a config.json, or a Hub "
+                   "model's name (org/name: its config)")
+    p.add_argument("--init-from", help="start from this checkpoint folder (or Hub model, org/name) instead of random "
+                   "weights")
     p.add_argument("--teacher", help="--objective distill: the model whose representations the student learns "
-                                     "(any checkpoint folder with the data's vocabulary)")
+                                     "(any checkpoint folder or Hub model with the data's vocabulary)")
+    add_revision_argument(p, "--init-from (else --teacher)")
     p.add_argument("--student-embeddings", choices=("teacher", "random"),
                    help="--objective distill*: a fresh student starts with the teacher's embeddings projected onto "
                         "its width (leading principal directions), or random ones (default: the teacher's, unless "
@@ -268,7 +273,9 @@ def run_pretrain(args) -> int:
                              ("one from --init-from" if args.init_from else "beside --student-embeddings"
                               if args.teacher else "without a teacher"))
     check_output(args.out, "--out", inputs=[args.data])
-    width = load_config(args.init_from or args.config).hidden_size
+    init_from = args.init_from and str(model_folder(args.init_from, args.revision))
+    teacher = args.teacher and str(model_folder(args.teacher, None if args.init_from else args.revision))
+    width = load_config(init_from or args.config).hidden_size
     r = resolve(args.recipe, {k: getattr(args, k) for k in RECIPES[args.recipe]}, width, pick_device(args.device))
     if args.time_budget and r["warmup"] >= 1:
         raise BertforgeError(f"--warmup {r['warmup']:g}: with --time-budget the warm-up is a fraction (< 1) of it")
@@ -278,10 +285,10 @@ def run_pretrain(args) -> int:
     # a recipe's masking rate is for masking objectives, its output bias for those that predict tokens
     objective = OBJECTIVES[r["objective"]] if r["objective"] else None  # None: what the data holds, masked
     masking, tokens = objective is None or objective.masks, objective is None or objective.predicts_tokens
-    result = pretrain(args.data, args.out, config=args.config, init_from=args.init_from, dropout=r["dropout"],
+    result = pretrain(args.data, args.out, config=args.config, init_from=init_from, dropout=r["dropout"],
                       eval_rows=args.eval_rows, objective=r["objective"],
                       mask_prob=r["mask_prob"] if masking else args.mask_prob, recipe=args.recipe,
-                      output_bias=r["output_bias"] if tokens else None, teacher=args.teacher,
+                      output_bias=r["output_bias"] if tokens else None, teacher=teacher,
                       student_embeddings=args.student_embeddings, prune=args.prune, **options)
     for key, value in result.items():
         print(f"{key}: {value:.4f}")

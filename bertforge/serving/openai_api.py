@@ -62,7 +62,7 @@ async def embeddings(server, body: EmbeddingsRequest, receive):
         tokens = rows_tokens(prepared.rows)
         return result_bytes({"object": "list", "data": [{"object": "embedding", "index": i, "embedding": v}
                                                         for i, v in enumerate(vectors)],
-                             "model": server.model_dir.name,
+                             "model": server.model_name,
                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}), {}
 
     options = {"normalize": True, "dimensions": body.dimensions}

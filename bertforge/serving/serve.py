@@ -1,4 +1,4 @@
-"""`bertforge serve DIR`: the checkpoint's pipeline behind an HTTP JSON API (FastAPI + uvicorn, the `serve` extra).
+"""`bertforge serve MODEL`: the checkpoint's pipeline behind an HTTP JSON API (FastAPI + uvicorn, the `serve` extra).
 
 Endpoints, with request bodies as text-embeddings-inference spells them ({"inputs": ...} plus options):
 POST /v1/classify, /v1/embed, /v1/fill-mask, /v1/ner, /v1/qa, /v1/multiple-choice (each head's route, with its
@@ -32,7 +32,9 @@ from ..model.architectures import read_config
 from ..model.heads import SERVED, SERVED_AS, Route
 from ..core.errors import BertforgeError
 from .prometheus import Registry
-from ..core.flags import add_device_argument, count, header_token, host_names, non_negative, old_spellings
+from ..core.flags import (add_device_argument, add_revision_argument, count, header_token, host_names,
+                          non_negative, old_spellings)
+from ..core.hub import hub_origin, model_folder
 from .guard import (
     CUT, MAX_BODY, REQUEST, Guard, Limits, Refused, error_body, http_refusal, json_response, problems, result_bytes,
     scrub, unexpected
@@ -58,6 +60,9 @@ class Server:
     def __init__(self, model_dir, task=None, max_batch_tokens=8192, max_concurrent=512, max_wait_ms=2.0,
                  max_client_batch=64, workers=1, auto_truncate=False, **pipeline_options):
         self.model_dir, self.task, self.options = Path(model_dir), task, pipeline_options
+        origin = hub_origin(self.model_dir)  # a Hub model is named by its repository, and its commit is told
+        self.model_name, self.model_sha = (origin["repo_id"], origin["commit"]) if origin else (self.model_dir.name,
+                                                                                               None)
         self.max_batch_tokens, self.max_concurrent, self.max_wait = max_batch_tokens, max_concurrent, max_wait_ms / 1e3
         self.max_client_batch, self.workers, self.auto_truncate = max_client_batch, workers, auto_truncate
         self.limits = Limits(max_client_batch, max_batch_tokens)
@@ -198,7 +203,7 @@ class Server:
         pipe = self.pipe
         c = pipe.config
         model = getattr(pipe.runtime, "model", None)
-        return {"model": self.model_dir.name, "task": pipe.task, "endpoint": f"/v1/{self.endpoint}",
+        return {"model": self.model_name, "task": pipe.task, "endpoint": f"/v1/{self.endpoint}",
                 "labels": [c.id2label[i] for i in range(c.num_labels)] if pipe.task == "text-classification"
                 or pipe.task == "token-classification" else None,
                 "backend": self.options.get("backend", "torch"), "int8": bool(self.options.get("int8")),
@@ -317,7 +322,9 @@ def add_status_routes(app, server: Server):
 
 
 def add_serve_arguments(p):
-    p.add_argument("model", help="a checkpoint folder (fine-tuned, pre-trained, or exported with `export onnx`)")
+    p.add_argument("model", help="a checkpoint folder (fine-tuned, pre-trained, or exported with `export onnx`), or "
+                   "a Hub model's name (org/name)")
+    add_revision_argument(p)
     p.add_argument("--task", help=f"one of {', '.join(SERVED)} (default: the checkpoint's head's; an encoder "
                                   f"alone serves sentence-embedding)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
@@ -360,11 +367,12 @@ def add_serve_arguments(p):
     add_connection_arguments(p)
 
 
-def run_serve(args) -> int:
-    """Check what can be checked before listening (the model's files, the limits, the address), then serve."""
+def served_model(args) -> tuple[Path, str]:
+    """The model folder (a Hub name's at --revision, in the Hugging Face cache) and the task a command line serves,
+    its files and limits checked."""
     from ..inference.pipelines import ALIASES, head_task
 
-    folder = Path(args.model)
+    folder = model_folder(args.model, args.revision)
     if not folder.is_dir():
         raise BertforgeError(f"{folder}: no such model folder")
     config = read_config(folder / "config.json")
@@ -374,12 +382,18 @@ def run_serve(args) -> int:
         raise BertforgeError(f"--task {task!r}: serve answers {', '.join(SERVED)}")
     check_limits(args, config, task)
     check_model(folder, args.backend, args.int8, args.bf16)
+    return folder, task
+
+
+def run_serve(args) -> int:
+    """Check what can be checked before listening (the model's files, the limits, the address), then serve."""
+    folder, task = served_model(args)
     key, hosts = api_key(args), allowed_hosts(args)
     try:
         import uvicorn
     except ImportError:
         raise BertforgeError("bertforge serve needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
-    server = Server(args.model, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
+    server = Server(folder, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
                     args.max_client_batch, args.workers, args.auto_truncate, device=args.device, backend=args.backend,
                     int8=args.int8, bf16=args.bf16, max_length=args.max_input_tokens, threads=args.threads,
                     batch_size=None)

@@ -67,8 +67,8 @@ def tei_info(server) -> dict:
     labels = {"id2label": {str(i): pipe.labels[i] for i in range(pipe.config.num_labels)},
               "label2id": {pipe.labels[i]: i for i in range(pipe.config.num_labels)}}
     types = {"embedding": {"pooling": pipe.defaults.get("pooling")}, "classifier": labels, "reranker": labels}
-    name = server.model_dir.name
-    return {"model_id": name, "model_sha": None, "model_dtype": "int8" if server.options.get("int8") else
+    name = server.model_name
+    return {"model_id": name, "model_sha": server.model_sha, "model_dtype": "int8" if server.options.get("int8") else
             "bfloat16" if server.options.get("bf16") else "float32",
             "served_model_name": name, "model_type": {kind: types[kind]} if kind else None,
             "max_concurrent_requests": server.max_concurrent, "max_input_length": pipe.max_length,

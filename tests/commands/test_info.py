@@ -77,4 +77,4 @@ def test_pickle_folder_is_not_opened(tmp_path):
     torch.save(model.state_dict(), tmp_path / PICKLE)
     (tmp_path / SAFETENSORS).unlink()
     with pytest.raises(BertforgeError, match="info reads safetensors headers only"):
-        run_info(argparse.Namespace(dir=tmp_path))
+        run_info(argparse.Namespace(dir=tmp_path, revision=None))

@@ -40,8 +40,8 @@ def test_push_a_run_with_its_model_card(hub, run, monkeypatch, capsys):
     card = pushed["README.md"].decode()
     assert card == ("---\nbase_model: org/tiny-bert\nlibrary_name: transformers\nlicense: apache-2.0\n"
                     "pipeline_tag: text-classification\ntags:\n- bertforge\n- text-classification\n---\n\n"
-                    + best["README.md"].decode().rstrip()
-                    + f"\n\nBase model: `org/tiny-bert`, commit `{hub.repos[BASE].refs['main']}`.\n")
+                    + best["README.md"].decode())
+    assert f"- started from: `org/tiny-bert`, commit `{hub.repos[BASE].refs['main']}`\n" in card  # the run's card
     assert f"| accuracy | {results['accuracy']:.4f} |" in card and "- command: `" in card
     monkeypatch.delenv("HF_TOKEN")
     folder = model_folder("me/tiny-sentiment", revision="dev")

@@ -119,9 +119,10 @@ def test_offline_not_cached(hub, hub_bert):
     model_folder(NAME, weights=False)
     hub.offline()
     message = error(model_folder, NAME)  # the weights were never downloaded
-    assert message.startswith(f"{NAME}: not in the Hugging Face cache (") and \
-        message.endswith("and HF_HUB_OFFLINE is set: download it once with HF_HUB_OFFLINE unset")
-    assert error(model_folder, "org/other").startswith("org/other: not in the Hugging Face cache")
+    assert message.startswith(f"{NAME}: no such model folder, and HF_HUB_OFFLINE is set but the Hugging Face cache "
+                              "(") and message.endswith("does not hold the model's files: download it once with "
+                                                        "HF_HUB_OFFLINE unset")
+    assert error(model_folder, "org/other").startswith("org/other: no such model folder, and HF_HUB_OFFLINE is set")
 
 
 def test_the_hub_down(hub, hub_bert):
@@ -130,8 +131,9 @@ def test_the_hub_down(hub, hub_bert):
     hub.stop()
     assert model_folder(NAME) == cached
     message = error(model_folder, "org/other")
-    assert message.startswith(f"org/other: the Hub ({hub.url}) cannot be reached and the model is not in the "
-                              "Hugging Face cache (") and message.endswith("): check the connection")
+    assert message.startswith(f"org/other: no such model folder, and the Hub ({hub.url}) cannot be reached nor "
+                              "does the Hugging Face cache (") and \
+        message.endswith(") hold the model's files: check the path or the connection")
 
 
 def test_no_such_repository_or_revision(hub, hub_bert):

@@ -495,7 +495,7 @@ def test_bad_teachers_and_students_are_one_line_errors(teacher, sst2, tmp_path, 
     assert "not a size" in fails("--prune", student=str(teacher), prune=True)
     assert "wide" in fails("--prune", student="mini", prune=True)  # 256 wide, the teacher 128
     assert "layers" in fails("--student-layers", student="tiny", student_layers=[0, 1, 2], prune=True)
-    assert "not a model folder" in fails("--prune-from", prune_from=tmp_path / "nothing")
+    assert "no such model folder" in fails("--prune-from", prune_from=tmp_path / "nothing")
     assert "at most 64" in fails("--augment", augment=10000)
     assert "adaptive, fixed" in fails("--recipe", recipe="paper", teacher_dir=tmp_path)  # before the teacher is read
 
