@@ -23,6 +23,10 @@ _EXPORTS = {
     "BertConfig": "model.config",
     **{name: head.module.removeprefix("bertforge.") for name, head in HEADS.items()},  # a class per head
     "BertTokenizer": "text.tokenizer",
+    # transformers' Auto classes, each model class a head of HEADS
+    **dict.fromkeys(["AutoConfig", "AutoTokenizer", "AutoModel", "AutoModelForPreTraining", "AutoModelForMaskedLM",
+                     "AutoModelForSequenceClassification", "AutoModelForTokenClassification",
+                     "AutoModelForQuestionAnswering", "AutoModelForMultipleChoice"], "model.auto"),
     "BertforgeError": "core.errors",
     "pipeline": "inference.pipelines",
 }

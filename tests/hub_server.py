@@ -210,8 +210,9 @@ class HubServer:
         if token != TOKEN:
             raise Refused(401, None, "Invalid username or password.")
         repo_id = "/".join(filter(None, (body.get("organization"), body["name"])))
-        if repo_id in self.repos:
-            raise Refused(409, None, "You already created this model repo")
+        if repo_id in self.repos:  # with the repository's URL, as the Hub answers: the client reads it (exist_ok)
+            message = "You already created this model repo"
+            return 409, {"X-Error-Message": message}, {"error": message, "url": f"{self.url}/{repo_id}"}
         self.new_repo(repo_id, body.get("visibility") == "private" or bool(body.get("private")), False)
         return 200, {}, {"url": f"{self.url}/{repo_id}", "name": repo_id}
 

@@ -17,7 +17,12 @@ OWN_KEYS = ("mlm_loss", "nsp_loss")
 
 class ModelOutput(dict):
     """A dict whose entries are also attributes and, by number, the items of `to_tuple()`, as the reference's
-    outputs are: keys in the reference's order, entries that are None left out of the tuple."""
+    outputs are: keys in the reference's order; a field that is None is no entry (transformers' Trainer reads
+    the entries as the predictions), its attribute None."""
+
+    def __init__(self, fields: dict):
+        super().__init__({k: v for k, v in fields.items() if v is not None})
+        self.__dict__.update({k: None for k, v in fields.items() if v is None})
 
     def __getattr__(self, name):
         try:
@@ -31,7 +36,7 @@ class ModelOutput(dict):
         return super().__getitem__(key)
 
     def to_tuple(self) -> tuple:
-        return tuple(v for k, v in self.items() if v is not None and k not in OWN_KEYS)
+        return tuple(v for k, v in self.items() if k not in OWN_KEYS)
 
 
 def finish(return_dict: bool, **fields):
@@ -56,6 +61,10 @@ def added_rows(old: torch.Tensor, count: int) -> torch.Tensor:
 
 class ModelApiMixin:
     """model.device, resize_token_embeddings and gradient checkpointing, with transformers' names."""
+
+    # transformers' Trainer passes num_items_in_batch to a forward that takes **kwargs unless told not to: the
+    # heads' losses are means over their own batch, and an unknown keyword is a TypeError
+    accepts_loss_kwargs = False
 
     @property
     def base_model(self) -> nn.Module:

@@ -4,6 +4,9 @@ as attributes), with per row where each token came from (its word, its text of t
 transformers' BatchEncoding."""
 
 import logging
+import sys
+
+import numpy as np
 
 from ..core.errors import BertforgeError
 
@@ -12,11 +15,18 @@ log = logging.getLogger("bertforge")
 
 class Encoding(dict):
     """input_ids, token_type_ids, attention_mask (and offset_mapping, special_tokens_mask,
-    overflow_to_sample_mapping when asked); `rows` hold each row's word_ids, sequence_ids and offsets."""
+    overflow_to_sample_mapping when asked); `rows` hold each row's word_ids, sequence_ids and offsets (none where
+    `pad` made the encoding of features, which hold no texts)."""
 
-    def __init__(self, data, rows: list[dict]):
+    def __init__(self, data, rows: list[dict] | None = None):
         super().__init__(data)
         self._rows = rows
+
+    def _row(self, i: int) -> dict:
+        if self._rows is None:
+            raise BertforgeError("an encoding padded from features (tokenizer.pad) has no word ids, sequence ids or "
+                                 "offsets: tokenize the texts for them")
+        return self._rows[i]
 
     def __getattr__(self, name):
         try:
@@ -40,21 +50,49 @@ class Encoding(dict):
 
     def word_ids(self, batch_index=0) -> list[int | None]:
         """For each token, the index of the word it came from in its own text; None for special tokens and padding."""
-        return list(self._rows[batch_index]["word_ids"])
+        return list(self._row(batch_index)["word_ids"])
 
     def sequence_ids(self, batch_index=0) -> list[int | None]:
         """For each token, 0 (the text) or 1 (the pair text); None for special tokens and padding."""
-        return list(self._rows[batch_index]["sequence_ids"])
+        return list(self._row(batch_index)["sequence_ids"])
 
     def char_to_token(self, batch_or_char_index: int, char_index: int | None = None, sequence_index: int = 0):
         """The token holding character `char_index` of the text (sequence_index 0) or of the pair text (1);
         None where no token does (a space). As transformers: with one argument, the character of row 0."""
         row, char = (0, batch_or_char_index) if char_index is None else (batch_or_char_index, char_index)
-        meta = self._rows[row]
+        meta = self._row(row)
         for token, (sequence, (start, end)) in enumerate(zip(meta["sequence_ids"], meta["offsets"])):
             if sequence == sequence_index and start <= char < end:
                 return token
         return None
+
+
+def as_tensors(data: dict, return_tensors: str | None) -> dict:
+    """Each value as one tensor ("pt") or array ("np"), of the dtype its values give (ids int64, float labels float),
+    as transformers' BatchEncoding; None: as given. Rows of different lengths are refused by key."""
+    if return_tensors is None:
+        return data
+    if return_tensors == "pt":
+        import torch
+
+        def convert(value):
+            return torch.tensor(value, dtype=torch.long if is_empty(value) else None)
+    else:
+        def convert(value):
+            return np.asarray(value, dtype=np.int64 if is_empty(value) else None)
+    tensors = {}
+    for key, value in data.items():
+        try:
+            tensors[key] = convert(value)
+        except ValueError:
+            raise BertforgeError(f"{key} has rows of different lengths, which make no tensor: pass padding=True (which "
+                                 "pads the model's inputs; a collator pads other keys such as labels)") from None
+    return tensors
+
+
+def is_empty(value) -> bool:
+    """Whether a (nested) list holds no value at all."""
+    return isinstance(value, (list, tuple)) and all(map(is_empty, value))
 
 
 def check_texts(text, text_pair, batch=True, words=False) -> tuple[list, list | None, bool]:
@@ -115,5 +153,15 @@ def truncated_lengths(n1: int, n2: int, is_pair: bool, budget: int, strategy, ma
 
 
 def as_list(ids):
-    """Python ints from a tensor or array; anything else unchanged."""
-    return ids.tolist() if hasattr(ids, "tolist") else ids
+    """Python values from a tensor or array, or from a list of them; anything else unchanged."""
+    if hasattr(ids, "tolist"):
+        return ids.tolist()
+    return [as_list(value) for value in ids] if isinstance(ids, (list, tuple)) else ids
+
+
+def tensor_kind(value) -> str | None:
+    """"pt" for a torch tensor, "np" for a numpy array, else None (without importing torch)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return "pt"
+    return "np" if isinstance(value, np.ndarray) else None

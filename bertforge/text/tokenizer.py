@@ -8,13 +8,16 @@ truncation, padding and the Hugging Face folder layout.
 
 import json
 import re
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
-import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from .encoding import Encoding, as_list, check_texts, truncated_lengths
+from .encoding import Encoding, as_list, as_tensors, check_texts, tensor_kind, truncated_lengths
 from ..core.errors import BertforgeError
+from ..core.hub import push
+from ..core.hub import model_folder
 from ..core.io import atomic_path, has_model_file, read_model_json, write_json, write_text_atomic
 from .vocab import (
     SPECIAL_NAMES, SPECIAL_TOKENS, added_tokens, check_fits, check_pipeline, looks_uncased, max_length_of,
@@ -49,6 +52,20 @@ def build_backend(vocab: dict[str, int], lowercase: bool) -> Tokenizer:
     return backend
 
 
+def check_options(**options) -> None:
+    """Each option's value among those allowed (name=(value, allowed)), or a one-line error naming it."""
+    for name, (value, allowed) in options.items():
+        if value not in allowed:
+            raise BertforgeError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def padded_length(rows: list[dict], padding, max_length: int | None, pad_to_multiple_of: int | None) -> int:
+    """The length rows are padded to: max_length for padding="max_length", else the longest row's; rounded up to a
+    multiple of pad_to_multiple_of where given."""
+    length = max_length if padding == "max_length" else max((len(row["input_ids"]) for row in rows), default=0)
+    return -(-length // pad_to_multiple_of) * pad_to_multiple_of if pad_to_multiple_of else length
+
+
 def casing_from_name(name: str) -> bool | None:
     """True where a checkpoint's name says uncased, False where it says cased (Google's `uncased_L-12_H-768_A-12`,
     `multi_cased_L-12_H-768_A-12`, the reference's `bert-base-cased`), None where it says neither."""
@@ -80,8 +97,30 @@ class BertTokenizer:
     (ModernBERT's byte-level BPE, say), as a `PipelineTokenizer`."""
 
     specials = SPECIAL_NAMES  # the special tokens by attribute name
+    # as transformers' BertTokenizer: what a model reads (the first is what `pad` pads), and where padding goes
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+    padding_side = "right"
 
-    def __init__(self, vocab: dict[str, int], do_lower_case: bool, model_max_length: int = DEFAULT_MAX_LENGTH):
+    def __init__(self, vocab: str | Path | dict[str, int] | None = None, do_lower_case: bool = True,
+                 model_max_length: int = DEFAULT_MAX_LENGTH, *, vocab_file: str | Path | None = None,
+                 tokenize_chinese_chars: bool = True, strip_accents: bool | None = None, **special_tokens):
+        """As transformers' BertTokenizer: `vocab` a token -> id dict or a vocab.txt path (or `vocab_file=`, as
+        transformers 4 took it); uncased (lower case, accents stripped) unless do_lower_case=False. BERT's
+        special tokens ([UNK], [SEP], [PAD], [CLS], [MASK]) may be named (unk_token="[UNK]"), not changed."""
+        if (vocab is None) == (vocab_file is None):
+            raise BertforgeError("BertTokenizer takes a vocabulary: vocab (a token -> id dict or a vocab.txt path) "
+                                 "or vocab_file, one of them")
+        vocab = vocab if isinstance(vocab, dict) else read_vocab(vocab if vocab_file is None else vocab_file)
+        for name, token in special_tokens.items():
+            if name not in self.specials:
+                raise TypeError(f"BertTokenizer() got an unexpected keyword argument {name!r}")
+            if token != self.specials[name]:
+                raise BertforgeError(f"{name}={token!r}: bertforge's WordPiece tokenizer uses BERT's "
+                                     f"{self.specials[name]} (a tokenizer.json folder may name its own)")
+        for option, value, supported in (("strip_accents", strip_accents, (None, do_lower_case)),
+                                         ("tokenize_chinese_chars", tokenize_chinese_chars, (True,))):
+            if value not in supported:
+                raise BertforgeError(f"{option}={value} is not supported with do_lower_case={do_lower_case}")
         missing = [t for t in SPECIAL_TOKENS if t not in vocab]
         if missing:
             raise BertforgeError(f"vocabulary lacks the special tokens {' '.join(missing)}")
@@ -100,11 +139,13 @@ class BertTokenizer:
                                                                "mask_token"))
 
     @classmethod
-    def from_pretrained(cls, path, do_lower_case: bool | None = None) -> "BertTokenizer":
+    def from_pretrained(cls, path, do_lower_case: bool | None = None, *, revision: str | None = None,
+                        token: str | None = None) -> "BertTokenizer":
         """From a folder holding vocab.txt or tokenizer.json (as transformers 5 saves it), maybe with
-        tokenizer_config.json; or from a vocab.txt or tokenizer.json file. Tokens added with add_tokens (in
-        tokenizer.json) come back too."""
-        path = Path(path)
+        tokenizer_config.json; or from a vocab.txt or tokenizer.json file; or from a Hub name (org/name,
+        `core.hub.model_folder`: at `revision`, with `token`), read as a path only where that path exists. Tokens
+        added with add_tokens (in tokenizer.json) come back too."""
+        path = model_folder(path, revision, token, weights=False)
         vocab_file = path / "vocab.txt" if path.is_dir() else path
         json_file = vocab_file.parent / "tokenizer.json" if vocab_file.name != "tokenizer.json" else vocab_file
         pipeline = read_pipeline(json_file)
@@ -161,6 +202,15 @@ class BertTokenizer:
                   "strip_accents": None, **special}
         write_json(out_dir / "tokenizer_config.json", config)
         write_json(out_dir / "special_tokens_map.json", special)
+
+    def push_to_hub(self, repo_id: str, private: bool = False, branch: str | None = None,
+                    token: str | None = None) -> str:
+        """Upload the files save_pretrained writes to the Hub repository `repo_id` in one commit (made where
+        missing, private if asked, on `branch`: core.hub.push); the commit's URL."""
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / repo_id.rsplit("/", 1)[-1]
+            self.save_pretrained(folder)
+            return push(folder, repo_id, private, branch, token)
 
     @property
     def vocab(self) -> dict[str, int]:
@@ -223,12 +273,8 @@ class BertTokenizer:
         `return_overflowing_tokens` returns the rest of each text as more rows (windows overlapping by `stride`
         tokens, for a pair in the text that is truncated) and `overflow_to_sample_mapping`, each row's text."""
         texts, pairs, single = check_texts(text, text_pair, words=is_split_into_words)
-        if padding not in PADDING:
-            raise BertforgeError(f"padding must be one of {PADDING}, got {padding!r}")
-        if truncation not in TRUNCATION:
-            raise BertforgeError(f"truncation must be one of {TRUNCATION}, got {truncation!r}")
-        if return_tensors not in TENSORS:
-            raise BertforgeError(f"return_tensors must be one of {TENSORS}, got {return_tensors!r}")
+        check_options(padding=(padding, PADDING), truncation=(truncation, TRUNCATION),
+                      return_tensors=(return_tensors, TENSORS))
         if max_length is None and (truncation or padding == "max_length"):
             max_length = self.model_max_length
         if truncation and padding and pad_to_multiple_of and max_length % pad_to_multiple_of:
@@ -243,15 +289,7 @@ class BertTokenizer:
             sample_of_row = list(range(len(rows)))
 
         if padding:
-            length = max_length if padding == "max_length" else max((len(r["input_ids"]) for r in rows), default=0)
-            if pad_to_multiple_of:
-                length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
-            pad_values = {"input_ids": self.pad_token_id, "token_type_ids": 0, "attention_mask": 0,
-                          "offset_mapping": (0, 0), "special_tokens_mask": 1, "word_ids": None, "sequence_ids": None}
-            for row in rows:
-                missing = length - len(row["input_ids"])
-                for key, value in pad_values.items():
-                    row[key] += [value] * missing
+            self._pad_rows(rows, padded_length(rows, padding, max_length, pad_to_multiple_of))
 
         keys = ["input_ids"] + ["token_type_ids"] * (return_token_type_ids is not False)
         keys += ["attention_mask"] * (return_attention_mask is not False)
@@ -260,18 +298,51 @@ class BertTokenizer:
         if return_overflowing_tokens:
             data["overflow_to_sample_mapping"] = sample_of_row
         if return_tensors:
-            if len({len(ids) for ids in data["input_ids"]}) > 1:
-                raise BertforgeError("texts encode to different lengths; pass padding=True to return tensors")
-            if return_tensors == "pt":
-                import torch
-
-                data = {key: torch.tensor(value, dtype=torch.long) for key, value in data.items()}
-            else:
-                data = {key: np.array(value, dtype=np.int64) for key, value in data.items()}
+            data = as_tensors(data, return_tensors)
         elif single and not return_overflowing_tokens:
             data = {key: value[0] for key, value in data.items()}
         return Encoding(data, [{"word_ids": r["word_ids"], "sequence_ids": r["sequence_ids"],
                                 "offsets": r["offset_mapping"]} for r in rows])
+
+    def pad(self, encoded_inputs, padding=True, max_length=None, pad_to_multiple_of=None, padding_side=None,
+            return_attention_mask=None, return_tensors=None) -> Encoding:
+        """Encoded inputs padded to one length, as transformers' tokenizers pad them, so that its collators
+        (DataCollatorWithPadding, DataCollatorForTokenClassification, ...) take this tokenizer: one example or a
+        batch, as a list of feature dicts (rows of a `datasets.Dataset`) or a dict of lists; padding True or
+        "longest" (to the longest row), "max_length" (to max_length, else model_max_length) or False, the length
+        rounded up to pad_to_multiple_of. input_ids are padded with the pad id, attention_mask (made where missing,
+        unless return_attention_mask=False) and token_type_ids with 0, special_tokens_mask with 1, on the right;
+        other keys (labels) stay as given. Tensors or arrays given come back so unless return_tensors ("pt", "np",
+        None: lists) says otherwise."""
+        if isinstance(encoded_inputs, (list, tuple)) and encoded_inputs and isinstance(encoded_inputs[0], Mapping):
+            encoded_inputs = {key: [row[key] for row in encoded_inputs] for key in encoded_inputs[0]}
+        if not isinstance(encoded_inputs, Mapping) or "input_ids" not in encoded_inputs:
+            raise BertforgeError("pad takes encoded inputs with input_ids: a dict of lists or a list of dicts")
+        check_options(padding=(padding, PADDING), return_tensors=(return_tensors, TENSORS),
+                      padding_side=(padding_side, (None, self.padding_side)))
+        ids = encoded_inputs["input_ids"]
+        given = tensor_kind(ids) or tensor_kind(next(iter(ids), None))
+        data = {key: as_list(value) for key, value in encoded_inputs.items()}
+        single = not isinstance(next(iter(data["input_ids"]), []), list)
+        rows = [data] if single else [dict(zip(data, values)) for values in zip(*data.values(), strict=True)]
+        if return_attention_mask is not False:
+            for row in rows:
+                row.setdefault("attention_mask", [1] * len(row["input_ids"]))
+        if padding:
+            if padding == "max_length" and max_length is None:
+                max_length = self.model_max_length
+            self._pad_rows(rows, padded_length(rows, padding, max_length, pad_to_multiple_of))
+        data = rows[0] if single else {key: [row[key] for row in rows] for key in rows[0]} if rows else data
+        return Encoding(as_tensors(data, return_tensors or given))
+
+    def _pad_rows(self, rows: list[dict], length: int) -> None:
+        """Each row's per-token lists padded on the right to `length` tokens (a longer row is left as it is)."""
+        pad_values = {"input_ids": self.pad_token_id, "token_type_ids": 0, "attention_mask": 0,
+                      "offset_mapping": (0, 0), "special_tokens_mask": 1, "word_ids": None, "sequence_ids": None}
+        for row in rows:
+            missing = length - len(row["input_ids"])
+            for key in pad_values.keys() & row.keys():
+                row[key] = row[key] + [pad_values[key]] * missing
 
     def _rows(self, texts, pairs, truncation, max_length, add_special_tokens, words: bool) -> list[dict]:
         firsts = self._encode_distinct(texts, words)

@@ -1,6 +1,7 @@
 """BertTokenizer against transformers' BertTokenizerFast on real data, plus errors, training and the CLI."""
 
 import argparse
+import copy
 import json
 from functools import cache
 
@@ -445,3 +446,133 @@ def test_cli_train_encoding_fallbacks_and_progress(tmp_path, capsys):
     assert run_tokenizer(parse(*argv, "--encoding", "utf-8,cp1252", "--no-progress")) == 0
     assert capsys.readouterr().err == ""
 
+
+
+# --------------------------------------------------------------- transformers' tools: constructor, pad, collators
+FEATURE_TEXTS = ["the film was good", "it was not a good film, it was bad", "bad", "the good, the bad and it"]
+
+
+def both_tokenizers(folder):
+    """bertforge's and transformers' tokenizer of one folder."""
+    import transformers
+
+    return BertTokenizer.from_pretrained(folder), transformers.AutoTokenizer.from_pretrained(folder)
+
+
+def assert_same_batch(ours, theirs):
+    assert ours.keys() == theirs.keys()
+    for key in theirs:
+        mine, reference = ours[key], theirs[key]
+        if isinstance(reference, torch.Tensor):
+            assert mine.dtype == reference.dtype and torch.equal(mine, reference), key
+        elif isinstance(reference, np.ndarray):
+            assert mine.dtype == reference.dtype and np.array_equal(mine, reference), key
+        else:
+            assert mine == reference, key
+
+
+def test_constructor_takes_transformers_arguments(hub_bert, tmp_path):
+    import transformers
+
+    folder_tokenizer = BertTokenizer.from_pretrained(hub_bert)
+    folder_tokenizer.save_pretrained(tmp_path)
+    vocab_file = tmp_path / "vocab.txt"
+    reference = transformers.BertTokenizer(vocab=str(vocab_file))
+    texts = ["The FILM was Gôod!", "it was not bad"]
+    for tokenizer in (BertTokenizer(vocab=vocab_file), BertTokenizer(vocab=str(vocab_file)),
+                      BertTokenizer(vocab_file=vocab_file), BertTokenizer(folder_tokenizer.vocab),
+                      BertTokenizer(vocab=folder_tokenizer.vocab, do_lower_case=True, unk_token="[UNK]",
+                                    tokenize_chinese_chars=True, strip_accents=None)):
+        assert tokenizer(texts) == dict(reference(texts)) == folder_tokenizer(texts)
+    cased = BertTokenizer(vocab=vocab_file, do_lower_case=False)
+    assert cased.tokenize("The") == transformers.BertTokenizer(vocab=str(vocab_file), do_lower_case=False).tokenize(
+        "The") == ["[UNK]"]
+
+
+def test_constructor_refusals(tmp_path, hub_bert):
+    vocab = BertTokenizer.from_pretrained(hub_bert).vocab
+    for kwargs, message in (({}, "takes a vocabulary"), ({"vocab": vocab, "vocab_file": "v.txt"}, "one of them"),
+                            ({"vocab_file": tmp_path / "none.txt"}, "none.txt: vocabulary file not found"),
+                            ({"vocab": {"a": 0}}, "lacks the special tokens"),
+                            ({"vocab": vocab, "unk_token": "<unk>"}, "unk_token='<unk>'"),
+                            ({"vocab": vocab, "strip_accents": False}, "strip_accents=False is not supported"),
+                            ({"vocab": vocab, "tokenize_chinese_chars": False}, "tokenize_chinese_chars=False")):
+        with pytest.raises(BertforgeError, match=message):
+            BertTokenizer(**kwargs)
+    with pytest.raises(TypeError, match="never_split"):
+        BertTokenizer(vocab, never_split=["x"])
+
+
+def features(tokenizer, **kwargs):
+    """Rows of a tokenized `datasets.Dataset`: the encoding of each text, with a label."""
+    return [{**tokenizer(text, **kwargs), "label": i % 2} for i, text in enumerate(FEATURE_TEXTS)]
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"padding": "longest"}, {"padding": "max_length", "max_length": 24}, {"pad_to_multiple_of": 8},
+    {"padding": "max_length", "max_length": 13, "pad_to_multiple_of": 4}, {"return_attention_mask": False},
+    {"padding": False}])
+@pytest.mark.parametrize("return_tensors", [None, "np", "pt"])
+def test_pad_as_transformers(hub_bert, options, return_tensors):
+    ours, theirs = both_tokenizers(hub_bert)
+    # an attention mask given is padded whatever return_attention_mask says (transformers leaves it unpadded)
+    mask = {"return_attention_mask": options.get("return_attention_mask") is not False}
+    rows = features(ours, **mask)
+    assert rows == [{**row} for row in features(theirs, **mask)]
+    batch = {key: [row[key] for row in rows] for key in rows[0]}
+    tensors = not options.get("padding", True) and return_tensors
+    one = {k: v for k, v in rows[1].items() if k != "label"}  # transformers makes no tensor of one label
+    for given in (rows, batch, one, {k: v for k, v in one.items() if k != "attention_mask"}):
+        if tensors and given in (rows, batch):
+            with pytest.raises(BertforgeError, match="input_ids has rows of different lengths"):
+                ours.pad(given, return_tensors=return_tensors, **options)
+            continue
+        padded = ours.pad(given, return_tensors=return_tensors, **options)
+        assert rows == features(ours, **mask)  # the features given are left as they were (transformers pads one
+        # in place)
+        assert_same_batch(padded, theirs.pad(copy.deepcopy(given), return_tensors=return_tensors, **options))
+
+
+def test_pad_keeps_the_kind_of_tensors_given(hub_bert):
+    ours, theirs = both_tokenizers(hub_bert)
+    for kind in ("pt", "np"):
+        given = ours(FEATURE_TEXTS[:2], padding=True, return_tensors=kind)
+        for return_tensors in (None, "pt", "np"):
+            options = {"padding": "max_length", "max_length": 16, "return_tensors": return_tensors}
+            assert_same_batch(ours.pad(dict(given), **options), theirs.pad(dict(given), **options))
+        rows = [{key: value[i] for key, value in given.items()} for i in range(2)]  # a list of tensors per key
+        assert_same_batch(ours.pad(rows), theirs.pad(rows))
+
+
+def test_pad_refusals_and_what_a_padded_encoding_lacks(hub_bert):
+    tokenizer = BertTokenizer.from_pretrained(hub_bert)
+    rows = features(tokenizer)
+    for options, message in (({"padding_side": "left"}, "padding_side must be one of"),
+                             ({"padding": "longer"}, "padding must be one of"),
+                             ({"return_tensors": "tf"}, "return_tensors must be one of")):
+        with pytest.raises(BertforgeError, match=message):
+            tokenizer.pad(rows, **options)
+    with pytest.raises(BertforgeError, match="pad takes encoded inputs with input_ids"):
+        tokenizer.pad([{"text": "a"}])
+    with pytest.raises(BertforgeError, match="has no word ids"):
+        tokenizer.pad(rows).word_ids(0)
+    assert (tokenizer.padding_side, tokenizer.model_input_names) == ("right", ["input_ids", "token_type_ids",
+                                                                              "attention_mask"])
+
+
+def test_transformers_collators_take_the_tokenizer(hub_bert):
+    from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
+
+    ours, theirs = both_tokenizers(hub_bert)
+    for options in ({}, {"pad_to_multiple_of": 8}, {"padding": "max_length", "max_length": 20}):
+        assert_same_batch(DataCollatorWithPadding(ours, **options)(features(ours)),
+                          DataCollatorWithPadding(theirs, **options)(features(theirs)))
+    words = [text.replace(",", " ,").split() for text in FEATURE_TEXTS]
+    rows = []
+    for text in words:
+        row = dict(ours(text, is_split_into_words=True))
+        rows.append({**row, "labels": [-100 if w is None else w % 3 for w in ours(text, is_split_into_words=True)
+                                                                                .word_ids()]})
+    for options in ({}, {"pad_to_multiple_of": 8}):
+        assert_same_batch(DataCollatorForTokenClassification(ours, **options)([dict(r) for r in rows]),
+                          DataCollatorForTokenClassification(theirs, **options)([dict(r) for r in rows]))
