@@ -16,8 +16,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from .encoding import Encoding, as_list, as_tensors, check_texts, tensor_kind, truncated_lengths
 from ..core.errors import BertforgeError
-from ..core.hub import push
-from ..core.hub import model_folder
+from ..core.hub import model_folder, push
 from ..core.io import atomic_path, has_model_file, read_model_json, write_json, write_text_atomic
 from .vocab import (
     SPECIAL_NAMES, SPECIAL_TOKENS, added_tokens, check_fits, check_pipeline, looks_uncased, max_length_of,
