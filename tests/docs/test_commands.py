@@ -1,7 +1,9 @@
 """The command blocks of README.md and docs/ cannot rot: every flag a shown `bertforge` command passes is one its
 parser has, and every ```bash or ```python block either runs here, on the demo's corpus and a few rows of the
 shared sets, or is marked `<!-- not run: REASON -->` on the line before it. A block marked
-`<!-- not run: README.md runs these commands -->` must hold only commands that README.md's run blocks hold."""
+`<!-- not run: README.md runs these commands -->` must hold only commands that README.md's run blocks hold. The
+pages name the model as a user types it (`sentence-transformers/all-MiniLM-L6-v2`): the blocks download it from a
+Hub (tests/hub_server.py) that serves the shared checkpoint under that name, as huggingface.co serves it."""
 
 import os
 import re
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from docs.cli_reference import parser_for
-from tests.conftest import REPO, place_file, require_shared
+from tests.conftest import REPO, require_shared
 
 PAGES = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "cli.md")]
 COMMAND_LANGUAGES = ("bash", "python")
@@ -24,6 +26,10 @@ AS_README = "README.md runs these commands"
 INSTALL = ["pip install torch==2.13.0 && pip install -e . && bertforge demo\n",
            "pip install torch==2.13.0 && pip install -e '.[test]' && python -m pytest\n"]
 SHARED_ROWS = 17  # a header and 16 rows of each shared data file a run block reads
+MODEL = "sentence-transformers/all-MiniLM-L6-v2"  # the shared checkpoint's name on the Hub, which the pages use
+# what points huggingface_hub elsewhere than the Hub above, or keeps it from it (a token it would send, offline)
+HUB_SETTINGS = ("HF_ENDPOINT", "HF_HOME", "HF_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE",
+                "TRANSFORMERS_OFFLINE")
 
 
 @dataclass
@@ -131,13 +137,9 @@ def test_the_checks_see_the_pages():
 
 @pytest.fixture(scope="module")
 def shared_rows(tmp_path_factory) -> Path:
-    """A folder laid out as ../shared with the checkpoint whole and the first rows of each data file run here."""
-    model = require_shared("models", "all-MiniLM-L6-v2")
+    """A folder laid out as ../shared with the first rows of each data file run here."""
     glue = require_shared("data", "glue", "SST-2")
     root = tmp_path_factory.mktemp("shared")
-    (root / "models" / model.name).mkdir(parents=True)
-    for file in model.iterdir():
-        place_file(file, root / "models" / model.name / file.name)
     (root / "data" / "glue" / "SST-2").mkdir(parents=True)
     for file in glue.glob("*.tsv"):
         head = file.read_text(encoding="utf-8").splitlines(keepends=True)[:SHARED_ROWS]
@@ -145,15 +147,29 @@ def shared_rows(tmp_path_factory) -> Path:
     return root
 
 
-def run_blocks(page: Path, shared: Path, work: Path):
-    """The page's unmarked blocks in order, in `work`, beside a `shared` folder, with this tree's `bertforge`."""
+@pytest.fixture(scope="module")
+def hub():
+    """The Hub the pages' blocks download MODEL from: the shared checkpoint under its real name."""
+    from tests.hub_server import HubServer
+
+    with HubServer() as server:
+        server.add(MODEL, require_shared("models", "all-MiniLM-L6-v2"))
+        yield server
+
+
+def run_blocks(page: Path, shared: Path, hub, work: Path):
+    """The page's unmarked blocks in order, in `work`, beside a `shared` folder, with this tree's `bertforge`, and
+    `hub` as the Hugging Face Hub (an empty cache beside `work`, no token, online)."""
     work.mkdir()
     (work.parent / "shared").symlink_to(shared)
     bin_dir = work.parent / "bin"
     bin_dir.mkdir()
     (bin_dir / "bertforge").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m bertforge "$@"\n')
     (bin_dir / "bertforge").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    home = work.parent / "hf-home"
+    env = {**{k: v for k, v in os.environ.items() if k not in HUB_SETTINGS},
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO),
+           "HF_ENDPOINT": hub.url, "HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub")}
     for block in runs(page):
         command = ["bash", "-euo", "pipefail", "-c", block.code] if block.language == "bash" else \
             [sys.executable, "-c", block.code]
@@ -170,5 +186,5 @@ RUN_PAGES = [p for p in PAGES if runs(p)]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", RUN_PAGES, ids=lambda p: p.name)
-def test_the_page_s_unmarked_blocks_run(page, shared_rows, tmp_path):
-    run_blocks(page, shared_rows, tmp_path / "work")
+def test_the_page_s_unmarked_blocks_run(page, shared_rows, hub, tmp_path):
+    run_blocks(page, shared_rows, hub, tmp_path / "work")
