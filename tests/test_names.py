@@ -12,6 +12,7 @@ import torch
 import bertforge
 from bertforge.cli import build_parser, main
 from bertforge.core.errors import BertforgeError
+from bertforge.model.architectures import load_config
 from bertforge.model.bert import BertForMaskedLM, BertForSequenceClassification
 from bertforge.text.tokenizer import BertTokenizer
 from tests.conftest import fine_tune, modernbert_tokenizer
@@ -80,6 +81,7 @@ def test_python_entry_points_read_a_name_as_its_folder(named, hub_bert, hub_clas
     assert bertforge.pipeline(model=CLASSIFIER)(MASKED) == bertforge.pipeline(model=hub_classifier)(MASKED)
     tokenizer = BertTokenizer.from_pretrained(NAME)
     assert tokenizer(MASKED)["input_ids"] == BertTokenizer.from_pretrained(hub_bert)(MASKED)["input_ids"]
+    assert load_config(NAME) == load_config(str(hub_bert))  # pretrain --config, suite --model random:NAME
     for cls, name, folder in ((BertForMaskedLM, NAME, hub_bert), (BertForSequenceClassification, CLASSIFIER,
                                                                     hub_classifier)):
         assert torch.equal(logits(cls.from_pretrained(name), tokenizer, MASKED),
