@@ -15,6 +15,7 @@ Every failure of either is a BertforgeError of one line that says what to do.
 """
 
 import re
+import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -135,6 +136,16 @@ def hub_origin(folder) -> dict | None:
         return None
     found = SNAPSHOT.fullmatch("/".join(Path(folder).absolute().parts[-3:]))
     return None if found is None else {"repo_id": found["repo"].replace("--", "/"), "commit": found["commit"]}
+
+
+def push_saved(saving, repo_id: str, private: bool = False, branch: str | None = None,
+               token: str | None = None) -> str:
+    """`push` of the files `saving.save_pretrained(folder)` writes (a model's or a tokenizer's `push_to_hub`),
+    through a temporary folder; the commit's URL."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / repo_id.rsplit("/", 1)[-1]
+        saving.save_pretrained(folder)
+        return push(folder, repo_id, private, branch, token)
 
 
 def push(folder, repo_id: str, private: bool = False, branch: str | None = None, token: str | None = None,

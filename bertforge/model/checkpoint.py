@@ -7,7 +7,6 @@ caller trusts them explicitly, and even then read with `torch.load(weights_only=
 
 import json
 import logging
-import tempfile
 from pathlib import Path
 
 
@@ -19,7 +18,7 @@ from . import google_checkpoint, sizes
 from .architectures import ENCODER_PARTS, PARTS, architecture, head_of, model_class, read_config
 from .config import BertConfig, check_size
 from ..core.errors import BertforgeError
-from ..core.hub import model_folder, push
+from ..core.hub import model_folder, push_saved
 from ..core.io import atomic_path, has_model_file, model_file, read_model_json, write_text_atomic
 
 log = logging.getLogger("bertforge")
@@ -249,10 +248,7 @@ class PretrainedMixin:
                     token: str | None = None) -> str:
         """Upload the files save_pretrained writes to the Hub repository `repo_id` in one commit (made where
         missing, private if asked, on `branch`: core.hub.push); the commit's URL."""
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = Path(tmp) / repo_id.rsplit("/", 1)[-1]
-            self.save_pretrained(folder)
-            return push(folder, repo_id, private, branch, token)
+        return push_saved(self, repo_id, private, branch, token)
 
 
 def shapes_and_dtypes(tensors: dict) -> dict[str, tuple[tuple, str]]:

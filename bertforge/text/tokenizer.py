@@ -8,7 +8,6 @@ truncation, padding and the Hugging Face folder layout.
 
 import json
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from .encoding import Encoding, as_list, as_tensors, check_texts, tensor_kind, truncated_lengths
 from ..core.errors import BertforgeError
-from ..core.hub import model_folder, push
+from ..core.hub import model_folder, push_saved
 from ..core.io import atomic_path, has_model_file, read_model_json, write_json, write_text_atomic
 from .vocab import (
     SPECIAL_NAMES, SPECIAL_TOKENS, added_tokens, check_fits, check_pipeline, looks_uncased, max_length_of,
@@ -206,10 +205,7 @@ class BertTokenizer:
                     token: str | None = None) -> str:
         """Upload the files save_pretrained writes to the Hub repository `repo_id` in one commit (made where
         missing, private if asked, on `branch`: core.hub.push); the commit's URL."""
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = Path(tmp) / repo_id.rsplit("/", 1)[-1]
-            self.save_pretrained(folder)
-            return push(folder, repo_id, private, branch, token)
+        return push_saved(self, repo_id, private, branch, token)
 
     @property
     def vocab(self) -> dict[str, int]:
