@@ -139,6 +139,7 @@ def main(argv=None) -> int:
         return 2
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command if command in COMMANDS else None)
+    parser.set_defaults(command_line=["bertforge", *argv])  # what a run records as its command
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help (0) or a bad flag (2), already printed

@@ -8,6 +8,7 @@ then the base model with the commit the run read, where the body does not say it
 """
 
 import re
+import shlex
 from pathlib import Path
 
 from ..core.errors import BertforgeError
@@ -75,7 +76,7 @@ def model_card(model: Path, run: Path | None, repo_id: str, license: str | None)
         scores = "".join(f"| {k} | {v:.4f} |\n" for k, v in results.items()
                          if isinstance(v, float) and k != "wall_time_s")
         body = (f"# {repo_id}\n\nPushed with bertforge {__version__}.\n"
-                + (f"\n- command: `{' '.join(command)}`\n" if command else "")
+                + (f"\n- command: `{shlex.join(command)}`\n" if command else "")
                 + (f"\n| metric | value |\n|---|---|\n{scores}" if scores else ""))
     if origin and origin["commit"] not in body:  # fine-tuning's own card names it already
         body = f"{body.rstrip()}\n\nBase model: `{origin['repo_id']}`, commit `{origin['commit']}`.\n"

@@ -10,6 +10,7 @@ metrics.jsonl, so a resumed run reports every epoch).
 import json
 import logging
 import math
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -285,7 +286,7 @@ def share_kept(student: float | None, teacher: float | None) -> float | None:
 def model_card(family: TaskFamily, run: dict, results: dict) -> str:
     """best/README.md: what the model is, what it was trained on, how, and how it scored."""
     scores = "\n".join(f"| {k} | {v:.4f} |" for k, v in results.items() if isinstance(v, float) and k != "wall_time_s")
-    command = " ".join(run["command"]) if run["command"] else "(from Python: bertforge.finetuning.finetune.finetune)"
+    command = shlex.join(run["command"]) if run["command"] else "(from Python: bertforge.finetuning.finetune.finetune)"
     return (f"# {run['task']}, fine-tuned with bertforge {__version__}\n\n"
             f"- task: `{run['task']}` ({type(family).__name__}, head `{family.model_class.__name__}`)\n"
             f"- labels: {', '.join(map(str, family.labels))}\n"
@@ -346,7 +347,7 @@ def task_run_options(args) -> dict:
     """The keywords of `finetune`/`distill` that `add_task_run_arguments` declares."""
     return dict(epochs=args.epochs, max_length=args.max_length, max_train_examples=args.max_train_examples,
                 max_eval_examples=args.max_eval_examples, group_by_length=not args.no_length_grouping,
-                command=["bertforge", *sys.argv[1:]], arguments=recorded_arguments(args),
+                command=args.command_line, arguments=recorded_arguments(args),
                 **family_options(args), **training_options(args, skip=EPOCH_RUN))
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -281,7 +280,7 @@ def run_pretrain(args) -> int:
         raise BertforgeError(f"--warmup {r['warmup']:g}: with --time-budget the warm-up is a fraction (< 1) of it")
     options = {**training_options(args), **{k: r[k] for k in ("lr", "warmup", "batch_size", "schedule", "bf16")}}
     options["steps"] = args.steps or (10**12 if args.time_budget else 1000)
-    options["extra"] = {"arguments": recorded_arguments(args), "command": ["bertforge", *sys.argv[1:]]}
+    options["extra"] = {"arguments": recorded_arguments(args), "command": args.command_line}
     # a recipe's masking rate is for masking objectives, its output bias for those that predict tokens
     objective = OBJECTIVES[r["objective"]] if r["objective"] else None  # None: what the data holds, masked
     masking, tokens = objective is None or objective.masks, objective is None or objective.predicts_tokens

@@ -129,7 +129,7 @@ NOT_RERUN = ("resume", "overwrite")  # how a run folder is treated, not what the
 
 def recorded_arguments(args) -> dict:
     """A parsed command line as a run's args.json records it (`extra.arguments`), for --args-file."""
-    return {k: v for k, v in vars(args).items() if k != "args_file"}
+    return {k: v for k, v in vars(args).items() if k not in ("args_file", "command_line")}
 
 
 def apply_args_file(parser, argv: list[str]) -> None:

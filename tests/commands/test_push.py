@@ -42,7 +42,8 @@ def test_push_a_run_with_its_model_card(hub, run, monkeypatch, capsys):
                     "pipeline_tag: text-classification\ntags:\n- bertforge\n- text-classification\n---\n\n"
                     + best["README.md"].decode())
     assert f"- started from: `org/tiny-bert`, commit `{hub.repos[BASE].refs['main']}`\n" in card  # the run's card
-    assert f"| accuracy | {results['accuracy']:.4f} |" in card and "- command: `" in card
+    assert f"| accuracy | {results['accuracy']:.4f} |" in card
+    assert f"- command: `bertforge finetune text-classification --model {model_folder(BASE)} --out {run} " in card
     monkeypatch.delenv("HF_TOKEN")
     folder = model_folder("me/tiny-sentiment", revision="dev")
     assert (folder / "model.safetensors").read_bytes() == best["model.safetensors"]
