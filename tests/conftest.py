@@ -160,6 +160,62 @@ def modernbert_folder(folder: Path, head: str = "ModernBertForMaskedLM", **confi
     return folder
 
 
+ROBERTA_TEXTS = ["The quick brown fox jumps over the lazy dog.", "A gripping film, beautifully shot.",
+                 "Ünïcödé café, naïve résumé, Zürich and São Paulo.", "北京是中国的首都，上海在东边。",
+                 "Emojis 🙂🎉 and numbers 12345 are bytes too.", "antidisestablishmentarianism and "
+                 "supercalifragilisticexpialidocious are long words.", "George Washington was born in Virginia."] * 20
+
+
+def roberta_tokenizer(folder: Path, family: str = "roberta") -> Path:
+    """A tokenizer laid out as RoBERTa's (byte-level BPE) or XLM-RoBERTa's (a SentencePiece unigram model), trained
+    here on mixed text (ROBERTA_TEXTS) and written by transformers' own class: <s> <pad> </s> <unk> as ids 0 to 3,
+    <mask> last (stripping the space before it), <s> A </s></s> B </s>."""
+    import transformers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    if family == "roberta":
+        backend = Tokenizer(models.BPE())
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        backend.decoder = decoders.ByteLevel()
+        backend.train_from_iterator(ROBERTA_TEXTS, trainers.BpeTrainer(
+            vocab_size=500, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        backend.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True)])
+        tokenizer = transformers.RobertaTokenizerFast(tokenizer_object=backend)
+    else:  # the vocabulary with its scores, laid out by XLMRobertaTokenizer itself, as transformers reads it back
+        backend = Tokenizer(models.Unigram())
+        backend.pre_tokenizer = pre_tokenizers.Metaspace()
+        backend.train_from_iterator(ROBERTA_TEXTS, trainers.UnigramTrainer(
+            vocab_size=400, special_tokens=specials, unk_token="<unk>"))
+        pieces = json.loads(backend.to_str())["model"]["vocab"]
+        tokenizer = transformers.XLMRobertaTokenizerFast(vocab=[tuple(piece) for piece in pieces])
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def roberta_folder(folder: Path, head: str = "RobertaForMaskedLM", **config) -> Path:
+    """A RoBERTa checkpoint (an XLM-RoBERTa one for a head named XLMRoberta...) as transformers writes one: its
+    tokenizer (above) and random weights at a scaled-down shape of the real models' (4 layers of 64, one token type,
+    positions from pad_token_id 1 + 1 in a table of 130: 128 tokens), drawn wide."""
+    import torch
+    import transformers
+
+    family = "xlm-roberta" if head.startswith("XLM") else "roberta"
+    roberta_tokenizer(folder, family)
+    vocab = len(transformers.AutoTokenizer.from_pretrained(folder))
+    sizes = dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                 max_position_embeddings=130, type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1,
+                 bos_token_id=0, eos_token_id=2)
+    configs = {"roberta": transformers.RobertaConfig, "xlm-roberta": transformers.XLMRobertaConfig}
+    torch.manual_seed(0)
+    model = getattr(transformers, head)(configs[family](**{**sizes, **config}))
+    with torch.no_grad():  # wide weights, norms and biases off their first values: predictions well apart
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape) * 0.1)
+    model.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
     """A Hugging Face Hub in this process (tests/hub_server.py) that huggingface_hub talks to, with an empty cache

@@ -48,7 +48,7 @@ class Pipeline:
         self.runtime, self.tokenizer, self.config, self.folder = runtime, tokenizer, config, folder
         self.batch_size, self.max_batch_tokens = batch_size, max_batch_tokens
         limits = [(tokenizer.model_max_length, "the tokenizer's model_max_length (tokenizer_config.json)"),
-                  (config.max_position_embeddings, "the model's max_position_embeddings (config.json)")]
+                  (config.max_tokens, "the model's positions (config.json)")]
         if max_length or self.default_max_length:
             limits.insert(0, (max_length, "max_length") if max_length else (self.default_max_length,
                                                                              f"{self.task}'s default max_length"))

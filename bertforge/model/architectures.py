@@ -7,13 +7,13 @@ torch-free: classes are imported only when asked for."""
 
 import importlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..core.errors import BertforgeError
 from ..core.hub import model_folder
 from ..core.io import read_model_json
-from .config import SIZES, BertConfig, ConfigFile, ModernBertConfig
+from .config import SIZES, BertConfig, ConfigFile, ModernBertConfig, RobertaConfig, XLMRobertaConfig
 from .heads import HEADS, PART_NAMES, head_class
 
 
@@ -71,21 +71,30 @@ class Architecture:
         return list(HEADS if self.classes is None else self.classes)
 
 
-MODERNBERT, STUDENT = "bertforge.model.modernbert", "bertforge.model.student"
+def classes(module: str, family: str) -> dict[str, str]:
+    """Each head but pre-training's (which has a next-sentence head) -> the family's class named as transformers
+    names it (BertForMaskedLM -> RobertaForMaskedLM), in `module`."""
+    return {head: f"{module}:{family}{head.removeprefix('Bert')}" for head in HEADS if head != "BertForPreTraining"}
+
+
+MODERNBERT, ROBERTA, STUDENT = "bertforge.model.modernbert", "bertforge.model.roberta", "bertforge.model.student"
+ROBERTA_ARCHITECTURE = Architecture(
+    "roberta", RobertaConfig, "roberta", classes(ROBERTA, "Roberta"), "encoder.layer",
+    ("embeddings", "encoder", "pooler"), {"roberta.pooler": "pooler", "lm_head": "masked-LM head",
+                                          "classifier": "classifier", "qa_outputs": "question-answering head"},
+    f"{STUDENT}:RobertaCut", optional=("pooler",), segments=False, aliases=("lm_head.decoder.weight",
+                                                                            "lm_head.decoder.bias"))
 ARCHITECTURES = {arch.model_type: arch for arch in (
     Architecture("bert", BertConfig, "bert", None, "encoder.layer", ("embeddings", "encoder", "pooler"), PART_NAMES,
                  f"{STUDENT}:BertCut", optional=("pooler",),
                  aliases=("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")),
-    Architecture("modernbert", ModernBertConfig, "model", {
-        "BertModel": f"{MODERNBERT}:ModernBertModel",
-        "BertForMaskedLM": f"{MODERNBERT}:ModernBertForMaskedLM",
-        "BertForSequenceClassification": f"{MODERNBERT}:ModernBertForSequenceClassification",
-        "BertForTokenClassification": f"{MODERNBERT}:ModernBertForTokenClassification",
-        "BertForQuestionAnswering": f"{MODERNBERT}:ModernBertForQuestionAnswering",
-        "BertForMultipleChoice": f"{MODERNBERT}:ModernBertForMultipleChoice",
-    }, "layers", ("embeddings", "layers", "final_norm"),
-        {"head": "prediction head", "decoder": "masked-LM decoder", "classifier": "classifier"},
-        f"{STUDENT}:ModernBertCut", segments=False, aliases=("decoder.weight",)),
+    Architecture("modernbert", ModernBertConfig, "model", classes(MODERNBERT, "ModernBert"), "layers",
+                 ("embeddings", "layers", "final_norm"),
+                 {"head": "prediction head", "decoder": "masked-LM decoder", "classifier": "classifier"},
+                 f"{STUDENT}:ModernBertCut", segments=False, aliases=("decoder.weight",)),
+    ROBERTA_ARCHITECTURE,
+    replace(ROBERTA_ARCHITECTURE, model_type="xlm-roberta", config=XLMRobertaConfig,
+            classes=classes(ROBERTA, "XLMRoberta")),
 )}
 # The class names of the architectures beyond BERT's, as config.json's `architectures` lists them, to their heads.
 HEAD_OF = {spec.split(":")[1]: head for arch in ARCHITECTURES.values() for head, spec in (arch.classes or {}).items()}

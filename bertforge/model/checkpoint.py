@@ -184,7 +184,7 @@ class PretrainedMixin:
         folder = Path(folder) if google else model_folder(folder, revision, token, trust_pickle=trust_pickle)
         if config is None:
             config = google_checkpoint.read_config(google) if google else read_config(folder / "config.json")
-        if not isinstance(config, cls.config_class):  # another architecture's folder: its class with this head
+        if type(config) is not cls.config_class:  # another architecture's folder, a subclass's too: its class
             cls = own_class(cls, config, folder)
         if config_overrides.pop("attn_implementation", None) is not None:
             log.warning("attn_implementation is ignored: bertforge runs SDPA, or the written-out product where "

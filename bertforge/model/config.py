@@ -145,6 +145,11 @@ class ConfigFile:
     schema: dict = {}
 
     @property
+    def max_tokens(self) -> int:
+        """The most tokens an input may hold: one a row of the position table (RoBERTa's fewer)."""
+        return self.max_position_embeddings
+
+    @property
     def num_labels(self) -> int:
         return len(self.id2label)
 
@@ -269,6 +274,46 @@ class BertConfig(ConfigFile):
                      intermediate_size=4 * hidden)
         return cls(**{**sizes, **overrides})
 
+
+@dataclass
+class RobertaConfig(BertConfig):
+    """RoBERTa (Liu et al., 2019): BERT's fields with transformers' RobertaConfig defaults, and the ids of <s> and
+    </s>. Positions count from pad_token_id + 1 (fairseq's), so an input holds pad_token_id + 1 tokens fewer than the
+    position table's rows (roberta-base: 514 rows, 512 tokens); the masked-LM decoder is the token table."""
+
+    model_type = "roberta"
+
+    vocab_size: int = 50265
+    pad_token_id: int = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | None = 2
+    tie_word_embeddings: bool = True
+
+    schema = {**BertConfig.schema, "pad_token_id": Rule("whole", 0, LIMITS["vocab_size"]),
+              **dict.fromkeys(("bos_token_id", "eos_token_id"), TOKEN_ID), "tie_word_embeddings": Rule("flag")}
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.max_tokens < 1:
+            raise BertforgeError(f"max_position_embeddings {self.max_position_embeddings} leaves no position after "
+                                 f"pad_token_id {self.pad_token_id}: RoBERTa's positions start at pad_token_id + 1")
+        if not self.tie_word_embeddings:
+            raise BertforgeError("tie_word_embeddings false is not supported: bertforge's RoBERTa scores masked "
+                                 "tokens against the token table, as every released RoBERTa does")
+
+    @property
+    def max_tokens(self) -> int:
+        return self.max_position_embeddings - self.pad_token_id - 1
+
+
+@dataclass
+class XLMRobertaConfig(RobertaConfig):
+    """XLM-RoBERTa (Conneau et al., 2020): RoBERTa's architecture under its own model_type, with transformers'
+    XLMRobertaConfig defaults."""
+
+    model_type = "xlm-roberta"
+
+    vocab_size: int = 30522
 
 
 ROPE_THETA = {"full_attention": 160_000.0, "sliding_attention": 10_000.0}  # ModernBERT's global and local bases

@@ -23,7 +23,7 @@ def student_config(teacher, size: str, **overrides):
     the teacher, or made of its layers, has the teacher's tables too. Another architecture's teacher gets a
     student of its own architecture, the feed-forward at the teacher's ratio to the width (GeGLU's is not 4), its
     layer types in the teacher's pattern."""
-    if isinstance(teacher, BertConfig):
+    if type(teacher) is BertConfig:
         return BertConfig.from_name(size, **{field: getattr(teacher, field) for field in TABLES.values()},
                                     **overrides)
     sized = BertConfig.from_name(size)
@@ -119,9 +119,11 @@ def cut_config(teacher, size: BertConfig, name: str, layers: list[int] | None = 
 
 def task_head(model) -> torch.nn.Linear:
     """A task model's head layer (task_heads.TaskHead.head_name: `classifier`, `qa_outputs`; ModernBERT's
-    `classifier`). The cut keeps the input channels it reads: the pooled vector's where the model has a pooler or
-    a prediction head, else every token's hidden channels (BERT's token classification and question answering)."""
-    return getattr(model, getattr(model, "head_name", "classifier"))
+    `classifier`; RoBERTa's sentence classifier's `out_proj`). The cut keeps the input channels it reads: the pooled
+    vector's where the model has a pooler or a prediction head, else every token's hidden channels (BERT's token
+    classification and question answering)."""
+    head = getattr(model, getattr(model, "head_name", "classifier"))
+    return getattr(head, "out_proj", head)
 
 
 class BertCut:
@@ -160,6 +162,25 @@ class BertCut:
         if "embeddings" in parts:  # the tables [rows, H], their LayerNorm [H]
             return (None, hidden) if value.dim() == 2 else (hidden, None)
         return None, None
+
+
+class RobertaCut(BertCut):
+    """BERT's ranks and cuts, and RoBERTa's sentence classifier in place of the pooler: its dense layer's output
+    after tanh (out_proj's input) ranked as the pooled vector, and cut as the pooler is."""
+
+    @staticmethod
+    def watch(model):
+        yield from BertCut.watch(model)
+        if hasattr(getattr(model, "classifier", None), "out_proj"):
+            yield model.classifier.out_proj, "pooled", False, True
+
+    @staticmethod
+    def keep(parts: list[str], value, at: int | None, keep: dict, head: str | None):
+        if parts[:2] == ["classifier", "dense"]:
+            return keep["pooled"], keep["hidden"]
+        if parts[:2] == ["classifier", "out_proj"]:
+            return None, keep["pooled"]
+        return BertCut.keep(parts, value, at, keep, head)
 
 
 class ModernBertCut:

@@ -22,21 +22,29 @@ class TaskHead(BertPreTrainedModel):
 
     uses_pooler = True
     head_name = "classifier"  # the reference's parameter name for the layer
+    encoder_class = BertModel  # the encoder, named base_model_prefix (RoBERTa's heads: roberta.RobertaModel)
 
     def __init__(self, config: BertConfig, num_outputs: int):
         super().__init__(config)
-        self.bert = BertModel(config, add_pooling_layer=self.uses_pooler)
+        setattr(self, self.base_model_prefix, self.encoder_class(config, add_pooling_layer=self.uses_pooler))
         p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(p)
-        setattr(self, self.head_name, nn.Linear(config.hidden_size, num_outputs))
+        setattr(self, self.head_name, self.head_layer(config, num_outputs))
         self.init_weights()
+
+    def head_layer(self, config: BertConfig, num_outputs: int) -> nn.Module:
+        """The layer after the dropout (RoBERTa's sentence classifier has a dense layer of its own before it)."""
+        return nn.Linear(config.hidden_size, num_outputs)
+
+    def head_input(self, enc):
+        """What the head reads of the encoder's output: the pooled first token, or every token."""
+        return self.base_model.pooler(enc.pooled_tokens()) if self.uses_pooler else enc.sequence()
 
     def head_outputs(self, input_ids, attention_mask, token_type_ids, inputs: dict):
         """The head's outputs and the encoder's (hidden_states, attentions); `inputs` are encode's keywords."""
-        enc = self.bert.encode(input_ids, attention_mask, token_type_ids, **inputs)
-        x = self.bert.pooler(enc.pooled_tokens()) if self.uses_pooler else enc.sequence()
-        return getattr(self, self.head_name)(self.dropout(x)), dict(hidden_states=enc.hidden_states,
-                                                                    attentions=enc.attentions)
+        enc = self.base_model.encode(input_ids, attention_mask, token_type_ids, **inputs)
+        return getattr(self, self.head_name)(self.dropout(self.head_input(enc))), dict(
+            hidden_states=enc.hidden_states, attentions=enc.attentions)
 
 
 class BertForSequenceClassification(TaskHead):

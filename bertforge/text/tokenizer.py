@@ -135,6 +135,7 @@ class BertTokenizer:
         self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id = (
             self._vocab.get(self.specials[name]) for name in ("pad_token", "unk_token", "cls_token", "sep_token",
                                                                "mask_token"))
+        self._layout = {pair: layout(backend, self.specials["cls_token"], pair) for pair in (False, True)}
 
     @classmethod
     def from_pretrained(cls, path, do_lower_case: bool | None = None, *, revision: str | None = None,
@@ -346,7 +347,7 @@ class BertTokenizer:
         for first, second in zip(firsts, seconds):
             n1, n2 = len(first), 0 if second is None else len(second)
             if truncation:
-                n_special = (2 if second is None else 3) if add_special_tokens else 0
+                n_special = self._backend.num_special_tokens_to_add(second is not None) if add_special_tokens else 0
                 n1, n2 = truncated_lengths(n1, n2, second is not None, max_length - n_special, truncation, max_length)
             rows.append(self._join(first, n1, second, n2, add_special_tokens))
         return rows
@@ -381,29 +382,27 @@ class BertTokenizer:
         return [encoded[t] for t in keys]
 
     def _join(self, first, n1: int, second, n2: int, add_special_tokens: bool) -> dict[str, list]:
-        """[CLS] A [SEP] B [SEP] from the first n1 tokens of A and n2 of B; segment 1 starts after the first [SEP]."""
+        """The first n1 tokens of A and n2 of B, laid out as the tokenizer's post-processor lays them out (`layout`:
+        BERT's [CLS] A [SEP] B [SEP], segment 1 from B on; RoBERTa's <s> A </s></s> B </s>, all of segment 0)."""
         row = {"input_ids": [], "token_type_ids": [], "attention_mask": [], "offset_mapping": [],
                "special_tokens_mask": [], "word_ids": [], "sequence_ids": []}
 
-        def add(ids, segment, offsets, special, word_ids):
+        def add(ids, segment, offsets, special, word_ids, sequence):
             row["input_ids"] += ids
             row["token_type_ids"] += [segment] * len(ids)
             row["attention_mask"] += [1] * len(ids)
             row["offset_mapping"] += offsets
             row["special_tokens_mask"] += [special] * len(ids)
             row["word_ids"] += word_ids
-            row["sequence_ids"] += [None if special else segment] * len(ids)
+            row["sequence_ids"] += [sequence] * len(ids)
 
-        def add_special(token_id, segment):
-            if add_special_tokens:
-                add([token_id], segment, [(0, 0)], 1, [None])
-
-        add_special(self.cls_token_id, 0)
-        add(first.ids[:n1], 0, first.offsets[:n1], 0, first.word_ids[:n1])
-        add_special(self.sep_token_id, 0)
-        if second is not None:
-            add(second.ids[:n2], 1, second.offsets[:n2], 0, second.word_ids[:n2])
-            add_special(self.sep_token_id, 1)
+        texts = {"A": (first, n1, 0), "B": (second, n2, 1)}
+        for part, segment in self._layout[second is not None]:
+            if part in texts:
+                e, n, sequence = texts[part]
+                add(e.ids[:n], segment, e.offsets[:n], 0, e.word_ids[:n], sequence)
+            elif add_special_tokens:
+                add([part], segment, [(0, 0)], 1, [None], None)
         return row
 
     def tokenize(self, text) -> list[str]:
@@ -440,6 +439,23 @@ class BertTokenizer:
         return self._id_to_token[i]
 
 
+def layout(backend: Tokenizer, token: str, pair: bool) -> list[tuple]:
+    """Where `backend`'s post-processor puts a text ("A") and a pair's second ("B") among the ids of its special
+    tokens, each with its segment id, in order: [(101, 0), ("A", 0), (102, 0), ("B", 1), (102, 1)] for BERT's pairs.
+    Found by post-processing texts of one `token` (one the vocabulary holds)."""
+    one = backend.encode(token, add_special_tokens=False)
+    e = backend.post_process(one, one if pair else None, add_special_tokens=True)
+    parts, texts = [], 0
+    for token_id, special, segment in zip(e.ids, e.special_tokens_mask, e.type_ids):
+        if special:
+            parts.append((token_id, segment))
+        else:
+            if texts % len(one) == 0:
+                parts.append(("AB"[texts // len(one)], segment))
+            texts += 1
+    return parts
+
+
 def model_pad_token(folder: Path, vocab: dict[str, int]) -> str:
     """The pad token of a tokenizer whose files name none: the one of the model's config.json pad_token_id."""
     config_file = folder / "config.json"
@@ -456,9 +472,10 @@ def model_pad_token(folder: Path, vocab: dict[str, int]) -> str:
 class PipelineTokenizer(BertTokenizer):
     """A tokenizer.json of any kind `tokenizers` reads (byte-level BPE as ModernBERT's and Ettin's, Unigram,
     WordLevel), run as the file says, with the special tokens tokenizer_config.json (or special_tokens_map.json)
-    names; inputs are laid out as BERT's, [CLS] A [SEP] B [SEP], with the folder's [CLS] and [SEP]. Padding and
-    truncation are the call's, as in transformers, never the file's `padding` and `truncation`. Without a pad
-    token named, the model's (config.json pad_token_id) is taken: every batch of inputs is padded."""
+    names; inputs are laid out by the file's post-processor, as transformers' fast tokenizer lays them out (BERT's
+    [CLS] A [SEP] B [SEP], RoBERTa's <s> A </s></s> B </s>, with their segment ids). Padding and truncation are the
+    call's, as in transformers, never the file's `padding` and `truncation`. Without a pad token named, the model's
+    (config.json pad_token_id) is taken: every batch of inputs is padded."""
 
     @classmethod
     def from_file(cls, json_file: Path, pipeline: dict) -> "PipelineTokenizer":

@@ -152,9 +152,8 @@ def test_an_input_over_the_models_length_is_cut_with_a_warning_naming_the_limit(
     with caplog.at_level(logging.WARNING, logger="bertforge"):
         states = pipe([long, "hello", long, long, long, [5] * 9])
     assert [len(s[0]) for s in states] == [8, 3, 8, 8, 8, 8]
-    assert caplog.messages == ["inputs[5], inputs[0], inputs[2] and 2 more cut to 8 tokens: the model's "
-                               "max_position_embeddings (config.json) is 8 (truncate=False refuses an input over it "
-                               "instead)"]
+    assert caplog.messages == ["inputs[5], inputs[0], inputs[2] and 2 more cut to 8 tokens: the model's positions "
+                               "(config.json) is 8 (truncate=False refuses an input over it instead)"]
     with pytest.raises(TooLong, match=r"^inputs\[1\] is 11 tokens, over the limit of 8$"):
         pipe(["hello", long], truncate=False)
     caplog.clear()

@@ -114,7 +114,8 @@ def test_unknown_size_name():
 
 @pytest.mark.parametrize("text,problem", [
     ('{"hidden_size": 768,\n "vocab_size": }', "config.json:2: not valid JSON"),
-    ('{"model_type": "roberta"}', "config.json: model_type is 'roberta'; bertforge reads 'bert', 'modernbert'"),
+    ('{"model_type": "llama"}', "config.json: model_type is 'llama'; bertforge reads 'bert', 'modernbert', "
+                                "'roberta', 'xlm-roberta'"),
 ])
 def test_bad_config_files(tmp_path, text, problem):
     (tmp_path / "config.json").write_text(text)
