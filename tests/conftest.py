@@ -166,10 +166,11 @@ ROBERTA_TEXTS = ["The quick brown fox jumps over the lazy dog.", "A gripping fil
                  "supercalifragilisticexpialidocious are long words.", "George Washington was born in Virginia."] * 20
 
 
-def roberta_tokenizer(folder: Path, family: str = "roberta") -> Path:
+def roberta_tokenizer(folder: Path, family: str = "roberta", model_max_length: int = 128) -> Path:
     """A tokenizer laid out as RoBERTa's (byte-level BPE) or XLM-RoBERTa's (a SentencePiece unigram model), trained
     here on mixed text (ROBERTA_TEXTS) and written by transformers' own class: <s> <pad> </s> <unk> as ids 0 to 3,
-    <mask> last (stripping the space before it), <s> A </s></s> B </s>."""
+    <mask> last (stripping the space before it), <s> A </s></s> B </s>, inputs of model_max_length tokens at most
+    (roberta-base's: 512, its 514 positions less pad_token_id + 1)."""
     import transformers
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -181,14 +182,15 @@ def roberta_tokenizer(folder: Path, family: str = "roberta") -> Path:
         backend.train_from_iterator(ROBERTA_TEXTS, trainers.BpeTrainer(
             vocab_size=500, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
         backend.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True)])
-        tokenizer = transformers.RobertaTokenizerFast(tokenizer_object=backend)
+        tokenizer = transformers.RobertaTokenizerFast(tokenizer_object=backend, model_max_length=model_max_length)
     else:  # the vocabulary with its scores, laid out by XLMRobertaTokenizer itself, as transformers reads it back
         backend = Tokenizer(models.Unigram())
         backend.pre_tokenizer = pre_tokenizers.Metaspace()
         backend.train_from_iterator(ROBERTA_TEXTS, trainers.UnigramTrainer(
             vocab_size=400, special_tokens=specials, unk_token="<unk>"))
         pieces = json.loads(backend.to_str())["model"]["vocab"]
-        tokenizer = transformers.XLMRobertaTokenizerFast(vocab=[tuple(piece) for piece in pieces])
+        tokenizer = transformers.XLMRobertaTokenizerFast(vocab=[tuple(piece) for piece in pieces],
+                                                         model_max_length=model_max_length)
     tokenizer.save_pretrained(folder)
     return folder
 
@@ -201,7 +203,7 @@ def roberta_folder(folder: Path, head: str = "RobertaForMaskedLM", **config) -> 
     import transformers
 
     family = "xlm-roberta" if head.startswith("XLM") else "roberta"
-    roberta_tokenizer(folder, family)
+    roberta_tokenizer(folder, family, config.get("max_position_embeddings", 130) - 2)
     vocab = len(transformers.AutoTokenizer.from_pretrained(folder))
     sizes = dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
                  max_position_embeddings=130, type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1,

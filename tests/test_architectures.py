@@ -1,6 +1,7 @@
-"""Every job on a ModernBERT folder, as transformers writes one (conftest.modernbert_folder: byte-level BPE,
-random weights at a scaled-down shape): pipelines against transformers' pipelines, info, fine-tuning, evaluation,
-prediction, ONNX export and serving, each through the architecture registry."""
+"""Every job on a ModernBERT folder, a RoBERTa and an XLM-RoBERTa one, as transformers writes them
+(conftest.modernbert_folder, conftest.roberta_folder: tokenizers of their own kind, random weights at a scaled-down
+shape): pipelines against transformers' pipelines, info, fine-tuning, evaluation, prediction, ONNX export, serving
+and distillation, each through the architecture registry."""
 
 import json
 import os
@@ -14,7 +15,7 @@ import torch
 import bertforge
 from bertforge.model.architectures import ARCHITECTURES, heads_of, read_config
 from bertforge.model.heads import HEADS
-from tests.conftest import REPO, modernbert_folder
+from tests.conftest import REPO, modernbert_folder, roberta_folder
 from tests.inference.test_pipelines import assert_same, best_span
 
 transformers = pytest.importorskip("transformers")
@@ -288,3 +289,160 @@ def test_distill_embeddings_cuts_a_modernbert_student_that_sentence_transformers
     ours = bertforge.pipeline(model=best)(TEXTS)
     theirs = st.SentenceTransformer(str(best), device="cpu").encode(TEXTS)
     assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# RoBERTa and XLM-RoBERTa (conftest.roberta_folder: byte-level BPE or a SentencePiece unigram model, random weights
+# at a scaled-down shape, positions counted from pad_token_id + 1): every job on each family
+
+FAMILIES = ["Roberta", "XLMRoberta"]
+SHORT = TEXTS[:2] + ["北京是中国的首都 🙂, naïve résumé", "Paris"]  # within 128 tokens: the reference's windows
+ROWS = [("a gripping film and beautifully shot", "pos"), ("a dull mess", "neg"), ("wonderful and moving 🙂", "pos"),
+        ("tedious and flat and long", "neg"), ("北京 很好", "pos"), ("naïve et ennuyeux", "neg")] * 6
+
+
+@pytest.fixture(scope="module")
+def roberta_folders(tmp_path_factory):
+    made = {}
+
+    def make(head, **config):
+        key = (head, repr(sorted(config.items())))
+        if key not in made:
+            made[key] = roberta_folder(tmp_path_factory.mktemp(head), head, **config)
+        return made[key]
+    return make
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_head_of_the_registry_but_pre_training_has_a_class_of_each_family(family):
+    arch = ARCHITECTURES["xlm-roberta" if family == "XLMRoberta" else "roberta"]
+    assert set(HEADS) - set(arch.heads()) == {"BertForPreTraining"}
+    assert arch.classes["BertForMaskedLM"] == f"bertforge.model.roberta:{family}ForMaskedLM"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_pipelines_on_each_family_are_the_references(roberta_folders, family):
+    """Text classification (a text over the 128 tokens cut as transformers truncates it), fill-mask with <mask>,
+    token classification and feature extraction."""
+    folder = roberta_folders(family + "ForSequenceClassification", num_labels=3)
+    assert_same(bertforge.pipeline(model=folder)(TEXTS, top_k=None),
+                reference("text-classification", folder)(TEXTS, top_k=None, truncation=True))
+    folder = roberta_folders(family + "ForMaskedLM")
+    texts = ["The capital of France is <mask>.", "George <mask> was born in Virginia."]
+    assert_same(bertforge.pipeline("fill-mask", model=folder)(texts, top_k=3),
+                reference("fill-mask", folder)(texts, top_k=3))
+    tokens = bertforge.pipeline("feature-extraction", model=folder)(SHORT[2])
+    ids = transformers.AutoTokenizer.from_pretrained(folder)(SHORT[2], return_tensors="pt")
+    with torch.no_grad():
+        expected = transformers.AutoModel.from_pretrained(folder).eval()(**ids).last_hidden_state[0]
+    assert torch.allclose(torch.tensor(tokens), expected, atol=1e-4)
+    folder = roberta_folders(family + "ForTokenClassification", num_labels=5,
+                             id2label={0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"})
+    keys = ("entity", "score", "index", "start", "end")
+    ours = bertforge.pipeline(model=folder)(SHORT, aggregation_strategy="none")
+    theirs = reference("token-classification", folder)(SHORT, aggregation_strategy="none")
+    for a, b in zip(ours, theirs, strict=True):
+        assert_same([{k: e[k] for k in keys} for e in a], [{k: e[k] for k in keys} for e in b])
+
+
+def roberta_sentence_folder(folder: Path, head: str, **config) -> Path:
+    """multilingual-e5's layout (all-distilroberta-v1's on RoBERTa): the encoder, mean pooling, unit vectors."""
+    folder = roberta_folder(folder, head, **config)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({
+        "embedding_dimension": config.get("hidden_size", 64), "pooling_mode": "mean"}))
+    (folder / "2_Normalize").mkdir()
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": False}))
+    return folder
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_sentence_transformers_folder_of_each_family_embeds_as_sentence_transformers(tmp_path, family):
+    st = pytest.importorskip("sentence_transformers")
+    folder = roberta_sentence_folder(tmp_path / "st", family + "Model")
+    ours = bertforge.pipeline(model=folder)(TEXTS + SHORT)
+    theirs = st.SentenceTransformer(str(folder), device="cpu").encode(TEXTS + SHORT)
+    assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_finetune_evaluate_predict_info_and_export_run_on_each_family(roberta_folders, tmp_path, family):
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.csv").write_text("text,label\n" + "".join(f"{t},{lab}\n" for t, lab in ROWS))
+    run = tmp_path / "run"
+    result = bertforge_cli("finetune", "text-classification", "--model", roberta_folders(family + "ForMaskedLM"),
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "dev.csv", "--epochs", 2,
+                           "--out", run, "--no-progress", "--seed", 1)
+    assert result.returncode == 0, result.stderr
+    config = read_config(run / "best" / "config.json")
+    assert config.model_type == ARCHITECTURES[config.model_type].model_type == \
+        ("xlm-roberta" if family == "XLMRoberta" else "roberta")
+    assert heads_of(config) == ["BertForSequenceClassification"]
+    saved = transformers.AutoModelForSequenceClassification.from_pretrained(run / "best").eval()
+    assert type(saved).__name__ == family + "ForSequenceClassification"
+    ours = bertforge.pipeline(model=run / "best")(TEXTS, top_k=None)
+    assert_same(ours, reference("text-classification", run / "best")(TEXTS, top_k=None, truncation=True))
+
+    result = bertforge_cli("evaluate", "text-classification", "--model", run / "best", "--dev", tmp_path / "dev.csv")
+    assert result.returncode == 0 and 0 <= json.loads(result.stdout)["accuracy"] <= 1, result.stderr
+    result = bertforge_cli("predict", "text-classification", "--model", run / "best", "--input", tmp_path / "dev.csv")
+    assert result.returncode == 0 and json.loads(result.stdout.splitlines()[0])["label"] in ("pos", "neg")
+    result = bertforge_cli("info", run / "best")
+    assert result.returncode == 0 and f"architecture:  {family}ForSequenceClassification" in result.stdout
+    assert "128 positions" in result.stdout and "classifier (2 outputs: neg, pos)" in result.stdout
+
+    pytest.importorskip("onnxruntime")
+    result = bertforge_cli("export", "onnx", run / "best", tmp_path / "onnx")
+    assert result.returncode == 0, result.stderr
+    assert_same(bertforge.pipeline(model=tmp_path / "onnx", backend="onnx")(TEXTS, top_k=None), ours)
+
+
+def test_serve_answers_tei_openai_and_bertforge_routes_on_xlm_roberta(roberta_folders, tmp_path):
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+    from tests.serving.test_serve import Served
+
+    folder = roberta_folders("XLMRobertaForSequenceClassification", num_labels=3)
+    classifier = Served(folder).wait()
+    embedder = Served(roberta_sentence_folder(tmp_path / "e5", "XLMRobertaModel")).wait()
+    try:
+        assert_same(classifier.post("classify", {"inputs": SHORT}).json(), bertforge.pipeline(model=folder)(SHORT))
+        tei = httpx.post(classifier.url + "/predict", json={"inputs": SHORT[2]}, timeout=60).json()
+        assert {s["label"] for s in tei} == {"LABEL_0", "LABEL_1", "LABEL_2"}
+        vectors = httpx.post(embedder.url + "/embed", json={"inputs": SHORT}, timeout=60).json()
+        openai = httpx.post(embedder.url + "/v1/embeddings", json={"input": SHORT}, timeout=60).json()
+        expected = bertforge.pipeline(model=tmp_path / "e5")(SHORT)
+        assert torch.allclose(torch.tensor(vectors), torch.tensor(expected), atol=1e-5)
+        assert torch.allclose(torch.tensor(vectors), torch.tensor([d["embedding"] for d in openai["data"]]),
+                              atol=1e-6)
+    finally:
+        classifier.stop()
+        embedder.stop()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_distill_cuts_a_student_of_each_family_that_transformers_loads_with_the_same_outputs(tmp_path, family):
+    """A teacher 256 wide cut to tiny (2 layers of 128, heads of the teacher's size); the sentence classifier's
+    dense layer cut as a pooler."""
+    teacher = roberta_folder(tmp_path / "teacher", family + "ForSequenceClassification", hidden_size=256,
+                             intermediate_size=1024, num_attention_heads=4, num_labels=2,
+                             id2label={0: "neg", 1: "pos"})
+    rows = "".join(f"a gripping film {i},pos\na dull mess {i},neg\n" for i in range(20))
+    (tmp_path / "train.csv").write_text("text,label\n" + rows)
+    result = bertforge_cli("distill", "text-classification", "--teacher", teacher, "--student", "tiny", "--prune",
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "train.csv", "--epochs", 1,
+                           "--augment", 0, "--out", tmp_path / "tiny", "--no-progress", env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    assert "student cut from the teacher's layers 0,3: 128 wide, 2 heads, feed-forward 512" in result.stderr
+    best = tmp_path / "tiny" / "best"
+    student = read_config(best / "config.json")
+    assert (type(student), student.max_tokens, student.type_vocab_size) == (type(read_config(teacher / "config.json")),
+                                                                           128, 1)
+    loaded = transformers.AutoModelForSequenceClassification.from_pretrained(best)
+    assert type(loaded).__name__ == family + "ForSequenceClassification"
+    assert_same(bertforge.pipeline(model=best)(TEXTS, top_k=None),
+                reference("text-classification", best)(TEXTS, top_k=None, truncation=True))

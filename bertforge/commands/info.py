@@ -95,7 +95,8 @@ def describe(folder: Path) -> list[str]:
     heads = [part + (" (untrained)" if part in untrained else "") for part in dict.fromkeys(PARTS.values())
              if part in parts]
     if "classifier" in parts:
-        outputs = header["classifier.bias"][0][0]
+        last = "classifier.out_proj.bias" if "classifier.out_proj.bias" in header else "classifier.bias"  # RoBERTa's
+        outputs = header[last][0][0]
         labels = f": {', '.join(config.id2label.values())}" if config.num_labels == outputs else ""
         heads[heads.index("classifier")] = f"classifier ({outputs} output{'s' if outputs != 1 else ''}{labels})"
 
@@ -107,7 +108,7 @@ def describe(folder: Path) -> list[str]:
         f"architecture:  {architecture}",
         f"sizes:         {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
         f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}, "
-        f"{config.max_position_embeddings} positions, vocabulary {config.vocab_size}",
+        f"{config.max_tokens} positions, vocabulary {config.vocab_size}",
         f"parameters:    {sum(counts.values()):,} total: embeddings {counts['embeddings']:,}, "
         f"encoder {counts['encoder']:,}, heads {counts['heads']:,}",
         f"heads:         {', '.join(heads) or 'none (the bare encoder)'}",

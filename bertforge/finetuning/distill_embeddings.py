@@ -301,7 +301,7 @@ def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: boo
         cut_config(load_config(teacher_dir), BertConfig.from_name(student), student)
     declared = read_sentence_folder(teacher_dir) or SentencePooling()
     tokenizer = BertTokenizer.from_pretrained(teacher_dir)
-    limit = min(tokenizer.model_max_length, load_config(teacher_dir).max_position_embeddings)
+    limit = min(tokenizer.model_max_length, load_config(teacher_dir).max_tokens)
     max_length = min(max_length or declared.max_seq_length or DEFAULT_LENGTH, limit)
     run = {"task": "embeddings", "teacher": str(teacher_dir), "base_model": hub_origin(teacher_dir),
            "model": student, "prune": prune,
@@ -346,8 +346,8 @@ def student_model(spec: str, teacher_dir: Path, tokenizer, encoded: dict, teache
     sample = train[ranking_rows(len(train), options["seed"])]
     rows = {k: [v[i] for i in sample] for k, v in encoded.items()}
     encoder = build_encoder(spec, teacher_dir, tokenizer, rows, prune, embeddings, options.get("device"))
-    if max_length > encoder.config.max_position_embeddings:
-        raise BertforgeError(f"--student {spec}: {encoder.config.max_position_embeddings} positions, texts of up to "
+    if max_length > encoder.config.max_tokens:
+        raise BertforgeError(f"--student {spec}: {encoder.config.max_tokens} positions, texts of up to "
                              f"{max_length} tokens (--max-length)")
     model = SentenceEncoder(encoder, declared.pooling, declared.normalize, teacher.shape[1], max_length,
                             declared.do_lower_case)

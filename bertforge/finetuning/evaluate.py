@@ -132,9 +132,9 @@ def check_model(family: TaskFamily, model, folder, fine_tuned: bool) -> None:
 
 
 def check_length(family: TaskFamily, config, folder) -> None:
-    if family.max_length > config.max_position_embeddings:
+    if family.max_length > config.max_tokens:
         raise BertforgeError(f"--max-length {family.max_length}: the model in {folder} has "
-                             f"{config.max_position_embeddings} positions")
+                             f"{config.max_tokens} positions")
 
 
 def load_finetuned(args, reading: bool = True):

@@ -133,7 +133,7 @@ class FeatureExtractor:
         layers = self.check_layers(((-1,) if declared else (-1, -2, -3, -4)) if layers is None else layers)
         pooling = check_pooling(pooling or (declared.pooling if declared else "mean"))
         declared_length = declared and declared.max_seq_length and min(declared.max_seq_length,
-                                                                       self.config.max_position_embeddings)
+                                                                       self.config.max_tokens)
         max_length = max_length or declared_length or 512
         pairs = _as_pairs(texts)
         stride = self._check_sizes(max_length, stride, batch_size)
@@ -180,7 +180,7 @@ class FeatureExtractor:
 
     def _check_sizes(self, max_length: int, stride: int | None, batch_size: int) -> int:
         """The stride (None: half a window), once the sizes are checked."""
-        limit = self.config.max_position_embeddings
+        limit = self.config.max_tokens
         if not 3 <= max_length <= limit:
             raise BertforgeError(f"max_length must be between 3 and {limit} (the model's positions), not {max_length}")
         stride = max(1, (max_length - 2) // 2) if stride is None else stride

@@ -31,7 +31,7 @@ def positions(input_ids, inputs_embeds, padding_idx: int) -> torch.Tensor:
         batch, length = inputs_embeds.shape[:2]
         first = padding_idx + 1
         return torch.arange(first, first + length, device=inputs_embeds.device).expand(batch, length)
-    real = input_ids.ne(padding_idx)
+    real = input_ids.ne(padding_idx).long()  # whole numbers: ONNX sums no booleans
     return real.cumsum(-1) * real + padding_idx
 
 

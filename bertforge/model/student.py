@@ -111,7 +111,8 @@ def cut_config(teacher, size: BertConfig, name: str, layers: list[int] | None = 
         raise BertforgeError(f"--prune: the student {name} ({size.num_hidden_layers} layers) is deeper than the "
                              f"teacher ({teacher.num_hidden_layers} layers)")
     layers = evenly_spaced(teacher.num_hidden_layers, size.num_hidden_layers) if layers is None else layers
-    per_layer = {"layer_types": [teacher.layer_types[i] for i in layers]} if hasattr(teacher, "layer_types") else {}
+    per_layer = {"layer_types": [teacher.layer_types[i] for i in layers], "global_attn_every_n_layers": None} \
+        if hasattr(teacher, "layer_types") else {}  # the kept layers' types, not the teacher's pattern
     return type(teacher).from_dict({**teacher.to_dict(), "num_hidden_layers": size.num_hidden_layers,
                                     "hidden_size": size.hidden_size, "intermediate_size": intermediate,
                                     "num_attention_heads": size.hidden_size // head_size, **per_layer})

@@ -95,8 +95,8 @@ def distiller(student, teacher: str, job, terms=DISTILL_LOSSES, prune: str | Non
                              f"data's {student.config.vocab_size}: teacher and data must share the vocabulary")
     if (Path(teacher) / "vocab.txt").is_file():
         check_vocab(job.train.index, BertTokenizer.from_pretrained(teacher))
-    if job.train.max_seq_length > encoder.config.max_position_embeddings:
-        raise BertforgeError(f"--teacher {teacher}: {encoder.config.max_position_embeddings} positions, rows of "
+    if job.train.max_seq_length > encoder.config.max_tokens:
+        raise BertforgeError(f"--teacher {teacher}: {encoder.config.max_tokens} positions, rows of "
                              f"{job.train.max_seq_length} tokens")
     if prune:
         student = cut_student(student, encoder, job, prune)

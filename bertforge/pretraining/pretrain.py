@@ -198,9 +198,9 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
         from ..model.student import start_embeddings
 
         student_embeddings = start_embeddings(model.student, model.match.teacher, student_embeddings)
-    if job.train.max_seq_length > model.config.max_position_embeddings:
+    if job.train.max_seq_length > model.config.max_tokens:
         raise BertforgeError(f"{data}: rows of {job.train.max_seq_length} tokens, but the model has "
-                             f"{model.config.max_position_embeddings} positions (--config, --init-from)")
+                             f"{model.config.max_tokens} positions (--config, --init-from)")
     if dropout is not None and not init_from:
         job.saved_dropout = load_config(config).hidden_dropout_prob
     tokens = job.objective.predicts_tokens

@@ -140,7 +140,7 @@ def raise_file_limit(connections: int):
 
 def check_limits(args, config, task: str):
     """One-line errors, before the model loads, for limits that the model or each other make impossible."""
-    positions = config.max_position_embeddings
+    positions = config.max_tokens
     if args.max_input_tokens is not None and args.max_input_tokens > positions:
         raise BertforgeError(f"--max-input-tokens {args.max_input_tokens} is over the model's {positions} positions")
     per_input = args.max_input_tokens or min(positions, 384 if task == "question-answering" else positions)
