@@ -66,3 +66,27 @@ def test_upward_and_sideways_imports_are_found(tmp_path):
     assert upward_imports(tmp_path) == ["bertforge.core.io -> bertforge.serving",
                                         "bertforge.pretraining.pretrain -> bertforge.finetuning.finetune",
                                         "bertforge.text.vocab -> bertforge.cli"]
+
+
+def stale_names(path: Path, package: Path) -> list[str]:
+    """Module names in `path`'s text that no longer exist: a module from before the layers' folders
+    (bertforge/moved.py's MOVED, as `serve_tei.py` or `serve_guard.Guard`) that no file is named now, and a name
+    under `inference.` that is none of that folder's modules (the old inference.py's, now in inference.batches)."""
+    import re
+
+    from bertforge.moved import MOVED
+
+    now = {p.stem for p in package.rglob("*.py")} | {p.name for p in package.iterdir() if p.is_dir()}
+    gone = sorted(set(MOVED) - now)
+    stale = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        stale += [f"{path.name}:{i}: {name}" for name in re.findall(rf"\b(?:{'|'.join(gone)})\.\w+", line)
+                  if not name.endswith(".py") or name.removesuffix(".py") not in now]
+        stale += [f"{path.name}:{i}: inference.{name}" for name in re.findall(r"\binference\.(\w+)", line)
+                  if not (package / "inference" / f"{name}.py").exists()]
+    return stale
+
+
+def test_docstrings_and_comments_name_modules_that_exist():
+    stale = [s for path in sorted(PACKAGE.rglob("*.py")) if path.name != "moved.py" for s in stale_names(path, PACKAGE)]
+    assert not stale, stale

@@ -19,7 +19,7 @@ Texts longer than `max_length` are cut into overlapping windows, each starting `
 (Google's doc_stride), and each token is taken from the window where it has the most context on both sides (as
 Google's SQuAD code scores it); [CLS] comes from the first window, the final [SEP] from the last. Text pairs
 ("A ||| B") are instead truncated, longest first, and the truncated pairs counted in one warning.
-Windows run in length-sorted batches (inference.run_model), so that batches carry little padding.
+Windows run in length-sorted batches (inference.batches.run_model), so that batches carry little padding.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ class TooLong(BertforgeError):
 @dataclass
 class Prepared:
     items: list  # the checked inputs
-    rows: Sequence  # model inputs, several per item where an item is windowed (inference.LazyRows)
+    rows: Sequence  # model inputs, several per item where an item is windowed (inference.batches.LazyRows)
     single: bool  # one input given, not a list
     options: dict
     extra: dict = field(default_factory=dict)  # windowed tasks: "input_tokens", name -> tokens of a long input;

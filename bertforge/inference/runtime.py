@@ -1,7 +1,7 @@
 """What runs a checkpoint's forward pass for inference: PyTorch (fp32, bf16 autocast, or int8 linear layers)
 or ONNX Runtime.
 
-A runtime is called with a padded batch of tensors (see inference.pad) and returns the head's outputs by name,
+A runtime is called with a padded batch of tensors (see inference.batches.pad) and returns the head's outputs by name,
 the same names from every backend (heads.HEADS). The masked-LM head returns `mask_logits` [masked, V]: the
 vocabulary scores at the [MASK] positions only, in row-major order, not all [B, L, V].
 """
@@ -122,7 +122,7 @@ class OnnxRuntime:
             options.intra_op_num_threads = threads
         providers = ["CUDAExecutionProvider"] if device.type == "cuda" else ["CPUExecutionProvider"]
         # The graph computes on the padding: on the CPU a batch of mixed lengths is cut where the padding saved
-        # is worth more than a call, which costs about as much as 16 padded tokens (inference.cut_padding; the
+        # is worth more than a call, which costs about as much as 16 padded tokens (inference.batches.cut_padding; the
         # server's batches of 32 SST-2 sentences: 1.7x the rows per second of one padded call, BENCHMARKS.md).
         # On a GPU padding costs little beside a call's launches (not measured here): no cut.
         self.call_tokens = 16 if device.type == "cpu" else None

@@ -2,9 +2,9 @@
 (`encode_long`), so that the tokenizer's working memory is a piece's, whatever the text's length; and texts to
 tag (the token-classification pipeline, so the server's /v1/ner) cut into overlapping windows as question
 answering cuts its contexts (tasks/squad.py): each window is [CLS] a stretch of the text's tokens [SEP],
-Google's doc spans (inference.doc_spans), and each token's scores are read from the window where it has the
-most context (inference.max_context_window). The rows are made when their batch runs (inference.LazyRows): what
-a text keeps is its tokens, their offsets and best windows.
+Google's doc spans (inference.batches.doc_spans), and each token's scores are read from the window where it has
+the most context (inference.batches.max_context_window). The rows are made when their batch runs
+(inference.batches.LazyRows): what a text keeps is its tokens, their offsets and best windows.
 
 With truncation asked for, a text keeps its first window only, and says so (`Text.truncated`).
 """

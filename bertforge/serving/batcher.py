@@ -3,7 +3,7 @@
 Requests put their encoded rows on a queue and await a future. A worker thread runs the model: it takes
 what is queued (once a first request is in, waiting for more until none has come for `max_wait`, ten such
 windows at most, and no longer than the budget needs), cuts those rows into batches of at most `max_tokens`
-padded tokens (shortest first, see inference.plan_batches; for a runtime that computes on the padding, cut
+padded tokens (shortest first, see inference.batches.plan_batches; for a runtime that computes on the padding, cut
 further by length), runs them, and completes each request's future as its last row is done. Under load,
 clients answered by one batch send their next requests together, and the sliding window gathers them into
 the next batch instead of running the first few alone. A request whose client went away is dropped (`drop`):

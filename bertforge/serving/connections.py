@@ -9,7 +9,7 @@ forever, and enough of them exhausted the server's. Here a connection whose requ
 --header-timeout seconds after it opened, or after the first byte of its next request, is closed (one whose
 previous answer is still being written is closed after it); every open connection, whatever it is doing,
 counts against --max-connections, and one over it gets a 503 (error_type too_many_connections) and is closed at
-once. The body's deadline (--body-timeout, a 408) is serve_guard.Guard's, which reads the body.
+once. The body's deadline (--body-timeout, a 408) is guard.Guard's, which reads the body.
 
 A client that sends requests but reads none of the answers (or too slowly) fills the socket's buffers, then the
 transport's, where uvicorn waits for room before writing the next answer: a connection so held kept an answer

@@ -1,5 +1,5 @@
 """OpenAI's embeddings API on `bertforge serve` (serve.py): POST /v1/embeddings (also /embeddings, as TEI), for an
-embedding model (see serve_tei.py for which models are).
+embedding model (see tei.py for which models are).
 
 {"input": a text, texts, token ids or lists of them, "model", "encoding_format": "float" | "base64", "dimensions",
 "user"} -> {"object": "list", "data": [{"object": "embedding", "index": i, "embedding": [...]}], "model",

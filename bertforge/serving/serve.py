@@ -4,7 +4,7 @@ Endpoints, with request bodies as text-embeddings-inference spells them ({"input
 POST /v1/classify, /v1/embed, /v1/fill-mask, /v1/ner, /v1/qa, /v1/multiple-choice (each head's route, with its
 options, as the head registry declares it: model/heads.py `Route`; the one matching the model's task answers,
 the others say which does), GET /health, /info, /metrics (Prometheus text), /docs; beside
-them text-embeddings-inference's routes (serve_tei.py) and OpenAI's /v1/embeddings (serve_openai.py).
+them text-embeddings-inference's routes (tei.py) and OpenAI's /v1/embeddings (openai_api.py).
 A response is a list in input order, each item shaped as the matching `pipeline()` result. A QA context or a
 text to tag (/v1/ner) longer than --max-input-tokens is cut into overlapping windows of that length, the whole
 input within --max-batch-tokens (a 413 naming it otherwise, before any window is run); with "truncate": true,
@@ -13,9 +13,9 @@ input within --max-batch-tokens (a 413 naming it otherwise, before any window is
 Concurrent requests are gathered into batches by a token budget (batcher.py). Errors are typed, as
 {"error", "error_type"}: 413 over the size limits, 422 malformed input (naming the field), 429 queue full,
 500 a model failure or a bug, 503 while the model loads; what guards the server against hostile requests is
-serve_guard.py's, against stalled connections serve_connections.py's (a 408 for a body that stalls). A server
+guard.py's, against stalled connections connections.py's (a 408 for a body that stalls). A server
 that could never answer (no weights, no model.onnx for --backend onnx, the port in use) stops before it listens
-(serve_start.py). SIGTERM stops accepting requests and finishes those in flight.
+(start.py). SIGTERM stops accepting requests and finishes those in flight.
 """
 
 import asyncio
@@ -185,7 +185,7 @@ class Server:
 
     def error(self, path: str, status: int, kind: str, message: str) -> tuple[int, dict]:
         """The status and JSON body of a refusal on `path`, in its protocol's form: bertforge's {"error",
-        "error_type"}, text-embeddings-inference's (serve_tei.py) or OpenAI's (serve_openai.py)."""
+        "error_type"}, text-embeddings-inference's (tei.py) or OpenAI's (openai_api.py)."""
         return self.forms.get(path, error_body)(status, kind, scrub(message))
 
     def refusal(self, status: int, kind: str, message: str, endpoint: str = "", headers: dict | None = None):
@@ -227,8 +227,8 @@ def create_app(server: Server, hosts=None, key: str | None = None, body_timeout:
                max_body: int = MAX_BODY):
     """The FastAPI application around a Server (whose model loads in a thread when the app starts), answering the
     Host names `hosts` (None: any) and, with a `key`, requests that send it, their body of at most `max_body`
-    bytes whole within `body_timeout` seconds (serve_guard.Guard); bertforge's routes, text-embeddings-inference's
-    (serve_tei.py) and OpenAI's /v1/embeddings (serve_openai.py)."""
+    bytes whole within `body_timeout` seconds (guard.Guard); bertforge's routes, text-embeddings-inference's
+    (tei.py) and OpenAI's /v1/embeddings (openai_api.py)."""
     try:
         from contextlib import asynccontextmanager
 

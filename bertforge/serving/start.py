@@ -3,7 +3,7 @@ once with a one-line error instead of running: the model's files (its tokenizer,
 ONNX model the backend reads), the limits (check_limits) and the address (the socket is bound here and handed to
 uvicorn). Also who may ask: the API key (--api-key, --api-key-file or BERTFORGE_API_KEY) and the Host names
 answered (--allowed-hosts), with a warning where the server listens beyond this machine without a key. And the
-soft limit on open files, raised to hold --max-connections (serve_connections.py).
+soft limit on open files, raised to hold --max-connections (connections.py).
 """
 
 import argparse

@@ -3,7 +3,7 @@
 The request and response shapes are TEI's (router/src/http/types.rs): POST /embed, /embed_all, /predict,
 /rerank, /tokenize and /decode, and its fields added to GET /info. Which routes a model answers follows from its
 head, as TEI's model types: an embedding model (served as sentence-embedding: an encoder alone, or any model with
---task sentence-embedding) /embed, /embed_all and OpenAI's /v1/embeddings (serve_openai.py); a sequence
+--task sentence-embedding) /embed, /embed_all and OpenAI's /v1/embeddings (openai_api.py); a sequence
 classifier /predict; a one-output sequence classifier (a pair scorer, TEI's reranker) /rerank and /predict; every
 model /tokenize and /decode. Another route answers TEI's 424 naming those that fit.
 
