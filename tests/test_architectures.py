@@ -345,6 +345,24 @@ def test_pipelines_on_each_family_are_the_references(roberta_folders, family):
         assert_same([{k: e[k] for k in keys} for e in a], [{k: e[k] for k in keys} for e in b])
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_question_answering_on_each_family_answers_the_reference_models_best_span(roberta_folders, family):
+    """The windows laid out as the tokenizer lays out a pair (<s> question </s></s> passage </s>): the answer is
+    the brute-force best span of transformers' logits on its own encoding, sliced by its offsets."""
+    folder = roberta_folders(family + "ForQuestionAnswering")
+    model = transformers.AutoModelForQuestionAnswering.from_pretrained(folder).eval()
+    question, context = "Who wrote it?", "The novel was written by Jane Austen in 1813, in Hampshire."
+    answer = bertforge.pipeline(model=folder)(question=question, context=context)
+    enc = transformers.AutoTokenizer.from_pretrained(folder)(question, context, return_offsets_mapping=True,
+                                                             return_tensors="pt")
+    offsets = enc.pop("offset_mapping")[0].tolist()
+    in_context = [i for i, s in enumerate(enc.sequence_ids(0)) if s == 1]
+    with torch.no_grad():
+        out = model(**enc)
+    (s, e), _ = best_span(out.start_logits[0].numpy(), out.end_logits[0].numpy(), in_context[0], in_context[-1])
+    assert (answer["start"], answer["end"]) == (offsets[s][0], offsets[e][1])
+
+
 def roberta_sentence_folder(folder: Path, head: str, **config) -> Path:
     """multilingual-e5's layout (all-distilroberta-v1's on RoBERTa): the encoder, mean pooling, unit vectors."""
     folder = roberta_folder(folder, head, **config)

@@ -16,6 +16,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from ..core.errors import BertforgeError
+from ..text.tokenizer import layout
 from .batches import LazyRows, doc_spans, max_context_window
 from .windows import encode_long
 
@@ -37,7 +38,7 @@ class SquadExample:
 
 @dataclass
 class SquadWindow:
-    """One model input: [CLS] question [SEP] a window of the passage [SEP]."""
+    """One model input: [CLS] question [SEP] a window of the passage [SEP] (RoBERTa's <s> question </s></s> ...)."""
     example_index: int
     input_ids: np.ndarray
     token_type_ids: np.ndarray
@@ -65,25 +66,29 @@ class SquadWindows(LazyRows):
     """Google's windows of examples (a sequence of SquadWindow), each made when it is read: what is kept is per
     example its passage's tokens and their best windows, linear in the passages, never a window's arrays
     beyond its use (a 1 MB context has thousands of windows). `lengths`: each window's tokens; `rows()`:
-    the windows as the model inputs of pipelines (inference.batches.LazyRows)."""
+    the windows as the model inputs of pipelines (inference.batches.LazyRows). `pair`: the tokenizer's layout of a
+    pair, the question "A" and the window "B" among special token ids, each with its segment (text.tokenizer.layout)."""
 
-    def __init__(self, passages: list[_Passage], cls: int, sep: int, context_tokens: list[int]):
-        self.passages, self.cls, self.sep, self.context_tokens = passages, cls, sep, context_tokens
+    def __init__(self, passages: list[_Passage], pair: list[tuple], context_tokens: list[int]):
+        self.passages, self.pair, self.context_tokens = passages, pair, context_tokens
         self.passage_of = np.repeat(np.arange(len(passages)), [len(p.spans) for p in passages]).astype(np.int64)
-        super().__init__([len(p.query) + 3 + length for p in passages for _, length in p.spans], self.window)
+        specials = len(pair) - 2
+        super().__init__([len(p.query) + specials + length for p in passages for _, length in p.spans], self.window)
 
     def window(self, w: int) -> SquadWindow:
         """Window w (from 0), made now."""
         p = self.passages[self.passage_of[w]]
         k = w - p.first
         s, length = p.spans[k]
-        c0 = len(p.query) + 2  # where the passage begins in the input
-        size = c0 + length + 1
-        ids = np.concatenate([[self.cls], p.query, [self.sep], p.ids[s:s + length], [self.sep]]).astype(np.int32)
+        texts = {"A": p.query, "B": p.ids[s:s + length]}
+        pieces = [texts[part] if part in texts else [part] for part, _ in self.pair]
+        sizes = [len(piece) for piece in pieces]
+        c0 = sum(sizes[:[part for part, _ in self.pair].index("B")])  # where the passage begins in the input
+        size = sum(sizes)
         window = SquadWindow(
             example_index=p.example_index,
-            input_ids=ids,
-            token_type_ids=(np.arange(size) >= c0).astype(np.int8),
+            input_ids=np.concatenate(pieces).astype(np.int32),
+            token_type_ids=np.repeat([segment for _, segment in self.pair], sizes).astype(np.int8),
             offsets=np.full((size, 2), -1, dtype=np.int32),
             is_max_context=np.zeros(size, dtype=bool),
         )
@@ -114,16 +119,18 @@ def featurize(examples: list[SquadExample], tokenizer, max_length: int = 384, do
 def squad_windows(examples: list[SquadExample], tokenizer, max_length: int = 384, doc_stride: int = 128,
                   max_query_length: int = 64) -> SquadWindows:
     """featurize's windows, made when read (see SquadWindows): linear in the passages' tokens however long."""
-    if max_length - max_query_length - 3 < 1:
-        raise BertforgeError(f"max_length {max_length} leaves no room for the passage after a "
-                             f"{max_query_length}-token question and 3 special tokens")
-    if doc_stride < 1:
-        raise BertforgeError(f"doc_stride must be at least 1, not {doc_stride}")
     # A private copy with truncation and padding off, whatever the caller switched on in theirs
     # (Hugging Face's callable tokenizer leaves them on after a call).
     backend = Tokenizer.from_str(getattr(tokenizer, "backend_tokenizer", tokenizer).to_str())
     backend.no_truncation()
     backend.no_padding()
+    pair = layout(backend, getattr(tokenizer, "cls_token", "[CLS]"), pair=True)
+    specials = len(pair) - 2
+    if max_length - max_query_length - specials < 1:
+        raise BertforgeError(f"max_length {max_length} leaves no room for the passage after a "
+                             f"{max_query_length}-token question and {specials} special tokens")
+    if doc_stride < 1:
+        raise BertforgeError(f"doc_stride must be at least 1, not {doc_stride}")
 
     contexts = list(dict.fromkeys(ex.context for ex in examples))
     context_index = {c: i for i, c in enumerate(contexts)}
@@ -135,7 +142,7 @@ def squad_windows(examples: list[SquadExample], tokenizer, max_length: int = 384
     for i, ex in enumerate(examples):
         ids, offsets = passages[context_index[ex.context]]
         query = questions[i]
-        spans = doc_spans(len(ids), max_length - len(query) - 3, doc_stride)
+        spans = doc_spans(len(ids), max_length - len(query) - specials, doc_stride)
         if not spans:
             continue
         answer = None
@@ -146,7 +153,7 @@ def squad_windows(examples: list[SquadExample], tokenizer, max_length: int = 384
         parts.append(_Passage(i, ids, offsets, query, spans, max_context_window(len(ids), spans), answer, first))
         first += len(spans)
     context_tokens = [len(passages[context_index[ex.context]][0]) for ex in examples]
-    return SquadWindows(parts, backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]"), context_tokens)
+    return SquadWindows(parts, pair, context_tokens)
 
 
 # ---------------------------------------------------------------------------------------------------------
