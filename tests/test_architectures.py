@@ -444,8 +444,8 @@ def test_serve_answers_tei_openai_and_bertforge_routes_on_xlm_roberta(roberta_fo
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_distill_cuts_a_student_of_each_family_that_transformers_loads_with_the_same_outputs(tmp_path, family):
-    """A teacher 256 wide cut to tiny (2 layers of 128, heads of the teacher's size); the sentence classifier's
-    dense layer cut as a pooler."""
+    """A teacher 256 wide cut to tiny (2 layers of 128, heads of the teacher's size; the sentence classifier's
+    dense layer cut as a pooler), and a student of two of its layers."""
     teacher = roberta_folder(tmp_path / "teacher", family + "ForSequenceClassification", hidden_size=256,
                              intermediate_size=1024, num_attention_heads=4, num_labels=2,
                              id2label={0: "neg", 1: "pos"})
@@ -464,3 +464,9 @@ def test_distill_cuts_a_student_of_each_family_that_transformers_loads_with_the_
     assert type(loaded).__name__ == family + "ForSequenceClassification"
     assert_same(bertforge.pipeline(model=best)(TEXTS, top_k=None),
                 reference("text-classification", best)(TEXTS, top_k=None, truncation=True))
+    result = bertforge_cli("distill", "text-classification", "--teacher", teacher, "--student-layers", "0,3",
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "train.csv", "--epochs", 1,
+                           "--augment", 0, "--out", tmp_path / "layers", "--no-progress", env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    assert type(transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "layers" / "best")) \
+        is type(loaded)

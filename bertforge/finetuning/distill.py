@@ -134,8 +134,9 @@ def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | No
             raise BertforgeError(f"--student-layers: the student {spec} has {config.num_hidden_layers} layers of "
                                  f"{config.hidden_size}, the teacher's layers are {width} wide: give "
                                  f"{len(layers)} layers of that width, or leave --student out")
-    student = family.model_class(BertConfig.from_dict({**teacher.config.to_dict(), "num_hidden_layers": len(layers),
-                                                       **family.head_config()}))
+    config = type(teacher.config).from_dict({**teacher.config.to_dict(), "num_hidden_layers": len(layers),
+                                             **family.head_config()})
+    student = model_class(head_of(family.model_class.architecture()), config)(config)
     renamed = {f"layer.{i}.": f"layer.{k}." for k, i in enumerate(layers)}
     weights = {}
     for key, value in teacher.state_dict().items():
