@@ -16,7 +16,7 @@ from bertforge.model.architectures import ARCHITECTURES, heads_of, model_class, 
 from bertforge.model.bert import BertModel
 from bertforge.model.config import RobertaConfig, XLMRobertaConfig
 from bertforge.model.sizes import model_shapes
-from bertforge.model.student import activation_ranks, pruned_student, task_head
+from bertforge.model.student import activation_ranks, pruned_student, student_config, task_head
 from bertforge.model.task_heads import BertForSequenceClassification
 from bertforge.text.tokenizer import BertTokenizer, PipelineTokenizer
 from tests.conftest import ROBERTA_TEXTS, roberta_folder, roberta_tokenizer
@@ -402,3 +402,14 @@ def test_a_student_cut_at_the_teachers_size_is_the_teacher(folders, head):
     half = type(teacher.config).from_dict({**teacher.config.to_dict(), "hidden_size": 32, "intermediate_size": 48,
                                            "num_attention_heads": 2, "num_hidden_layers": 2})
     assert pruned_student(teacher, half, [0, 3], ranks)(input_ids=ids, attention_mask=mask).logits.isfinite().all()
+
+
+@pytest.mark.parametrize("config_class", [RobertaConfig, XLMRobertaConfig])
+def test_a_student_of_a_size_is_of_its_teachers_family_with_its_tables(config_class):
+    teacher = config_class.from_dict({"vocab_size": 1000, "max_position_embeddings": 130, "type_vocab_size": 1,
+                                      "layer_norm_eps": 1e-5, "hidden_size": 256, "num_attention_heads": 4,
+                                      "intermediate_size": 1024})
+    student = student_config(teacher, "tiny", pad_token_id=1)
+    assert type(student) is config_class and (student.num_hidden_layers, student.hidden_size) == (2, 128)
+    assert (student.vocab_size, student.max_tokens, student.type_vocab_size, student.layer_norm_eps) == \
+        (1000, 128, 1, 1e-5)
