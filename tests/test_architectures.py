@@ -419,6 +419,18 @@ def test_finetune_evaluate_predict_info_and_export_run_on_each_family(roberta_fo
     assert_same(bertforge.pipeline(model=tmp_path / "onnx", backend="onnx")(TEXTS, top_k=None), ours)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_an_exported_masked_lm_of_each_family_fills_masks_as_pytorch_does(roberta_folders, tmp_path, family):
+    """Traced on sample rows holding the tokenizer's own mask token, <mask>."""
+    pytest.importorskip("onnxruntime")
+    folder = roberta_folders(family + "ForMaskedLM")
+    result = bertforge_cli("export", "onnx", folder, tmp_path / "onnx")
+    assert result.returncode == 0, result.stderr
+    texts = ["The capital of France is <mask>.", "George <mask> was born in Virginia, " * 3 + "in 1732."]
+    assert_same(bertforge.pipeline("fill-mask", model=tmp_path / "onnx", backend="onnx")(texts, top_k=3),
+                bertforge.pipeline("fill-mask", model=folder)(texts, top_k=3))
+
+
 def test_serve_answers_tei_openai_and_bertforge_routes_on_xlm_roberta(roberta_folders, tmp_path):
     pytest.importorskip("fastapi")
     httpx = pytest.importorskip("httpx")

@@ -53,8 +53,10 @@ class ExportGraph(nn.Module):
 
 
 def sample_batch(tokenizer: BertTokenizer, architecture: str, texts: list[str]) -> dict:
-    """A padded batch of real text (pairs of texts for multiple choice), each row holding a [MASK]."""
-    texts = [t if "[MASK]" in t else t.replace(" ", " [MASK] ", 1) for t in texts]
+    """A padded batch of real text (pairs of texts for multiple choice), each row holding the mask token ([MASK],
+    RoBERTa's <mask>)."""
+    mask = tokenizer.mask_token or "[MASK]"
+    texts = [t if mask in t else t.replace(" ", f" {mask} ", 1) for t in texts]
     if architecture == "BertForMultipleChoice":
         rows = [dict(tokenizer([t] * 2, [texts[0], t])) for t in texts]
         rows = [{k: r[k] for k in ("input_ids", "token_type_ids")} for r in rows]
