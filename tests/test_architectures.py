@@ -482,3 +482,20 @@ def test_distill_cuts_a_student_of_each_family_that_transformers_loads_with_the_
     assert result.returncode == 0, result.stderr
     assert type(transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "layers" / "best")) \
         is type(loaded)
+
+
+def test_distill_embeddings_cuts_an_xlm_roberta_student_that_sentence_transformers_reads(tmp_path):
+    """multilingual-e5's case: a student cut from a sentence-transformers folder of XLM-RoBERTa."""
+    st = pytest.importorskip("sentence_transformers")
+    teacher = roberta_sentence_folder(tmp_path / "teacher", "XLMRobertaModel", hidden_size=256,
+                                      intermediate_size=1024, num_attention_heads=4)
+    (tmp_path / "lines.txt").write_text("".join(f"a gripping film, number {i}, 北京 🙂\n" for i in range(40)))
+    result = bertforge_cli("distill", "embeddings", "--teacher", teacher, "--student", "tiny", "--prune", "--input",
+                           tmp_path / "lines.txt", "--epochs", 1, "--batch-size", 8, "--held-out", 0.2, "--out",
+                           tmp_path / "run", "--no-progress", env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    best = tmp_path / "run" / "best"
+    assert read_config(best / "config.json").model_type == "xlm-roberta"
+    ours = bertforge.pipeline(model=best)(TEXTS + SHORT)
+    theirs = st.SentenceTransformer(str(best), device="cpu").encode(TEXTS + SHORT)
+    assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)
