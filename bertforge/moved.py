@@ -53,6 +53,7 @@ GONE = {
                                    "second names, per architecture",
                    "encoder_parts": "bertforge.model.architectures.Architecture.encoder_parts, by each "
                                     "architecture's own names"},
+    "info": {"check_sizes": "bertforge.model.checkpoint.check_header checks info's folder as every command's"},
     "sizes": {"FIRST_DIMENSION": "bertforge.model.sizes.field_of finds any architecture's field on the meta device",
               "layer_count": "bertforge.model.architectures.Architecture.layer_count, by each architecture's names"},
     "general_distill": {"last_layer_qkv": "each encoder's own method now (BertModel.last_layer_qkv, "

@@ -313,10 +313,17 @@ def test_sigterm_finishes_requests_in_flight(folders):
 
 
 def test_a_model_that_cannot_load_is_503_without_paths(tmp_path, folders):
-    """Weights that fail to load after the server started (start-up checks their presence only): /health and each
-    request say why, naming the file but no absolute path of the machine."""
+    """Weights that fail to load after the server started (start-up checks the files and the encoder's tensors; a
+    head stored as true/false is found when the head loads): /health and each request say why, naming the file but
+    no absolute path of the machine."""
+    from safetensors.torch import load_file, save_file
+
     for file in folders["classify"].iterdir():
-        (tmp_path / file.name).write_bytes(b"not safetensors" if file.suffix == ".safetensors" else file.read_bytes())
+        if file.is_file():
+            (tmp_path / file.name).write_bytes(file.read_bytes())
+    weights = load_file(tmp_path / "model.safetensors")
+    weights["classifier.weight"] = weights["classifier.weight"] > 0
+    save_file(weights, tmp_path / "model.safetensors")
     s = Served(tmp_path)
     try:
         deadline, health = time.time() + 60, None
@@ -326,7 +333,7 @@ def test_a_model_that_cannot_load_is_503_without_paths(tmp_path, folders):
                 health = httpx.get(s.url + "/health", timeout=2)
             except httpx.TransportError:
                 time.sleep(0.2)
-        assert health.status_code == 503 and "model.safetensors: not a valid safetensors file" in health.text
+        assert health.status_code == 503 and "model.safetensors: classifier.weight holds bool values" in health.text
         response = s.post("classify", {"inputs": "a"})
         assert response.status_code == 503 and "cannot be loaded" in response.json()["error"]
         for text in (health.text, response.text):
