@@ -176,4 +176,17 @@ def push(folder, repo_id: str, private: bool = False, branch: str | None = None,
             raise BertforgeError(f"{repo_id}: pushing needs a token that may write there: {LOGIN} (a token with "
                                  "write access)") from None
         raise hub_refused(repo_id, e) from None
+    except Exception as e:
+        if not unreachable(e):
+            raise
+        from huggingface_hub import constants
+
+        raise BertforgeError(f"{repo_id}: the Hub ({constants.ENDPOINT}) cannot be reached ({e}): nothing was "
+                             "pushed; check the connection") from None
     return commit.commit_url
+
+
+def unreachable(e: Exception) -> bool:
+    """Whether `e` is the HTTP client's failure to reach the Hub: a TransportError of httpx, or of the fork of it
+    that the client's version uses."""
+    return any(kind.__name__ == "TransportError" for kind in type(e).__mro__)

@@ -89,3 +89,14 @@ def test_push_what_is_no_model(tmp_path, capsys):
     assert main(["push", str(tmp_path), "me/tiny"]) == 2
     assert capsys.readouterr().err.strip() == (f"bertforge: error: {tmp_path}: neither a model folder (config.json) "
                                                "nor a run folder (args.json)")
+
+
+def test_a_push_with_the_hub_unreachable_is_one_line(hub, hub_bert, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hub.stop()
+    assert main(["push", str(hub_bert), "me/tiny-bert"]) == 2
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if line.startswith("bertforge")]
+    assert len(said) == 1 and "Traceback" not in err, err
+    assert said[0].startswith("bertforge: error: me/tiny-bert: the Hub (") and "cannot be reached" in said[0]
+    assert said[0].endswith("nothing was pushed; check the connection")
