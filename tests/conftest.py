@@ -218,6 +218,40 @@ def roberta_folder(folder: Path, head: str = "RobertaForMaskedLM", **config) -> 
     return folder
 
 
+def distilbert_tokenizer(folder: Path, model_max_length: int = 128) -> Path:
+    """A tokenizer laid out as DistilBERT's: WordPiece (uncased, trained here on mixed text: ROBERTA_TEXTS), [PAD]
+    [UNK] [CLS] [SEP] [MASK] as ids 0 to 4, [CLS] A [SEP] B [SEP], no token_type_ids, written by transformers' own
+    class."""
+    import transformers
+    from tokenizers import BertWordPieceTokenizer
+
+    backend = BertWordPieceTokenizer(lowercase=True)
+    backend.train_from_iterator(ROBERTA_TEXTS, vocab_size=400,
+                                special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    transformers.DistilBertTokenizerFast(
+        tokenizer_object=backend._tokenizer, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        pad_token="[PAD]", mask_token="[MASK]", model_max_length=model_max_length).save_pretrained(folder)
+    return folder
+
+
+def distilbert_folder(folder: Path, head: str = "DistilBertForMaskedLM", **config) -> Path:
+    """A DistilBERT checkpoint as transformers writes one: its tokenizer (above) and random weights at a scaled-down
+    shape of distilbert-base's (2 layers of 64, 4 heads, feed-forward 96, 128 positions), drawn wide."""
+    import torch
+    import transformers
+
+    distilbert_tokenizer(folder, config.get("max_position_embeddings", 128))
+    vocab = len(transformers.AutoTokenizer.from_pretrained(folder))
+    sizes = dict(vocab_size=vocab, dim=64, hidden_dim=96, n_layers=2, n_heads=4, max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = getattr(transformers, head)(transformers.DistilBertConfig(**{**sizes, **config}))
+    with torch.no_grad():  # wide weights, norms and biases off their first values: predictions well apart
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape) * 0.1)
+    model.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
     """A Hugging Face Hub in this process (tests/hub_server.py) that huggingface_hub talks to, with an empty cache

@@ -13,7 +13,8 @@ from pathlib import Path
 from ..core.errors import BertforgeError
 from ..core.hub import model_folder
 from ..core.io import read_model_json
-from .config import SIZES, BertConfig, ConfigFile, ModernBertConfig, RobertaConfig, XLMRobertaConfig
+from .config import (SIZES, BertConfig, ConfigFile, DistilBertConfig, ModernBertConfig, RobertaConfig,
+                     XLMRobertaConfig)
 from .heads import HEADS, PART_NAMES, head_class
 
 
@@ -78,6 +79,7 @@ def classes(module: str, family: str) -> dict[str, str]:
 
 
 MODERNBERT, ROBERTA, STUDENT = "bertforge.model.modernbert", "bertforge.model.roberta", "bertforge.model.student"
+DISTILBERT = "bertforge.model.distilbert"
 ROBERTA_ARCHITECTURE = Architecture(
     "roberta", RobertaConfig, "roberta", classes(ROBERTA, "Roberta"), "encoder.layer",
     ("embeddings", "encoder", "pooler"), {"roberta.pooler": "pooler", "lm_head": "masked-LM head",
@@ -95,6 +97,11 @@ ARCHITECTURES = {arch.model_type: arch for arch in (
     ROBERTA_ARCHITECTURE,
     replace(ROBERTA_ARCHITECTURE, model_type="xlm-roberta", config=XLMRobertaConfig,
             classes=classes(ROBERTA, "XLMRoberta")),
+    Architecture("distilbert", DistilBertConfig, "distilbert", classes(DISTILBERT, "DistilBert"), "transformer.layer",
+                 ("embeddings", "transformer"), {"vocab_transform": "masked-LM head", "vocab_layer_norm":
+                 "masked-LM head", "vocab_projector": "masked-LM head", "pre_classifier": "classifier",
+                 "classifier": "classifier", "qa_outputs": "question-answering head"},
+                 f"{STUDENT}:DistilBertCut", segments=False, aliases=("vocab_projector.weight",)),
 )}
 # The class names of the architectures beyond BERT's, as config.json's `architectures` lists them, to their heads.
 HEAD_OF = {spec.split(":")[1]: head for arch in ARCHITECTURES.values() for head, spec in (arch.classes or {}).items()}

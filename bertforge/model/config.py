@@ -477,3 +477,79 @@ class ModernBertConfig(ConfigFile):
         d["global_rope_theta"] = self.rope_theta("full_attention")
         d["local_rope_theta"] = self.rope_theta("sliding_attention")
         return d
+
+
+DISTILBERT_NAMES = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
+                    "intermediate_size": "hidden_dim"}
+
+
+@dataclass
+class DistilBertConfig(ConfigFile):
+    """DistilBERT (Sanh et al., 2019): transformers' `DistilBertConfig` fields and defaults (distilbert-base's), its
+    own names for BERT's sizes (dim, n_layers, n_heads, hidden_dim) and a dropout rate per head; no token types, the
+    norms' epsilon fixed at 1e-12; positions learned, or sinusoids (sinusoidal_pos_embds) in the same table."""
+
+    model_type = "distilbert"
+    dropout_fields = ("dropout", "attention_dropout", "qa_dropout", "seq_classif_dropout")
+
+    vocab_size: int = 30522
+    max_position_embeddings: int = 512
+    sinusoidal_pos_embds: bool = False
+    n_layers: int = 6
+    n_heads: int = 12
+    dim: int = 768
+    hidden_dim: int = 3072
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    activation: str = "gelu"
+    initializer_range: float = 0.02
+    qa_dropout: float = 0.1
+    seq_classif_dropout: float = 0.2
+    pad_token_id: int | None = 0
+    tie_weights_: bool = True  # the first release's name of tie_word_embeddings
+    tie_word_embeddings: bool = True
+    id2label: dict[int, str] = field(default_factory=lambda: {0: "LABEL_0", 1: "LABEL_1"})
+    problem_type: str | None = None
+    extra: dict = field(default_factory=dict, repr=False)
+
+    schema = {
+        "vocab_size": size("vocab_size"), "max_position_embeddings": size("max_position_embeddings"),
+        "dim": size("hidden_size"), "n_layers": size("num_hidden_layers"), "n_heads": size("num_attention_heads"),
+        "hidden_dim": size("intermediate_size"), "activation": Rule("choice", choices=ACTIVATIONS),
+        **dict.fromkeys(("dropout", "attention_dropout", "qa_dropout", "seq_classif_dropout"), PROBABILITY),
+        **dict.fromkeys(("sinusoidal_pos_embds", "tie_weights_", "tie_word_embeddings"), Rule("flag")),
+        "initializer_range": SCALE, "pad_token_id": TOKEN_ID,
+        "problem_type": Rule("choice", choices=PROBLEM_TYPES, optional=True),
+        **{name: size(name) for name in DISTILBERT_NAMES},  # BERT's names, read as DistilBERT's (normalise)
+    }
+
+    # What the layers shared with BERT (the attention, the fast path, the heads, distillation) read under BERT's names.
+    is_decoder = False
+    type_vocab_size = 1
+    layer_norm_eps = 1e-12
+    classifier_dropout = None
+    hidden_size = property(lambda self: self.dim)
+    num_hidden_layers = property(lambda self: self.n_layers)
+    num_attention_heads = property(lambda self: self.n_heads)
+    intermediate_size = property(lambda self: self.hidden_dim)
+    hidden_act = property(lambda self: self.activation)
+    hidden_dropout_prob = property(lambda self: self.dropout)
+    attention_probs_dropout_prob = property(lambda self: self.attention_dropout)
+
+    @classmethod
+    def normalise(cls, d: dict) -> dict:
+        """BERT's names of the sizes (what the shared code gives a student's config) read as DistilBERT's."""
+        for bert_name, name in DISTILBERT_NAMES.items():
+            if bert_name in d:
+                d[name] = d.pop(bert_name)
+        return d
+
+    def __post_init__(self):
+        self.check()
+        if not (self.tie_word_embeddings and self.tie_weights_):
+            raise BertforgeError("tie_word_embeddings false is not supported: bertforge's DistilBERT scores masked "
+                                 "tokens against the token table, as every released DistilBERT does")
+
+    def parameter_count(self) -> int:
+        h, layers = self.dim, self.n_layers
+        return (self.vocab_size + self.max_position_embeddings) * h + layers * (4 * h * h + 2 * h * self.hidden_dim)

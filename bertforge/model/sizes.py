@@ -68,7 +68,8 @@ def field_of(model_class, config, key: str, ours: tuple, theirs: tuple) -> str:
     if len(ours) != len(theirs) or not differs:
         return "the sizes"
     dim = differs[0]
-    for name in [name for name in LIMITS if name in config.schema] + ["num_labels"]:
+    fields = {f.name for f in dataclasses.fields(config)}  # not the names a config only reads (DistilBERT's BERT names)
+    for name in [name for name in LIMITS if name in config.schema and name in fields] + ["num_labels"]:
         if shape_changes(model_class, config, name, key, ours, dim):
             return f"{name} {getattr(config, name)}"
     return "the sizes"

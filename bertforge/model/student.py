@@ -184,6 +184,41 @@ class RobertaCut(BertCut):
         return BertCut.keep(parts, value, at, keep, head)
 
 
+class DistilBertCut(BertCut):
+    """BERT's ranks and cuts under DistilBERT's names (the embeddings' norm, each layer's sa_layer_norm and
+    output_layer_norm, out_lin's input per head, lin2's per neuron), and the sentence heads' pre_classifier cut as a
+    pooler, ranked at the classifier's input; the masked-LM head's transform keeps the hidden channels."""
+
+    @staticmethod
+    def watch(model):
+        encoder = model.base_model
+        yield encoder.embeddings.LayerNorm, "hidden.embeddings", False, False
+        if hasattr(model, "pre_classifier"):
+            yield model.classifier, "pooled", False, True
+        for i, layer in enumerate(encoder.transformer.layer):
+            yield layer.sa_layer_norm, f"hidden.{i}.attention", False, False
+            yield layer.output_layer_norm, f"hidden.{i}.output", False, False
+            yield layer.attention.out_lin, f"heads.{i}", True, True
+            yield layer.ffn.lin2, f"neurons.{i}", False, True
+
+    @staticmethod
+    def keep(parts: list[str], value, at: int | None, keep: dict, head: str | None):
+        hidden, pooled = keep["hidden"], keep["pooled"]
+        if at is not None:
+            channels, neurons = keep["channels"], keep["neurons"]
+            return {"attention.q_lin": (channels, hidden), "attention.k_lin": (channels, hidden),
+                    "attention.v_lin": (channels, hidden), "attention.out_lin": (hidden, channels),
+                    "ffn.lin1": (neurons, hidden), "ffn.lin2": (hidden, neurons),
+                    }.get(".".join(parts[at + 2:-1]), (hidden, None))  # the LayerNorms
+        if parts[0] == "pre_classifier":
+            return pooled, hidden
+        if parts[0] == "vocab_transform":
+            return hidden, hidden
+        if parts[0] == "vocab_layer_norm":
+            return hidden, None
+        return BertCut.keep(parts, value, at, keep, head)
+
+
 class ModernBertCut:
     """ModernBERT's ranks: the hidden channels at every norm's output (the embeddings', each layer's two, the final
     one), each head's context vector, each GeGLU neuron (act(value) x gate, Wo's input), and a task model's
