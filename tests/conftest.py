@@ -218,6 +218,33 @@ def roberta_folder(folder: Path, head: str = "RobertaForMaskedLM", **config) -> 
     return folder
 
 
+def electra_folder(folder: Path, head: str = "ElectraForMaskedLM", **config) -> Path:
+    """An ELECTRA checkpoint as transformers writes one: a WordPiece tokenizer (uncased, trained here on mixed text:
+    ROBERTA_TEXTS; [PAD] [UNK] [CLS] [SEP] [MASK] as ids 0 to 4, [CLS] A [SEP] B [SEP] with segments) and random
+    weights at a scaled-down shape of electra-small-discriminator's (tables 32 wide projected onto 4 layers of 64,
+    128 positions), drawn wide."""
+    import torch
+    import transformers
+    from tokenizers import BertWordPieceTokenizer
+
+    backend = BertWordPieceTokenizer(lowercase=True)
+    backend.train_from_iterator(ROBERTA_TEXTS, vocab_size=400,
+                                special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    transformers.ElectraTokenizerFast(
+        tokenizer_object=backend._tokenizer, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        pad_token="[PAD]", mask_token="[MASK]",
+        model_max_length=config.get("max_position_embeddings", 128)).save_pretrained(folder)
+    sizes = dict(vocab_size=backend.get_vocab_size(), embedding_size=32, hidden_size=64, intermediate_size=96,
+                 num_hidden_layers=4, num_attention_heads=4, max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = getattr(transformers, head)(transformers.ElectraConfig(**{**sizes, **config}))
+    with torch.no_grad():  # wide weights, norms and biases off their first values: predictions well apart
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape) * 0.1)
+    model.save_pretrained(folder)
+    return folder
+
+
 def distilbert_tokenizer(folder: Path, model_max_length: int = 128) -> Path:
     """A tokenizer laid out as DistilBERT's: WordPiece (uncased, trained here on mixed text: ROBERTA_TEXTS), [PAD]
     [UNK] [CLS] [SEP] [MASK] as ids 0 to 4, [CLS] A [SEP] B [SEP], no token_type_ids, written by transformers' own

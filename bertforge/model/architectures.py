@@ -13,7 +13,7 @@ from pathlib import Path
 from ..core.errors import BertforgeError
 from ..core.hub import model_folder
 from ..core.io import read_model_json
-from .config import (SIZES, BertConfig, ConfigFile, DistilBertConfig, ModernBertConfig, RobertaConfig,
+from .config import (SIZES, BertConfig, ConfigFile, DistilBertConfig, ElectraConfig, ModernBertConfig, RobertaConfig,
                      XLMRobertaConfig)
 from .heads import HEADS, PART_NAMES, head_class
 
@@ -79,6 +79,7 @@ def classes(module: str, family: str) -> dict[str, str]:
 
 
 MODERNBERT, ROBERTA, STUDENT = "bertforge.model.modernbert", "bertforge.model.roberta", "bertforge.model.student"
+ELECTRA = "bertforge.model.electra"
 DISTILBERT = "bertforge.model.distilbert"
 ROBERTA_ARCHITECTURE = Architecture(
     "roberta", RobertaConfig, "roberta", classes(ROBERTA, "Roberta"), "encoder.layer",
@@ -97,6 +98,12 @@ ARCHITECTURES = {arch.model_type: arch for arch in (
     ROBERTA_ARCHITECTURE,
     replace(ROBERTA_ARCHITECTURE, model_type="xlm-roberta", config=XLMRobertaConfig,
             classes=classes(ROBERTA, "XLMRoberta")),
+    Architecture("electra", ElectraConfig, "electra", classes(ELECTRA, "Electra"), "encoder.layer",
+                 ("embeddings", "embeddings_project", "encoder"),
+                 {"generator_predictions": "masked-LM head", "generator_lm_head": "masked-LM head",
+                  "discriminator_predictions": "discriminator head", "classifier": "classifier",
+                  "qa_outputs": "question-answering head", "sequence_summary": "sequence summary"},
+                 f"{STUDENT}:ElectraCut", aliases=("generator_lm_head.weight",)),
     Architecture("distilbert", DistilBertConfig, "distilbert", classes(DISTILBERT, "DistilBert"), "transformer.layer",
                  ("embeddings", "transformer"), {"vocab_transform": "masked-LM head", "vocab_layer_norm":
                  "masked-LM head", "vocab_projector": "masked-LM head", "pre_classifier": "classifier",

@@ -46,19 +46,25 @@ ACT = {
 
 
 class BertEmbeddings(nn.Module):
-    def __init__(self, config: BertConfig):
+    """`width`: the tables' (ELECTRA's embedding_size; hidden_size by default). Tables narrower than the encoder
+    take a dropout of their own, the layout's masks being hidden_size wide."""
+
+    def __init__(self, config: BertConfig, width: int | None = None):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = DropoutSite("hidden")
+        width = width or config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, width)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.dropout = DropoutSite("hidden") if width == config.hidden_size else nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids, position_ids, layout: Layout, inputs_embeds=None):
         x = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
         x = x + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(position_ids)
         x = self.LayerNorm(x)
+        if isinstance(self.dropout, nn.Dropout):
+            return self.dropout(x)
         keep = self.dropout(layout)
         return keep.apply(x) if keep is not None else x
 
@@ -245,6 +251,7 @@ class BertModel(BertPreTrainedModel):
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
         self.embeddings = BertEmbeddings(config)
+        self.embeddings_project = None  # ELECTRA's: its narrower tables onto the encoder's width
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.init_weights()
@@ -286,6 +293,8 @@ class BertModel(BertPreTrainedModel):
         layout = Layout(batch, length, packing, noise, [] if output_attentions else None, self.config.is_decoder,
                         tokens.device, padding)
         x = self.embeddings(input_ids, token_type_ids, position_ids, layout, inputs_embeds)
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)
         x, states = self.encoder(x, layout, output_hidden_states)
         if layout.noise is not None:
             layout.noise.check_used()

@@ -27,6 +27,7 @@ ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 LIMITS = {
     "vocab_size": MAX_VOCAB,
     "hidden_size": 1 << 14,
+    "embedding_size": 1 << 14,
     "num_hidden_layers": 1 << 8,
     "num_attention_heads": 1 << 10,
     "intermediate_size": 1 << 16,
@@ -314,6 +315,41 @@ class XLMRobertaConfig(RobertaConfig):
     model_type = "xlm-roberta"
 
     vocab_size: int = 30522
+
+
+@dataclass
+class ElectraConfig(BertConfig):
+    """ELECTRA (Clark et al., 2020), the discriminator: BERT's fields with transformers' ElectraConfig defaults
+    (electra-small's), token tables `embedding_size` wide (projected onto hidden_size where the two differ), and
+    the multiple-choice head's sequence summary (the first token, a projection, an activation)."""
+
+    model_type = "electra"
+
+    embedding_size: int = 128
+    hidden_size: int = 256
+    num_attention_heads: int = 4
+    intermediate_size: int = 1024
+    summary_type: str = "first"
+    summary_use_proj: bool = True
+    summary_activation: str | None = "gelu"
+    summary_last_dropout: float = 0.1
+    tie_word_embeddings: bool = True
+
+    schema = {**BertConfig.schema, "embedding_size": size("embedding_size"),
+              "summary_type": Rule("choice", choices=("first",)), "summary_use_proj": Rule("flag"),
+              "summary_activation": Rule("choice", choices=ACTIVATIONS, optional=True),
+              "summary_last_dropout": PROBABILITY, "tie_word_embeddings": Rule("flag")}
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.tie_word_embeddings:
+            raise BertforgeError("tie_word_embeddings false is not supported: bertforge's ELECTRA scores masked "
+                                 "tokens against the token table, as every released ELECTRA does")
+
+    def parameter_count(self) -> int:
+        e, h = self.embedding_size, self.hidden_size
+        rows = self.vocab_size + self.max_position_embeddings + self.type_vocab_size
+        return super().parameter_count() + rows * (e - h) + (e * h if e != h else 0)  # tables e wide, projection
 
 
 ROPE_THETA = {"full_attention": 160_000.0, "sliding_attention": 10_000.0}  # ModernBERT's global and local bases

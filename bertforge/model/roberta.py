@@ -96,6 +96,8 @@ class RobertaForMaskedLM(RobertaPreTrainedModel):
 class RobertaClassificationHead(nn.Module):
     """The sentence classifier after the first dropout: dense, tanh, dropout, out_proj."""
 
+    activation = staticmethod(torch.tanh)  # ELECTRA's: GELU
+
     def __init__(self, config: RobertaConfig, num_outputs: int, dropout: float):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
@@ -103,7 +105,7 @@ class RobertaClassificationHead(nn.Module):
         self.out_proj = nn.Linear(config.hidden_size, num_outputs)
 
     def forward(self, x):
-        return self.out_proj(self.dropout(torch.tanh(self.dense(x))))
+        return self.out_proj(self.dropout(self.activation(self.dense(x))))
 
 
 class RobertaForSequenceClassification(RobertaPreTrainedModel, BertForSequenceClassification):

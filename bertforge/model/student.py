@@ -219,6 +219,36 @@ class DistilBertCut(BertCut):
         return BertCut.keep(parts, value, at, keep, head)
 
 
+class ElectraCut(RobertaCut):
+    """RoBERTa's ranks and cuts, with ELECTRA's tables (embedding_size wide) kept whole: embeddings_project's output
+    ranked as the hidden channels and its rows cut with them; the masked-LM head's dense layer reads the hidden
+    channels; multiple choice's sequence summary ranked and cut as a pooler. (A teacher without the projection,
+    embedding_size = hidden_size, is cut at its own width only.)"""
+
+    @staticmethod
+    def watch(model):
+        encoder = model.base_model
+        for point in RobertaCut.watch(model):
+            if point[1] != "hidden.embeddings" or encoder.embeddings_project is None:
+                yield point
+        if encoder.embeddings_project is not None:
+            yield encoder.embeddings_project, "hidden.embeddings", False, False
+        if isinstance(getattr(model, "sequence_summary", None), torch.nn.Module):
+            yield model.sequence_summary, "pooled", False, False
+
+    @staticmethod
+    def keep(parts: list[str], value, at: int | None, keep: dict, head: str | None):
+        if "embeddings_project" in parts:
+            return keep["hidden"], None
+        if "embeddings" in parts:
+            return None, None
+        if parts[:2] == ["sequence_summary", "summary"]:
+            return keep["pooled"], keep["hidden"]
+        if parts[:2] == ["generator_predictions", "dense"]:
+            return None, keep["hidden"]
+        return RobertaCut.keep(parts, value, at, keep, head)
+
+
 class ModernBertCut:
     """ModernBERT's ranks: the hidden channels at every norm's output (the embeddings', each layer's two, the final
     one), each head's context vector, each GeGLU neuron (act(value) x gate, Wo's input), and a task model's
