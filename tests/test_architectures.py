@@ -15,7 +15,7 @@ import torch
 import bertforge
 from bertforge.model.architectures import ARCHITECTURES, heads_of, read_config
 from bertforge.model.heads import HEADS
-from tests.conftest import REPO, modernbert_folder, roberta_folder
+from tests.conftest import REPO, distilbert_folder, modernbert_folder, roberta_folder
 from tests.inference.test_pipelines import assert_same, best_span
 
 transformers = pytest.importorskip("transformers")
@@ -499,3 +499,91 @@ def test_distill_embeddings_cuts_an_xlm_roberta_student_that_sentence_transforme
     ours = bertforge.pipeline(model=best)(TEXTS + SHORT)
     theirs = st.SentenceTransformer(str(best), device="cpu").encode(TEXTS + SHORT)
     assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# DistilBERT (conftest.distilbert_folder: WordPiece, random weights at a scaled-down shape, no token types): the
+# default sentiment model's layout (an SST-2 classifier) through pipeline(), fine-tuning, export and distillation
+
+SST2 = {"num_labels": 2, "id2label": {0: "NEGATIVE", 1: "POSITIVE"}}
+
+
+def test_every_head_of_the_registry_but_pre_training_has_a_distilbert_class():
+    arch = ARCHITECTURES["distilbert"]
+    assert set(HEADS) - set(arch.heads()) == {"BertForPreTraining"} and not arch.segments
+    assert arch.classes["BertForSequenceClassification"] == \
+        "bertforge.model.distilbert:DistilBertForSequenceClassification"
+
+
+def test_pipelines_on_distilbert_are_the_references(tmp_path):
+    """transformers' default sentiment model's layout (text classification, a text over the 128 tokens cut as
+    transformers truncates it), fill-mask with [MASK], token classification and question answering."""
+    folder = distilbert_folder(tmp_path / "sst2", "DistilBertForSequenceClassification", **SST2)
+    assert_same(bertforge.pipeline(model=folder)(TEXTS, top_k=None),
+                reference("text-classification", folder)(TEXTS, top_k=None, truncation=True))
+    folder = distilbert_folder(tmp_path / "mlm", "DistilBertForMaskedLM")
+    texts = ["The capital of France is [MASK].", "George [MASK] was born in Virginia."]
+    assert_same(bertforge.pipeline("fill-mask", model=folder)(texts, top_k=3),
+                reference("fill-mask", folder)(texts, top_k=3))
+    folder = distilbert_folder(tmp_path / "ner", "DistilBertForTokenClassification", num_labels=3,
+                               id2label={0: "O", 1: "B-PER", 2: "I-PER"})
+    keys = ("entity", "score", "index", "start", "end")
+    ours = bertforge.pipeline(model=folder)(SHORT, aggregation_strategy="none")
+    theirs = reference("token-classification", folder)(SHORT, aggregation_strategy="none")
+    for a, b in zip(ours, theirs, strict=True):
+        assert_same([{k: e[k] for k in keys} for e in a], [{k: e[k] for k in keys} for e in b])
+    folder = distilbert_folder(tmp_path / "qa", "DistilBertForQuestionAnswering")
+    model = transformers.AutoModelForQuestionAnswering.from_pretrained(folder).eval()
+    question, context = "Who wrote it?", "The novel was written by Jane Austen in 1813, in Hampshire."
+    answer = bertforge.pipeline(model=folder)(question=question, context=context)
+    enc = transformers.AutoTokenizer.from_pretrained(folder)(question, context, return_offsets_mapping=True,
+                                                             return_tensors="pt")
+    offsets = enc.pop("offset_mapping")[0].tolist()
+    in_context = [i for i, s in enumerate(enc.sequence_ids(0)) if s == 1]
+    with torch.no_grad():
+        out = model(**enc)
+    (s, e), _ = best_span(out.start_logits[0].numpy(), out.end_logits[0].numpy(), in_context[0], in_context[-1])
+    assert (answer["start"], answer["end"]) == (offsets[s][0], offsets[e][1])
+
+
+def test_finetune_and_export_run_on_distilbert(tmp_path):
+    """A sentiment classifier fine-tuned from a masked LM on own data, read by transformers with the same
+    predictions, exported to ONNX with the same outputs."""
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.csv").write_text("text,label\n" + "".join(f"{t},{lab}\n" for t, lab in ROWS))
+    run = tmp_path / "run"
+    result = bertforge_cli("finetune", "text-classification", "--model",
+                           distilbert_folder(tmp_path / "mlm", "DistilBertForMaskedLM"), "--train",
+                           tmp_path / "train.csv", "--dev", tmp_path / "dev.csv", "--epochs", 2, "--out", run,
+                           "--no-progress", "--seed", 1)
+    assert result.returncode == 0, result.stderr
+    assert heads_of(read_config(run / "best" / "config.json")) == ["BertForSequenceClassification"]
+    saved = transformers.AutoModelForSequenceClassification.from_pretrained(run / "best").eval()
+    assert type(saved).__name__ == "DistilBertForSequenceClassification"
+    ours = bertforge.pipeline(model=run / "best")(TEXTS, top_k=None)
+    assert_same(ours, reference("text-classification", run / "best")(TEXTS, top_k=None, truncation=True))
+    pytest.importorskip("onnxruntime")
+    result = bertforge_cli("export", "onnx", run / "best", tmp_path / "onnx")
+    assert result.returncode == 0, result.stderr
+    assert_same(bertforge.pipeline(model=tmp_path / "onnx", backend="onnx")(TEXTS, top_k=None), ours)
+
+
+def test_distill_cuts_a_distilbert_student_that_transformers_loads_with_the_same_outputs(tmp_path):
+    """An SST-2 classifier 256 wide of 4 layers cut to tiny (2 layers of 128, heads of the teacher's size;
+    pre_classifier cut as a pooler)."""
+    teacher = distilbert_folder(tmp_path / "teacher", "DistilBertForSequenceClassification", dim=256,
+                                hidden_dim=1024, n_heads=4, n_layers=4, **SST2)
+    rows = "".join(f"a gripping film {i},POSITIVE\na dull mess {i},NEGATIVE\n" for i in range(20))
+    (tmp_path / "train.csv").write_text("text,label\n" + rows)
+    result = bertforge_cli("distill", "text-classification", "--teacher", teacher, "--student", "tiny", "--prune",
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "train.csv", "--epochs", 1,
+                           "--augment", 0, "--out", tmp_path / "tiny", "--no-progress", env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    assert "student cut from the teacher's layers 0,3: 128 wide, 2 heads, feed-forward 512" in result.stderr
+    best = tmp_path / "tiny" / "best"
+    student = read_config(best / "config.json")
+    assert (student.model_type, student.n_layers, student.dim, student.max_tokens) == ("distilbert", 2, 128, 128)
+    loaded = transformers.AutoModelForSequenceClassification.from_pretrained(best)
+    assert type(loaded).__name__ == "DistilBertForSequenceClassification"
+    assert_same(bertforge.pipeline(model=best)(TEXTS, top_k=None),
+                reference("text-classification", best)(TEXTS, top_k=None, truncation=True))
