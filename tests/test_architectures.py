@@ -16,6 +16,7 @@ import bertforge
 from bertforge.model.architectures import ARCHITECTURES, heads_of, read_config
 from bertforge.model.heads import HEADS
 from tests.conftest import REPO, distilbert_folder, modernbert_folder, roberta_folder
+from tests.conftest import electra_folder
 from tests.inference.test_pipelines import assert_same, best_span
 
 transformers = pytest.importorskip("transformers")
@@ -585,5 +586,89 @@ def test_distill_cuts_a_distilbert_student_that_transformers_loads_with_the_same
     assert (student.model_type, student.n_layers, student.dim, student.max_tokens) == ("distilbert", 2, 128, 128)
     loaded = transformers.AutoModelForSequenceClassification.from_pretrained(best)
     assert type(loaded).__name__ == "DistilBertForSequenceClassification"
+    assert_same(bertforge.pipeline(model=best)(TEXTS, top_k=None),
+                reference("text-classification", best)(TEXTS, top_k=None, truncation=True))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ELECTRA (conftest.electra_folder: WordPiece with segments, tables 32 wide projected onto an encoder 64 wide,
+# random weights): every job on the discriminator's family
+
+
+@pytest.fixture(scope="module")
+def electra_folders(tmp_path_factory):
+    made = {}
+
+    def make(head, **config):
+        key = (head, repr(sorted(config.items())))
+        if key not in made:
+            made[key] = electra_folder(tmp_path_factory.mktemp(head), head, **config)
+        return made[key]
+    return make
+
+
+def test_every_head_of_the_registry_but_pre_training_has_an_electra_class():
+    arch = ARCHITECTURES["electra"]
+    assert set(HEADS) - set(arch.heads()) == {"BertForPreTraining"}
+    assert arch.classes["BertForMultipleChoice"] == "bertforge.model.electra:ElectraForMultipleChoice"
+
+
+def test_pipelines_on_electra_are_the_references(electra_folders):
+    """Text classification on texts and pairs (a text over the 128 tokens cut as transformers truncates it), and
+    token classification."""
+    folder = electra_folders("ElectraForSequenceClassification", num_labels=3)
+    assert_same(bertforge.pipeline(model=folder)(TEXTS, top_k=None),
+                reference("text-classification", folder)(TEXTS, top_k=None, truncation=True))
+    pairs = [{"text": a, "text_pair": b} for a, b in zip(SHORT, reversed(SHORT))]
+    assert_same(bertforge.pipeline(model=folder)(pairs, top_k=None),
+                reference("text-classification", folder)(pairs, top_k=None))
+    folder = electra_folders("ElectraForTokenClassification", num_labels=5,
+                             id2label={0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"})
+    keys = ("entity", "score", "index", "start", "end")
+    ours = bertforge.pipeline(model=folder)(SHORT, aggregation_strategy="none")
+    theirs = reference("token-classification", folder)(SHORT, aggregation_strategy="none")
+    for a, b in zip(ours, theirs, strict=True):
+        assert_same([{k: e[k] for k in keys} for e in a], [{k: e[k] for k in keys} for e in b])
+
+
+def test_finetune_and_export_run_on_an_electra_discriminator_checkpoint(electra_folders, tmp_path):
+    """From google/electra-*-discriminator's layout (ElectraForPreTraining: its replaced-token head unused), a
+    classifier transformers loads, and its ONNX export with the same outputs."""
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.csv").write_text("text,label\n" + "".join(f"{t},{lab}\n" for t, lab in ROWS))
+    run = tmp_path / "run"
+    result = bertforge_cli("finetune", "text-classification", "--model", electra_folders("ElectraForPreTraining"),
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "dev.csv", "--epochs", 2,
+                           "--out", run, "--no-progress", "--seed", 1)
+    assert result.returncode == 0, result.stderr
+    assert heads_of(read_config(run / "best" / "config.json")) == ["BertForSequenceClassification"]
+    saved = transformers.AutoModelForSequenceClassification.from_pretrained(run / "best").eval()
+    assert type(saved).__name__ == "ElectraForSequenceClassification"
+    ours = bertforge.pipeline(model=run / "best")(TEXTS, top_k=None)
+    assert_same(ours, reference("text-classification", run / "best")(TEXTS, top_k=None, truncation=True))
+    pytest.importorskip("onnxruntime")
+    result = bertforge_cli("export", "onnx", run / "best", tmp_path / "onnx")
+    assert result.returncode == 0, result.stderr
+    assert_same(bertforge.pipeline(model=tmp_path / "onnx", backend="onnx")(TEXTS, top_k=None), ours)
+
+
+def test_distill_cuts_an_electra_student_that_transformers_loads_with_the_same_outputs(tmp_path):
+    """A teacher 256 wide on tables 64 wide cut to tiny (2 layers of 128, heads of the teacher's size; the tables
+    whole, their projection cut, the sentence classifier's dense layer cut as a pooler)."""
+    teacher = electra_folder(tmp_path / "teacher", "ElectraForSequenceClassification", embedding_size=64,
+                             hidden_size=256, intermediate_size=1024, num_attention_heads=4, num_labels=2,
+                             id2label={0: "neg", 1: "pos"})
+    rows = "".join(f"a gripping film {i},pos\na dull mess {i},neg\n" for i in range(20))
+    (tmp_path / "train.csv").write_text("text,label\n" + rows)
+    result = bertforge_cli("distill", "text-classification", "--teacher", teacher, "--student", "tiny", "--prune",
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "train.csv", "--epochs", 1,
+                           "--augment", 0, "--out", tmp_path / "tiny", "--no-progress", env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    assert "student cut from the teacher's layers 0,3: 128 wide, 2 heads, feed-forward 512" in result.stderr
+    best = tmp_path / "tiny" / "best"
+    student = read_config(best / "config.json")
+    assert (student.model_type, student.embedding_size, student.hidden_size) == ("electra", 64, 128)
+    loaded = transformers.AutoModelForSequenceClassification.from_pretrained(best)
+    assert type(loaded).__name__ == "ElectraForSequenceClassification"
     assert_same(bertforge.pipeline(model=best)(TEXTS, top_k=None),
                 reference("text-classification", best)(TEXTS, top_k=None, truncation=True))

@@ -107,6 +107,11 @@ def cut_config(teacher, size: BertConfig, name: str, layers: list[int] | None = 
     if size.hidden_size > teacher.hidden_size or size.hidden_size % head_size:
         raise BertforgeError(f"--prune: the student {name} is {size.hidden_size} wide; the teacher's width "
                              f"({teacher.hidden_size}) cuts to a multiple of its head size ({head_size}) no wider")
+    tables = getattr(teacher, "embedding_size", teacher.hidden_size)  # ELECTRA's tables, projected where narrower
+    if (tables == size.hidden_size) != (tables == teacher.hidden_size):
+        raise BertforgeError(f"--prune: the student {name} is {size.hidden_size} wide; the teacher's tables "
+                             f"(embedding_size {tables}) are kept whole, projected onto the width as the teacher's "
+                             f"{'are' if tables != teacher.hidden_size else 'are not'}: choose another width")
     if size.num_hidden_layers > teacher.num_hidden_layers:
         raise BertforgeError(f"--prune: the student {name} ({size.num_hidden_layers} layers) is deeper than the "
                              f"teacher ({teacher.num_hidden_layers} layers)")

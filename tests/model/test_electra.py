@@ -17,7 +17,7 @@ from bertforge.model.architectures import ARCHITECTURES, heads_of, read_config
 from bertforge.model.bert import BertModel
 from bertforge.model.config import ElectraConfig
 from bertforge.model.sizes import model_shapes
-from bertforge.model.student import activation_ranks, pruned_student, task_head
+from bertforge.model.student import activation_ranks, cut_config, pruned_student, task_head
 from bertforge.model.task_heads import BertForSequenceClassification
 from bertforge.text.tokenizer import BertTokenizer
 from tests.conftest import ROBERTA_TEXTS, electra_folder
@@ -339,10 +339,10 @@ def test_a_student_cut_at_the_teachers_size_is_the_teacher(folders, head):
     with torch.no_grad():
         assert torch.allclose(student(input_ids=ids, attention_mask=mask, token_type_ids=segments).logits,
                               teacher(input_ids=ids, attention_mask=mask, token_type_ids=segments).logits, atol=1e-5)
-    half = ElectraConfig.from_dict({**teacher.config.to_dict(), "hidden_size": 32, "intermediate_size": 48,
-                                    "num_attention_heads": 2, "num_hidden_layers": 2})
-    cut = pruned_student(teacher, half, [0, 3], ranks)
-    assert cut.electra.embeddings.word_embeddings.weight.shape[1] == 32
+    narrower = cut_config(teacher.config, ElectraConfig.from_dict({"hidden_size": 48, "num_attention_heads": 3,
+                                                                   "num_hidden_layers": 2}), "48 wide", [0, 3])
+    cut = pruned_student(teacher, narrower, [0, 3], ranks)
+    assert cut.electra.embeddings_project.weight.shape == (48, 32)  # the tables whole, their projection cut
     assert cut(input_ids=ids, attention_mask=mask).logits.isfinite().all()
 
 
@@ -351,3 +351,16 @@ def test_the_registry_names_electras_parts():
     assert arch.classes["BertForMaskedLM"] == "bertforge.model.electra:ElectraForMaskedLM"
     assert arch.encoder_parts(["electra.embeddings_project.weight", "electra.encoder.layer.0.output.dense.weight"]) \
         == ["embeddings_project", "layer 0"]
+
+
+@pytest.mark.parametrize("embedding_size, width", [(32, 32), (64, 32)])
+def test_a_cut_that_would_drop_or_need_a_projection_is_refused_in_one_line(embedding_size, width):
+    """The tables are kept whole: a student as wide as the teacher's projected tables would lose the projection,
+    a student narrower than a teacher without one would need one the teacher lacks."""
+    teacher = ElectraConfig.from_dict({"embedding_size": embedding_size, "hidden_size": 64, "num_attention_heads": 4,
+                                       "num_hidden_layers": 2, "intermediate_size": 96})
+    size = ElectraConfig.from_dict({"embedding_size": embedding_size, "hidden_size": width, "num_attention_heads": 2,
+                                    "num_hidden_layers": 2, "intermediate_size": 48})
+    with pytest.raises(BertforgeError, match=f"the student tiny is {width} wide; the teacher's tables") as excinfo:
+        cut_config(teacher, size, "tiny")
+    assert "\n" not in str(excinfo.value)
