@@ -571,7 +571,8 @@ def test_finetune_and_export_run_on_distilbert(tmp_path):
 
 def test_distill_cuts_a_distilbert_student_that_transformers_loads_with_the_same_outputs(tmp_path):
     """An SST-2 classifier 256 wide of 4 layers cut to tiny (2 layers of 128, heads of the teacher's size;
-    pre_classifier cut as a pooler)."""
+    pre_classifier cut as a pooler), and a student of two of its layers (distill.teacher_layers asks the registry
+    where the layers are)."""
     teacher = distilbert_folder(tmp_path / "teacher", "DistilBertForSequenceClassification", dim=256,
                                 hidden_dim=1024, n_heads=4, n_layers=4, **SST2)
     rows = "".join(f"a gripping film {i},POSITIVE\na dull mess {i},NEGATIVE\n" for i in range(20))
@@ -588,6 +589,12 @@ def test_distill_cuts_a_distilbert_student_that_transformers_loads_with_the_same
     assert type(loaded).__name__ == "DistilBertForSequenceClassification"
     assert_same(bertforge.pipeline(model=best)(TEXTS, top_k=None),
                 reference("text-classification", best)(TEXTS, top_k=None, truncation=True))
+    result = bertforge_cli("distill", "text-classification", "--teacher", teacher, "--student-layers", "0,3",
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "train.csv", "--epochs", 1,
+                           "--augment", 0, "--out", tmp_path / "layers", "--no-progress", env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    assert type(transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "layers" / "best")) \
+        is type(loaded)
 
 
 # ---------------------------------------------------------------------------------------------------------

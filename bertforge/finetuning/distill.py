@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..model.architectures import head_of, load_config, model_class
+from ..model.architectures import architecture, head_of, load_config, model_class
 from ..model.config import SIZES, BertConfig
 from ..core.errors import BertforgeError
 from .evaluate import evaluate_splits
@@ -137,16 +137,15 @@ def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | No
     config = type(teacher.config).from_dict({**teacher.config.to_dict(), "num_hidden_layers": len(layers),
                                              **family.head_config()})
     student = model_class(head_of(family.model_class.architecture()), config)(config)
-    renamed = {f"layer.{i}.": f"layer.{k}." for k, i in enumerate(layers)}
+    arch = architecture(teacher.config)  # its layers: BERT's encoder.layer.I, DistilBERT's transformer.layer.I
+    renumbered = {str(i): str(k) for k, i in enumerate(layers)}
     weights = {}
     for key, value in teacher.state_dict().items():
-        prefix, _, rest = key.partition(".encoder.")
-        if not rest.startswith("layer."):
+        layer = arch.layer_of(key)
+        if layer is None:
             weights[key] = value
-            continue
-        source = next((old for old in renamed if rest.startswith(old)), None)
-        if source is not None:
-            weights[f"{prefix}.encoder.{renamed[source]}{rest[len(source):]}"] = value
+        elif layer in renumbered:
+            weights[key.replace(f"{arch.layers}.{layer}.", f"{arch.layers}.{renumbered[layer]}.", 1)] = value
     with torch.no_grad():
         student.load_state_dict(weights, strict=True)
     return student
