@@ -107,11 +107,13 @@ def cut_config(teacher, size: BertConfig, name: str, layers: list[int] | None = 
     if size.hidden_size > teacher.hidden_size or size.hidden_size % head_size:
         raise BertforgeError(f"--prune: the student {name} is {size.hidden_size} wide; the teacher's width "
                              f"({teacher.hidden_size}) cuts to a multiple of its head size ({head_size}) no wider")
-    tables = getattr(teacher, "embedding_size", teacher.hidden_size)  # ELECTRA's tables, projected where narrower
-    if (tables == size.hidden_size) != (tables == teacher.hidden_size):
+    # ELECTRA's tables: projected ones kept whole (a student as wide would lose the projection), else cut with the width
+    tables = getattr(teacher, "embedding_size", None)
+    if tables not in (None, teacher.hidden_size) and tables == size.hidden_size:
         raise BertforgeError(f"--prune: the student {name} is {size.hidden_size} wide; the teacher's tables "
                              f"(embedding_size {tables}) are kept whole, projected onto the width as the teacher's "
-                             f"{'are' if tables != teacher.hidden_size else 'are not'}: choose another width")
+                             f"are: choose another width")
+    tied = {"embedding_size": size.hidden_size} if tables == teacher.hidden_size else {}
     if size.num_hidden_layers > teacher.num_hidden_layers:
         raise BertforgeError(f"--prune: the student {name} ({size.num_hidden_layers} layers) is deeper than the "
                              f"teacher ({teacher.num_hidden_layers} layers)")
@@ -120,7 +122,8 @@ def cut_config(teacher, size: BertConfig, name: str, layers: list[int] | None = 
         if hasattr(teacher, "layer_types") else {}  # the kept layers' types, not the teacher's pattern
     return type(teacher).from_dict({**teacher.to_dict(), "num_hidden_layers": size.num_hidden_layers,
                                     "hidden_size": size.hidden_size, "intermediate_size": intermediate,
-                                    "num_attention_heads": size.hidden_size // head_size, **per_layer})
+                                    "num_attention_heads": size.hidden_size // head_size, **per_layer,
+                                    **tied})
 
 
 def task_head(model) -> torch.nn.Linear:
@@ -227,8 +230,9 @@ class DistilBertCut(BertCut):
 class ElectraCut(RobertaCut):
     """RoBERTa's ranks and cuts, with ELECTRA's tables (embedding_size wide) kept whole: embeddings_project's output
     ranked as the hidden channels and its rows cut with them; the masked-LM head's dense layer reads the hidden
-    channels; multiple choice's sequence summary ranked and cut as a pooler. (A teacher without the projection,
-    embedding_size = hidden_size, is cut at its own width only.)"""
+    channels and writes the tables'; multiple choice's sequence summary ranked and cut as a pooler. A teacher
+    without the projection (embedding_size = hidden_size, electra-base's) is cut as BERT is, its tables with the
+    width."""
 
     @staticmethod
     def watch(model):
@@ -243,14 +247,18 @@ class ElectraCut(RobertaCut):
 
     @staticmethod
     def keep(parts: list[str], value, at: int | None, keep: dict, head: str | None):
+        projected = any("embeddings_project" in key for key in keep["weights"])
+        tables = None if projected else keep["hidden"]  # the table channels kept
         if "embeddings_project" in parts:
             return keep["hidden"], None
-        if "embeddings" in parts:
-            return None, None
+        if "embeddings" in parts:  # the tables [rows, E], their LayerNorm [E]
+            return (None, tables) if value.dim() == 2 else (tables, None)
+        if parts[:2] == ["generator_predictions", "dense"]:
+            return tables, keep["hidden"]
+        if parts[:2] == ["generator_predictions", "LayerNorm"]:
+            return tables, None
         if parts[:2] == ["sequence_summary", "summary"]:
             return keep["pooled"], keep["hidden"]
-        if parts[:2] == ["generator_predictions", "dense"]:
-            return None, keep["hidden"]
         return RobertaCut.keep(parts, value, at, keep, head)
 
 
@@ -353,7 +361,8 @@ def cut_weights(weights: dict, config, head_size: int, layers: list[int], ranks:
     rank highest; the pooled vector keeps the outputs ranked highest. The task's `head` (the name of its
     parameters) keeps the input channels it reads. `rules`: the architecture's (BertCut, ModernBertCut)."""
     width = config.hidden_size
-    keep = {"hidden": top(ranks["hidden"], width), "pooled": top(ranks["pooled"], width) if "pooled" in ranks else None}
+    keep = {"hidden": top(ranks["hidden"], width), "pooled": top(ranks["pooled"], width) if "pooled" in ranks else None,
+            "weights": weights}  # which the rules may look at (ELECTRA's: whether its tables are projected)
     heads = [top(ranks["heads"][i], width // head_size) for i in layers]
     channels = [(h[:, None] * head_size + torch.arange(head_size)).flatten() for h in heads]
     neurons = [top(ranks["neurons"][i], config.intermediate_size) for i in layers]

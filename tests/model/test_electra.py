@@ -353,14 +353,31 @@ def test_the_registry_names_electras_parts():
         == ["embeddings_project", "layer 0"]
 
 
-@pytest.mark.parametrize("embedding_size, width", [(32, 32), (64, 32)])
-def test_a_cut_that_would_drop_or_need_a_projection_is_refused_in_one_line(embedding_size, width):
-    """The tables are kept whole: a student as wide as the teacher's projected tables would lose the projection,
-    a student narrower than a teacher without one would need one the teacher lacks."""
-    teacher = ElectraConfig.from_dict({"embedding_size": embedding_size, "hidden_size": 64, "num_attention_heads": 4,
+def test_a_student_as_wide_as_the_teachers_projected_tables_is_refused_in_one_line():
+    """The projected tables are kept whole: a student as wide as they are would lose the projection."""
+    teacher = ElectraConfig.from_dict({"embedding_size": 32, "hidden_size": 64, "num_attention_heads": 4,
                                        "num_hidden_layers": 2, "intermediate_size": 96})
-    size = ElectraConfig.from_dict({"embedding_size": embedding_size, "hidden_size": width, "num_attention_heads": 2,
-                                    "num_hidden_layers": 2, "intermediate_size": 48})
-    with pytest.raises(BertforgeError, match=f"the student tiny is {width} wide; the teacher's tables") as excinfo:
+    size = ElectraConfig.from_dict({"hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 2})
+    with pytest.raises(BertforgeError, match="the student tiny is 32 wide; the teacher's tables") as excinfo:
         cut_config(teacher, size, "tiny")
     assert "\n" not in str(excinfo.value)
+
+
+@pytest.mark.parametrize("head", ["ForSequenceClassification", "ForMaskedLM"])
+def test_a_teacher_without_a_projection_is_cut_as_bert_its_tables_with_the_width(folders, head):
+    """electra-base's layout (embedding_size = hidden_size): the student's tables are cut to its width, no
+    projection; at the teacher's size it is the teacher."""
+    _, teacher = loaded(folders, head, embedding_size=64)
+    ids, mask, segments = batch([20, 9], teacher.config.vocab_size)
+    ranks = activation_ranks(teacher, lambda: teacher(input_ids=ids, attention_mask=mask, token_type_ids=segments),
+                             task_head(teacher) if head != "ForMaskedLM" else None)
+    same = pruned_student(teacher, teacher.config, [0, 1, 2, 3], ranks).eval()
+    with torch.no_grad():
+        assert torch.allclose(same(input_ids=ids, attention_mask=mask, token_type_ids=segments).logits,
+                              teacher(input_ids=ids, attention_mask=mask, token_type_ids=segments).logits, atol=1e-5)
+    config = cut_config(teacher.config, ElectraConfig.from_dict({"hidden_size": 32, "num_attention_heads": 2,
+                                                                 "num_hidden_layers": 2}), "tiny", [0, 3])
+    assert (config.embedding_size, config.hidden_size) == (32, 32)
+    cut = pruned_student(teacher, config, [0, 3], ranks)
+    assert cut.electra.embeddings_project is None and cut.word_embeddings.weight.shape[1] == 32
+    assert cut(input_ids=ids, attention_mask=mask).logits.isfinite().all()
