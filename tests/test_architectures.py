@@ -679,3 +679,48 @@ def test_distill_cuts_an_electra_student_that_transformers_loads_with_the_same_o
     assert type(loaded).__name__ == "ElectraForSequenceClassification"
     assert_same(bertforge.pipeline(model=best)(TEXTS, top_k=None),
                 reference("text-classification", best)(TEXTS, top_k=None, truncation=True))
+
+
+def test_fill_mask_question_answering_and_features_on_electra_are_the_references(electra_folders):
+    """The generator's masked LM fills [MASK] as transformers' pipeline; question answering answers the reference
+    model's best span ([CLS] question [SEP] passage [SEP], sentence B's segments); feature extraction gives its
+    hidden states."""
+    folder = electra_folders("ElectraForMaskedLM")
+    texts = ["The capital of France is [MASK].", "George [MASK] was born in Virginia."]
+    assert_same(bertforge.pipeline("fill-mask", model=folder)(texts, top_k=3),
+                reference("fill-mask", folder)(texts, top_k=3))
+    tokens = bertforge.pipeline("feature-extraction", model=folder)(SHORT[2])
+    ids = transformers.AutoTokenizer.from_pretrained(folder)(SHORT[2], return_tensors="pt")
+    with torch.no_grad():
+        expected = transformers.AutoModel.from_pretrained(folder).eval()(**ids).last_hidden_state[0]
+    assert torch.allclose(torch.tensor(tokens), expected, atol=1e-4)
+    folder = electra_folders("ElectraForQuestionAnswering")
+    model = transformers.AutoModelForQuestionAnswering.from_pretrained(folder).eval()
+    question, context = "Who wrote it?", "The novel was written by Jane Austen in 1813, in Hampshire."
+    answer = bertforge.pipeline(model=folder)(question=question, context=context)
+    enc = transformers.AutoTokenizer.from_pretrained(folder)(question, context, return_offsets_mapping=True,
+                                                             return_tensors="pt")
+    offsets = enc.pop("offset_mapping")[0].tolist()
+    in_context = [i for i, s in enumerate(enc.sequence_ids(0)) if s == 1]
+    with torch.no_grad():
+        out = model(**enc)
+    (s, e), _ = best_span(out.start_logits[0].numpy(), out.end_logits[0].numpy(), in_context[0], in_context[-1])
+    assert (answer["start"], answer["end"]) == (offsets[s][0], offsets[e][1])
+
+
+def test_info_and_serve_on_electra(electra_folders):
+    result = bertforge_cli("info", electra_folders("ElectraForSequenceClassification", num_labels=3))
+    assert result.returncode == 0 and "architecture:  ElectraForSequenceClassification" in result.stdout, \
+        result.stderr
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+    from tests.serving.test_serve import Served
+
+    folder = electra_folders("ElectraForSequenceClassification", num_labels=3)
+    classifier = Served(folder).wait()
+    try:
+        assert_same(classifier.post("classify", {"inputs": SHORT}).json(), bertforge.pipeline(model=folder)(SHORT))
+        tei = httpx.post(classifier.url + "/predict", json={"inputs": SHORT[2]}, timeout=60).json()
+        assert {s["label"] for s in tei} == {"LABEL_0", "LABEL_1", "LABEL_2"}
+    finally:
+        classifier.stop()
