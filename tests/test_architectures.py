@@ -364,9 +364,10 @@ def test_question_answering_on_each_family_answers_the_reference_models_best_spa
     assert (answer["start"], answer["end"]) == (offsets[s][0], offsets[e][1])
 
 
-def roberta_sentence_folder(folder: Path, head: str, **config) -> Path:
-    """multilingual-e5's layout (all-distilroberta-v1's on RoBERTa): the encoder, mean pooling, unit vectors."""
-    folder = roberta_folder(folder, head, **config)
+def roberta_sentence_folder(folder: Path, head: str, make=roberta_folder, **config) -> Path:
+    """multilingual-e5's layout (all-distilroberta-v1's on RoBERTa): the encoder (`make`'s), mean pooling, unit
+    vectors."""
+    folder = make(folder, head, **config)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
                {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
@@ -724,3 +725,11 @@ def test_info_and_serve_on_electra(electra_folders):
         assert {s["label"] for s in tei} == {"LABEL_0", "LABEL_1", "LABEL_2"}
     finally:
         classifier.stop()
+
+
+def test_a_sentence_transformers_folder_of_electra_embeds_as_sentence_transformers(tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    folder = roberta_sentence_folder(tmp_path / "st", "ElectraModel", electra_folder)
+    ours = bertforge.pipeline(model=folder)(TEXTS + SHORT)
+    theirs = st.SentenceTransformer(str(folder), device="cpu").encode(TEXTS + SHORT)
+    assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)
