@@ -680,6 +680,14 @@ def test_distill_cuts_an_electra_student_that_transformers_loads_with_the_same_o
     assert type(loaded).__name__ == "ElectraForSequenceClassification"
     assert_same(bertforge.pipeline(model=best)(TEXTS, top_k=None),
                 reference("text-classification", best)(TEXTS, top_k=None, truncation=True))
+    result = bertforge_cli("distill", "text-classification", "--teacher", teacher, "--student-layers", "0,3",
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "train.csv", "--epochs", 1,
+                           "--augment", 0, "--out", tmp_path / "layers", "--no-progress", env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    layers = tmp_path / "layers" / "best"
+    assert type(transformers.AutoModelForSequenceClassification.from_pretrained(layers)) is type(loaded)
+    assert_same(bertforge.pipeline(model=layers)(TEXTS, top_k=None),
+                reference("text-classification", layers)(TEXTS, top_k=None, truncation=True))
 
 
 def test_fill_mask_question_answering_and_features_on_electra_are_the_references(electra_folders):
