@@ -598,6 +598,51 @@ def test_distill_cuts_a_distilbert_student_that_transformers_loads_with_the_same
         is type(loaded)
 
 
+def distilbert_sentence_folder(folder: Path) -> Path:
+    """msmarco-distilbert's layout: the encoder, mean pooling, unit vectors."""
+    folder = distilbert_folder(folder, "DistilBertModel")
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 64, "pooling_mode": "mean"}))
+    (folder / "2_Normalize").mkdir()
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": False}))
+    return folder
+
+
+def test_a_sentence_transformers_folder_of_distilbert_embeds_as_sentence_transformers(tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    folder = distilbert_sentence_folder(tmp_path / "st")
+    ours = bertforge.pipeline(model=folder)(TEXTS + SHORT)
+    theirs = st.SentenceTransformer(str(folder), device="cpu").encode(TEXTS + SHORT)
+    assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)
+
+
+def test_serve_answers_tei_openai_and_bertforge_routes_on_distilbert(tmp_path):
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+    from tests.serving.test_serve import Served
+
+    folder = distilbert_folder(tmp_path / "sst2", "DistilBertForSequenceClassification", **SST2)
+    classifier = Served(folder).wait()
+    embedder = Served(distilbert_sentence_folder(tmp_path / "st")).wait()
+    try:
+        assert_same(classifier.post("classify", {"inputs": SHORT}).json(), bertforge.pipeline(model=folder)(SHORT))
+        tei = httpx.post(classifier.url + "/predict", json={"inputs": SHORT[2]}, timeout=60).json()
+        assert {s["label"] for s in tei} == {"NEGATIVE", "POSITIVE"}
+        vectors = httpx.post(embedder.url + "/embed", json={"inputs": SHORT}, timeout=60).json()
+        openai = httpx.post(embedder.url + "/v1/embeddings", json={"input": SHORT}, timeout=60).json()
+        expected = bertforge.pipeline(model=tmp_path / "st")(SHORT)
+        assert torch.allclose(torch.tensor(vectors), torch.tensor(expected), atol=1e-5)
+        assert torch.allclose(torch.tensor(vectors), torch.tensor([d["embedding"] for d in openai["data"]]),
+                              atol=1e-6)
+    finally:
+        classifier.stop()
+        embedder.stop()
+
+
 # ---------------------------------------------------------------------------------------------------------
 # ELECTRA (conftest.electra_folder: WordPiece with segments, tables 32 wide projected onto an encoder 64 wide,
 # random weights): every job on the discriminator's family
