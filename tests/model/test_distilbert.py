@@ -137,6 +137,31 @@ def test_the_gradients_of_a_training_step_agree_with_the_reference(folders):
     assert differ == []
 
 
+def test_gradient_checkpointing_and_the_fused_projections_change_nothing(folders):
+    """Recomputed layers give the same gradients; inference's one Q, K, V projection (what int8 quantisation
+    fuses: bert.BertSelfAttention.fuse) the same logits."""
+    _, ours = loaded(folders, "DistilBertForSequenceClassification", dropout=0.0, attention_dropout=0.0,
+                     seq_classif_dropout=0.0)
+    ids, mask = batch([50, 23, 7], ours.config.vocab_size)
+    labels = torch.tensor([1, 2, 0])
+    grads = []
+    for checkpointing in (False, True):
+        ours.zero_grad()
+        if checkpointing:
+            ours.gradient_checkpointing_enable()
+        ours.train()
+        ours(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+        grads.append([p.grad.clone() for p in ours.parameters()])
+    assert ours.is_gradient_checkpointing and all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
+    ours.eval()
+    with torch.no_grad():
+        before = ours(input_ids=ids, attention_mask=mask).logits
+        for module in ours.modules():
+            if isinstance(module, distilbert.DistilBertSelfAttention):
+                module.fuse()
+        assert torch.allclose(ours(input_ids=ids, attention_mask=mask).logits, before, atol=1e-6)
+
+
 def test_each_head_takes_its_own_dropout_rate(folders):
     config = DistilBertConfig(dim=64, n_heads=4, n_layers=1, hidden_dim=96, dropout=0.05, qa_dropout=0.3,
                               seq_classif_dropout=0.4)
