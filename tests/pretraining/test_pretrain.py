@@ -363,6 +363,25 @@ def test_a_modernbert_config_refuses_the_next_sentence_objective(data_dir, tmp_p
     assert "has no next-sentence head: pre-train it with --objective mlm" in capsys.readouterr().err
 
 
+def test_a_distilbert_config_pre_trains_with_the_masked_lm_that_transformers_reads(data_dir, tmp_path):
+    """DistilBERT's names in config.json (no segments, no next-sentence head): the checkpoint is a
+    DistilBertForMaskedLM that transformers loads with the same logits."""
+    transformers = pytest.importorskip("transformers")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "distilbert", "n_layers": 2, "dim": 64,
+                                                      "n_heads": 4, "hidden_dim": 96, "max_position_embeddings": 128}))
+    assert main(["pretrain", "--data", str(data_dir), "--config", str(tmp_path / "config.json"), "--objective", "mlm",
+                 "--steps", "6", "--batch-size", "8", "--seed", "3", "--eval-every", "6", "--eval-rows", "16",
+                 "--no-progress", "--lr", "1e-3", "--out", str(tmp_path / "run")]) == 0
+    final = tmp_path / "run" / "final"
+    assert json.loads((final / "config.json").read_text())["architectures"] == ["DistilBertForMaskedLM"]
+    from bertforge.model.distilbert import DistilBertForMaskedLM
+
+    ids = torch.tensor([[2, 40, 50, 60, 3]])
+    ours = DistilBertForMaskedLM.from_pretrained(final)(input_ids=ids).logits
+    theirs = transformers.DistilBertForMaskedLM.from_pretrained(final).eval()(input_ids=ids).logits
+    assert torch.allclose(ours, theirs, atol=1e-4)
+
+
 def test_a_start_with_nan_weights_fails_at_the_end_without_any_checkpoint(data_dir, tmp_path, capsys):
     """Six steps, each loss NaN (fewer than NONFINITE_STEPS): the run fails where it would end; its --save-every
     checkpoint and final/ are not written from the NaN model."""
