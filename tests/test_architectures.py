@@ -570,6 +570,35 @@ def test_finetune_and_export_run_on_distilbert(tmp_path):
     assert_same(bertforge.pipeline(model=tmp_path / "onnx", backend="onnx")(TEXTS, top_k=None), ours)
 
 
+def test_finetune_every_family_of_tasks_on_distilbert(tmp_path):
+    """Token classification, question answering and multiple choice fine-tuned from a masked LM on own data, each
+    read back by transformers as its DistilBERT class."""
+    from tests.conftest import fine_tune, write_jsonl
+
+    mlm = distilbert_folder(tmp_path / "mlm", "DistilBertForMaskedLM")
+    people, places = ["alice", "bob", "maria", "omar"], ["paris", "lima", "berlin"]
+    ner = write_jsonl(tmp_path / "ner.jsonl", [{"tokens": [p, "lives", "in", c, "."],
+                                                "tags": ["B-PER", "O", "O", "B-LOC", "O"]}
+                                               for p in people for c in places])
+    context = "The novel was written by Jane Austen in 1813, in Hampshire."
+    squad = write_jsonl(tmp_path / "squad.jsonl", [
+        {"question": q, "context": context, "answers": {"text": [a], "answer_start": [context.index(a)]}}
+        for q, a in (("Who wrote it?", "Jane Austen"), ("When?", "1813"), ("Where?", "Hampshire"))] * 3)
+    quiz = "a gripping film,good,bad,0\na dull mess,good,bad,1\n" * 6
+    (tmp_path / "quiz.csv").write_text("question,A,B,answer\n" + quiz)
+    runs = {"DistilBertForTokenClassification": ("token-classification", "--train", ner, "--dev", ner),
+            "DistilBertForQuestionAnswering": ("question-answering", "--train", squad, "--dev", squad,
+                                               "--max-length", 128),
+            "DistilBertForMultipleChoice": ("multiple-choice", "--train", tmp_path / "quiz.csv", "--dev",
+                                            tmp_path / "quiz.csv", "--choices-columns", "A", "B",
+                                            "--label-column", "answer")}
+    for name, (task, *flags) in runs.items():
+        run = fine_tune(task, mlm, tmp_path / task, *flags, "--epochs", 1, "--batch-size", 4)
+        assert type(transformers.AutoConfig.from_pretrained(run / "best")).__name__ == "DistilBertConfig"
+        assert json.loads((run / "best" / "config.json").read_text())["architectures"] == [name]
+        assert type(getattr(transformers, name).from_pretrained(run / "best")).__name__ == name
+
+
 def test_distill_cuts_a_distilbert_student_that_transformers_loads_with_the_same_outputs(tmp_path):
     """An SST-2 classifier 256 wide of 4 layers cut to tiny (2 layers of 128, heads of the teacher's size;
     pre_classifier cut as a pooler), and a student of two of its layers (distill.teacher_layers asks the registry
