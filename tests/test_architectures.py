@@ -599,6 +599,27 @@ def test_finetune_every_family_of_tasks_on_distilbert(tmp_path):
         assert type(getattr(transformers, name).from_pretrained(run / "best")).__name__ == name
 
 
+@pytest.mark.parametrize("head, task", [("DistilBertForMaskedLM", "fill-mask"),
+                                        ("DistilBertForTokenClassification", "token-classification"),
+                                        ("DistilBertForQuestionAnswering", "question-answering")])
+def test_an_exported_distilbert_head_runs_as_pytorch_does(tmp_path, head, task):
+    """Traced on sample rows holding the tokenizer's own mask token, [MASK]; no token_type_ids in the graph."""
+    pytest.importorskip("onnxruntime")
+    folder = distilbert_folder(tmp_path / "model", head)
+    result = bertforge_cli("export", "onnx", folder, tmp_path / "onnx")
+    assert result.returncode == 0, result.stderr
+    exported, ours = (bertforge.pipeline(task, model=tmp_path / "onnx", backend="onnx"),
+                      bertforge.pipeline(task, model=folder))
+    if task == "question-answering":
+        kw = dict(question="Who wrote it?", context="The novel was written by Jane Austen in 1813, in Hampshire.")
+        a, b = exported(**kw), ours(**kw)
+        assert (a["start"], a["end"]) == (b["start"], b["end"]) and abs(a["score"] - b["score"]) < 1e-5
+        return
+    texts = ["The capital of France is [MASK].", "George [MASK] was born in Virginia, " * 3 + "in 1732."]
+    assert_same(exported(texts, top_k=3) if task == "fill-mask" else exported(texts),
+                ours(texts, top_k=3) if task == "fill-mask" else ours(texts))
+
+
 def test_distill_cuts_a_distilbert_student_that_transformers_loads_with_the_same_outputs(tmp_path):
     """An SST-2 classifier 256 wide of 4 layers cut to tiny (2 layers of 128, heads of the teacher's size;
     pre_classifier cut as a pooler), and a student of two of its layers (distill.teacher_layers asks the registry
