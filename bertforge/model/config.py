@@ -585,6 +585,9 @@ class DistilBertConfig(ConfigFile):
         if not (self.tie_word_embeddings and self.tie_weights_):
             raise BertforgeError("tie_word_embeddings false is not supported: bertforge's DistilBERT scores masked "
                                  "tokens against the token table, as every released DistilBERT does")
+        if self.pad_token_id is not None and self.pad_token_id >= self.vocab_size:
+            raise BertforgeError(f"pad_token_id {self.pad_token_id} is not a token of the vocabulary "
+                                 f"(vocab_size {self.vocab_size}): DistilBERT's padding row is the token table's")
 
     def parameter_count(self) -> int:
         h, layers = self.dim, self.n_layers

@@ -229,7 +229,7 @@ class DistilBertFirstToken(DistilBertTaskHead):
     dropout_rate = "seq_classif_dropout"
 
     def head_layer(self, config: DistilBertConfig, num_outputs: int) -> nn.Module:
-        self.pre_classifier = nn.Linear(config.dim, config.dim)
+        self.pre_classifier = nn.Linear(config.dim, config.dim)  # here: TaskHead initialises what it has built
         return nn.Linear(config.dim, num_outputs)
 
     def head_input(self, enc):

@@ -252,6 +252,7 @@ def test_the_real_models_config_files_describe_their_models(tmp_path, name):
     ({"activation": "swish"}, "activation 'swish' is not one of"),
     ({"seq_classif_dropout": 2}, "seq_classif_dropout must be a number from 0 to 1"),
     ({"n_layers": 0}, "n_layers must be a whole number of at least 1"),
+    ({"vocab_size": 100, "pad_token_id": 100}, "pad_token_id 100 is not a token of the vocabulary"),
 ])
 def test_a_config_bertforge_cannot_run_is_one_line(fields, says):
     with pytest.raises(BertforgeError, match=says) as excinfo:
