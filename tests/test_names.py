@@ -226,7 +226,20 @@ def test_offline_a_cached_name_works_without_the_hub(hub, named, hub_bert, capsy
     assert len(hub.requests) == asked
 
 
-def test_a_download_shows_the_client_s_bars_unless_no_progress(hub, hub_bert, tmp_path, capfd):
+@pytest.fixture
+def client_bars():
+    """The client's bars on, as in a fresh process (tests/model/test_bert.py turns transformers', and so the
+    client's, off for the whole session when it is imported)."""
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    were_off = are_progress_bars_disabled()
+    enable_progress_bars()
+    yield
+    if were_off:
+        disable_progress_bars()
+
+
+def test_a_download_shows_the_client_s_bars_unless_no_progress(hub, hub_bert, tmp_path, capfd, client_bars):
     texts = tmp_path / "texts.txt"
     texts.write_text("the film\n")
     for name, flags, shown in (("org/quiet", ["--no-progress"], False), ("org/shown", [], True)):

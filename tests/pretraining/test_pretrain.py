@@ -183,6 +183,8 @@ def test_args_file_reruns_with_the_recipe_left_to_decide(data_dir, tmp_path, cap
     capsys.readouterr()
     args = [json.loads((run / "args.json").read_text()) for run in (first, again)]
     arguments = [a["extra"].pop("arguments") for a in args]
+    commands = [a["extra"].pop("command") for a in args]  # each run's own command line
+    assert commands[1] == ["bertforge", "pretrain", "--args-file", str(first / "args.json"), "--out", str(again)]
     assert arguments[0]["recipe"] == "budget" and arguments[0]["mask_prob"] is None  # as given: the recipe's
     assert args[0]["extra"]["mask_prob"] == 0.3 and args[0]["extra"]["max_length"] == 64
     assert {**arguments[0], "out": str(again)} == arguments[1]
