@@ -648,15 +648,16 @@ def test_distill_cuts_a_distilbert_student_that_transformers_loads_with_the_same
         is type(loaded)
 
 
-def distilbert_sentence_folder(folder: Path) -> Path:
+def distilbert_sentence_folder(folder: Path, **config) -> Path:
     """msmarco-distilbert's layout: the encoder, mean pooling, unit vectors."""
-    folder = distilbert_folder(folder, "DistilBertModel")
+    folder = distilbert_folder(folder, "DistilBertModel", **config)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
                {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
     (folder / "modules.json").write_text(json.dumps(modules))
     (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 64, "pooling_mode": "mean"}))
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": config.get("dim", 64),
+                                                                 "pooling_mode": "mean"}))
     (folder / "2_Normalize").mkdir()
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": False}))
     return folder
@@ -667,6 +668,22 @@ def test_a_sentence_transformers_folder_of_distilbert_embeds_as_sentence_transfo
     folder = distilbert_sentence_folder(tmp_path / "st")
     ours = bertforge.pipeline(model=folder)(TEXTS + SHORT)
     theirs = st.SentenceTransformer(str(folder), device="cpu").encode(TEXTS + SHORT)
+    assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)
+
+
+def test_distill_embeddings_cuts_a_distilbert_student_that_sentence_transformers_reads(tmp_path):
+    """A student cut from a sentence-transformers folder of DistilBERT (its width read from config.json's `dim`)."""
+    st = pytest.importorskip("sentence_transformers")
+    teacher = distilbert_sentence_folder(tmp_path / "teacher", dim=256, hidden_dim=1024, n_heads=4, n_layers=4)
+    (tmp_path / "lines.txt").write_text("".join(f"a gripping film, number {i}, 北京 🙂\n" for i in range(40)))
+    result = bertforge_cli("distill", "embeddings", "--teacher", teacher, "--student", "tiny", "--prune", "--input",
+                           tmp_path / "lines.txt", "--epochs", 1, "--batch-size", 8, "--held-out", 0.2, "--out",
+                           tmp_path / "run", "--no-progress", env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    best = tmp_path / "run" / "best"
+    assert read_config(best / "config.json").model_type == "distilbert"
+    ours = bertforge.pipeline(model=best)(TEXTS + SHORT)
+    theirs = st.SentenceTransformer(str(best), device="cpu").encode(TEXTS + SHORT)
     assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)
 
 

@@ -316,7 +316,8 @@ def write_sentence_folder(folder, pooling: str = "mean", normalize: bool = True,
     check_pooling(pooling)
     if max_seq_length is not None and (not isinstance(max_seq_length, int) or max_seq_length < 1):
         raise BertforgeError(f"max_seq_length must be a whole number of at least 1, not {max_seq_length!r}")
-    dimension = read_json(folder / "config.json").get("hidden_size")
+    fields = read_json(folder / "config.json")
+    dimension = fields.get("hidden_size", fields.get("dim"))  # the width, under DistilBERT's name too
     modules = [("Transformer", ""), ("Pooling", "1_Pooling")]
     for path in (DENSE, "2_Normalize", "3_Normalize"):  # an earlier declaration's
         for name in ("config.json", DENSE_WEIGHTS):
