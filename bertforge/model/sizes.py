@@ -62,23 +62,30 @@ def model_shapes(model_class, config) -> dict[str, tuple[tuple[int, ...], str]]:
 def field_of(model_class, config, key: str, ours: tuple, theirs: tuple) -> str:
     """The config field a mismatch of tensor `key`'s shapes comes from, e.g. "vocab_size 600": the size field
     whose change changes that dimension of the model's tensor (tried on the meta device, for any architecture)."""
-    from .config import LIMITS
-
     differs = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
     if len(ours) != len(theirs) or not differs:
         return "the sizes"
     dim = differs[0]
-    fields = {f.name for f in dataclasses.fields(config)}  # not the names a config only reads (DistilBERT's BERT names)
-    for name in [name for name in LIMITS if name in config.schema and name in fields] + ["num_labels"]:
+    for name in size_fields(config) + ["num_labels"]:
         if shape_changes(model_class, config, name, key, ours, dim):
             return f"{name} {getattr(config, name)}"
     return "the sizes"
 
 
+def size_fields(config) -> list[str]:
+    """The config's own fields that are sizes (a whole number from 1 to a LIMITS bound, by its schema), under the
+    architecture's names (DistilBERT's `dim`, `hidden_dim`), not the BERT names a config only reads."""
+    return [f.name for f in dataclasses.fields(config) if (rule := config.schema.get(f.name)) is not None
+            and rule.kind == "whole" and rule.low == 1 and rule.high is not None]
+
+
 def shape_changes(model_class, config, name: str, key: str, ours: tuple, dim: int) -> bool:
     """Whether a config with another value of size field `name` gives tensor `key` another size in `dim`."""
+    from .config import size
+
     value = getattr(config, name)
-    step = config.num_attention_heads if name == "hidden_size" else 1  # the heads still dividing the width
+    # the width changes by a head's width at a time, so that the heads still divide it
+    step = config.num_attention_heads if config.schema.get(name) == size("hidden_size") else 1
     for other in (value + step, value - step):
         try:
             changed = config.with_labels([f"LABEL_{i}" for i in range(other)]) if name == "num_labels" \

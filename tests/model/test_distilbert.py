@@ -287,6 +287,8 @@ def drop_layer(weights):
     (None, {"max_position_embeddings": 512}, "has shape (128, 64) but the config gives (512, 64) "
                                              "(max_position_embeddings 512)"),
     (None, {"dropout": -1}, "config.json: dropout must be a number from 0 to 1"),
+    (None, {"hidden_dim": 128}, "(hidden_dim 128)"),  # the field by its DistilBERT name
+    (None, {"dim": 128, "n_heads": 4}, "(dim 128)"),
 ])
 def test_a_broken_folder_is_refused_in_one_line(folders, tmp_path, change, config, says):
     folder = broken(folders("DistilBertForSequenceClassification"), tmp_path, change, config)
