@@ -317,3 +317,19 @@ def hub_bert(tmp_path_factory) -> Path:
         vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=37)).save_pretrained(folder)
     return folder
+
+
+def broken(folder, tmp_path, change=None, config=None):
+    """A copy of `folder` with its weights edited by `change` and config.json's fields updated by `config`."""
+    copy = tmp_path / "broken"
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(folder, copy)
+    if change is not None:
+        weights = load_file(copy / "model.safetensors")
+        change(weights)
+        save_file({k: v.contiguous() for k, v in weights.items()}, copy / "model.safetensors")
+    if config is not None:
+        fields = json.loads((copy / "config.json").read_text())
+        (copy / "config.json").write_text(json.dumps({**fields, **config}))
+    return copy

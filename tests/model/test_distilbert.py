@@ -4,11 +4,9 @@ here): every head, batches with padding and a row at the position limit, sinusoi
 config.json files, the tokenizer on mixed text, the cut rules, and broken folders refused in one line."""
 
 import json
-import shutil
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from bertforge.core.errors import BertforgeError
 from bertforge.model import distilbert
@@ -19,7 +17,7 @@ from bertforge.model.sizes import model_shapes
 from bertforge.model.student import activation_ranks, pruned_student, student_config, task_head
 from bertforge.model.task_heads import BertForSequenceClassification
 from bertforge.text.tokenizer import BertTokenizer
-from tests.conftest import ROBERTA_TEXTS, distilbert_folder, distilbert_tokenizer
+from tests.conftest import ROBERTA_TEXTS, broken, distilbert_folder, distilbert_tokenizer
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -258,20 +256,6 @@ def test_a_config_bertforge_cannot_run_is_one_line(fields, says):
     with pytest.raises(BertforgeError, match=says) as excinfo:
         DistilBertConfig.from_dict({"n_layers": 2, **fields})
     assert "\n" not in str(excinfo.value)
-
-
-def broken(folder, tmp_path, change=None, config=None):
-    """A copy of `folder` with its weights edited by `change` and config.json's fields updated by `config`."""
-    copy = tmp_path / "broken"
-    shutil.copytree(folder, copy)
-    if change is not None:
-        weights = load_file(copy / "model.safetensors")
-        change(weights)
-        save_file({k: v.contiguous() for k, v in weights.items()}, copy / "model.safetensors")
-    if config is not None:
-        fields = json.loads((copy / "config.json").read_text())
-        (copy / "config.json").write_text(json.dumps({**fields, **config}))
-    return copy
 
 
 def drop_layer(weights):

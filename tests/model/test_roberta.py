@@ -19,7 +19,7 @@ from bertforge.model.sizes import model_shapes
 from bertforge.model.student import activation_ranks, pruned_student, student_config, task_head
 from bertforge.model.task_heads import BertForSequenceClassification
 from bertforge.text.tokenizer import BertTokenizer, PipelineTokenizer
-from tests.conftest import ROBERTA_TEXTS, roberta_folder, roberta_tokenizer
+from tests.conftest import ROBERTA_TEXTS, broken, roberta_folder, roberta_tokenizer
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -272,20 +272,6 @@ def test_a_config_bertforge_cannot_run_is_one_line(config_class, fields, says):
     with pytest.raises(BertforgeError, match=says) as excinfo:
         config_class.from_dict({"num_hidden_layers": 2, **fields})
     assert "\n" not in str(excinfo.value)
-
-
-def broken(folder, tmp_path, change=None, config=None):
-    """A copy of `folder` with its weights edited by `change` and config.json's fields updated by `config`."""
-    copy = tmp_path / "broken"
-    shutil.copytree(folder, copy)
-    if change is not None:
-        weights = load_file(copy / "model.safetensors")
-        change(weights)
-        save_file({k: v.contiguous() for k, v in weights.items()}, copy / "model.safetensors")
-    if config is not None:
-        fields = json.loads((copy / "config.json").read_text())
-        (copy / "config.json").write_text(json.dumps({**fields, **config}))
-    return copy
 
 
 def drop_layer(weights):
