@@ -333,3 +333,26 @@ def broken(folder, tmp_path, change=None, config=None):
         fields = json.loads((copy / "config.json").read_text())
         (copy / "config.json").write_text(json.dumps({**fields, **config}))
     return copy
+
+
+def compare(reference, ours, ids, mask, segments=None, **inputs) -> dict[str, float]:
+    """The worst difference of each output of two models (a reference's and bertforge's) at the real tokens, and of
+    the hidden states; `segments`: token_type_ids, for the families that read them."""
+    import torch
+
+    inputs = {**inputs, **({} if segments is None else {"token_type_ids": segments})}
+    with torch.no_grad():
+        theirs = reference(input_ids=ids, attention_mask=mask, output_hidden_states=True, **inputs)
+        mine = ours(input_ids=ids, attention_mask=mask, output_hidden_states=True, **inputs)
+    real = mask.bool().reshape(-1, mask.shape[-1])
+    worst = {}
+    for key in ("logits", "start_logits", "end_logits", "last_hidden_state"):
+        if theirs.get(key) is not None:
+            a, b = theirs[key], mine[key]
+            if a.shape[:2] == mask.shape:
+                a, b = a[mask.bool()], b[mask.bool()]
+            worst[key] = (a - b).abs().max().item()
+    assert len(theirs.hidden_states) == len(mine.hidden_states)
+    worst["hidden_states"] = max((a - b)[real].abs().max().item()
+                                 for a, b in zip(theirs.hidden_states, mine.hidden_states))
+    return worst

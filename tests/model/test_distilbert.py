@@ -17,7 +17,7 @@ from bertforge.model.sizes import model_shapes
 from bertforge.model.student import activation_ranks, pruned_student, student_config, task_head
 from bertforge.model.task_heads import BertForSequenceClassification
 from bertforge.text.tokenizer import BertTokenizer
-from tests.conftest import ROBERTA_TEXTS, broken, distilbert_folder, distilbert_tokenizer
+from tests.conftest import ROBERTA_TEXTS, broken, compare, distilbert_folder, distilbert_tokenizer
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -55,25 +55,6 @@ def batch(lengths: list[int], vocab: int, multiple_choice: bool = False):
     if multiple_choice:  # two choices per example
         return ids[None].repeat(2, 1, 1), mask[None].repeat(2, 1, 1)
     return ids, mask
-
-
-def compare(reference, ours, ids, mask, **inputs) -> dict[str, float]:
-    """The worst difference of each output at the real tokens, and of the hidden states."""
-    with torch.no_grad():
-        theirs = reference(input_ids=ids, attention_mask=mask, output_hidden_states=True, **inputs)
-        mine = ours(input_ids=ids, attention_mask=mask, output_hidden_states=True, **inputs)
-    real = mask.bool().reshape(-1, mask.shape[-1])
-    worst = {}
-    for key in ("logits", "start_logits", "end_logits", "last_hidden_state"):
-        if theirs.get(key) is not None:
-            a, b = theirs[key], mine[key]
-            if a.shape[:2] == mask.shape:
-                a, b = a[mask.bool()], b[mask.bool()]
-            worst[key] = (a - b).abs().max().item()
-    assert len(theirs.hidden_states) == len(mine.hidden_states)
-    worst["hidden_states"] = max((a - b)[real].abs().max().item()
-                                 for a, b in zip(theirs.hidden_states, mine.hidden_states))
-    return worst
 
 
 @pytest.mark.parametrize("head", HEADS)
