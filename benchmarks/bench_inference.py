@@ -71,7 +71,7 @@ def squad_rows(tokenizer, windows: int) -> list[dict]:
 
 def load_model(impl: str):
     if impl == "bertforge":
-        from bertforge.model.bert import BertModel
+        from bertforge.model.architectures.bert import BertModel
 
         return BertModel.from_pretrained(MODEL).eval()
     import transformers
@@ -103,7 +103,7 @@ def child(impl: str, case: str, precision: str, limit):
     common.setup()
     import transformers  # noqa: F401
 
-    import bertforge.model.bert  # noqa: F401
+    import bertforge.model.architectures.bert  # noqa: F401
     from bertforge.text.tokenizer import BertTokenizer
 
     baseline = common.rss_mb()

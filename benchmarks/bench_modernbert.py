@@ -75,7 +75,7 @@ def forward_memory(library: str, folder: Path, tokens: int) -> None:
     import torch
 
     if library == "bertforge":
-        from bertforge.model.modernbert import ModernBertForSequenceClassification as Model
+        from bertforge.model.architectures.modernbert import ModernBertForSequenceClassification as Model
         model = Model.from_pretrained(folder)
     else:
         import transformers
@@ -121,7 +121,7 @@ def main():
     import transformers
 
     import bertforge
-    from bertforge.model.modernbert import ModernBertForSequenceClassification
+    from bertforge.model.architectures.modernbert import ModernBertForSequenceClassification
 
     folder = checkpoint(Path(tempfile.mkdtemp()) / "model", args.shape)
     tokenizer = bertforge.BertTokenizer.from_pretrained(folder)

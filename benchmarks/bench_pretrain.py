@@ -39,8 +39,8 @@ def build(config_name: str, seed: int = 0):
     """bertforge's and transformers' BertForPreTraining with the same weights, each with its AdamW."""
     import transformers
 
-    from bertforge.model.config import BertConfig
-    from bertforge.model.bert import BertForPreTraining
+    from bertforge.model.architectures.config import BertConfig
+    from bertforge.model.architectures.bert import BertForPreTraining
     from bertforge.training.optim import make_optimizer, param_groups
 
     torch.manual_seed(seed)
@@ -90,7 +90,7 @@ def child(impl: str, config_name: str, case: str, precision: str, batch_size: in
     common.setup()
     import transformers  # noqa: F401  (both children import both libraries: the same baseline)
 
-    import bertforge.model.bert  # noqa: F401
+    import bertforge.model.architectures.bert  # noqa: F401
     baseline = common.rss_mb()
     batch = common.pretraining_batch(batch_size, length, case == "realistic")
     config, ours, theirs, opt_ours, opt_theirs = build(config_name)

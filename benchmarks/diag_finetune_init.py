@@ -16,7 +16,7 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-from bertforge.model.task_heads import BertForSequenceClassification
+from bertforge.model.architectures.task_heads import BertForSequenceClassification
 from bertforge.text.tokenizer import BertTokenizer
 
 transformers.logging.set_verbosity_error()

@@ -31,7 +31,7 @@ def main():
     import torch
     import transformers
 
-    from bertforge.model import modernbert
+    from bertforge.model.architectures import modernbert
 
     batches = [[10], [50, 23, 7], [600, 130], [args.long]]
     print("| head | shape | row lengths | outputs | hidden states |\n|---|---|---|---|---|")

@@ -14,7 +14,7 @@ import json
 
 import torch
 
-from bertforge.model.bert import BertForPreTraining
+from bertforge.model.architectures.bert import BertForPreTraining
 from bertforge.pretraining.pretrain import PretrainJob
 from bertforge.text.tokenizer import BertTokenizer
 

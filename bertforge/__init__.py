@@ -7,7 +7,7 @@ import importlib
 import os
 
 from .core.version import __version__ as __version__
-from .model.heads import HEADS
+from .model.architectures.heads import HEADS
 from .moved import forward_old_paths
 
 # OpenMP threads that spin while waiting make every parallel region stall whenever another process holds a
@@ -20,7 +20,7 @@ forward_old_paths()  # bertforge.tokenizer, bertforge.model.BertForMaskedLM, ...
 
 # exported name -> the module that defines it
 _EXPORTS = {
-    "BertConfig": "model.config",
+    "BertConfig": "model.architectures.config",
     **{name: head.module.removeprefix("bertforge.") for name, head in HEADS.items()},  # a class per head
     "BertTokenizer": "text.tokenizer",
     # transformers' Auto classes, each model class a head of HEADS

@@ -14,52 +14,68 @@ import warnings
 # old module bertforge.OLD -> the modules its names are in now, searched in order
 MOVED = {
     "answer_spans": "inference.answer_spans", "batcher": "serving.batcher", "bi_encoder": "model.bi_encoder",
-    "checkpoint": "model.checkpoint", "compat": "model.compat", "config": "model.config",
-    "convert": "commands.convert", "crc32c": "model.crc32c", "decoding": "core.decoding", "demo": "pretraining.demo",
-    "distill": "finetuning.distill", "distill_data": "finetuning.distill_data", "encoding": "text.encoding",
-    "entities": "inference.entities", "errors": "core.errors", "evaluate": "finetuning.evaluate",
-    "export": "inference.export", "features": "inference.features", "finetune": "finetuning.finetune",
-    "general_distill": "pretraining.general_distill model.representation_loss",
-    "google_checkpoint": "model.google_checkpoint", "heads": "model.heads", "heap": "core.heap",
+    "checkpoint": "model.formats.checkpoint", "compat": "model.compat", "config": "model.architectures.config",
+    "convert": "commands.convert", "crc32c": "model.formats.crc32c", "decoding": "core.decoding",
+    "demo": "pretraining.demo", "distill": "finetuning.distill", "distill_data": "finetuning.distill_data",
+    "encoding": "text.encoding", "entities": "inference.entities", "errors": "core.errors",
+    "evaluate": "finetuning.evaluate", "export": "inference.export", "features": "inference.features",
+    "finetune": "finetuning.finetune", "general_distill": "pretraining.general_distill training.representation_loss",
+    "google_checkpoint": "model.formats.google_checkpoint", "heads": "model.architectures.heads", "heap": "core.heap",
     "inference": "inference.batches", "info": "commands.info", "inputs": "inference.inputs", "io": "core.io",
-    "metrics_text": "serving.prometheus", "model": "model.bert model.task_heads",
+    "metrics_text": "serving.prometheus", "model": "model.architectures.bert model.architectures.task_heads",
     "objectives": "pretraining.objectives", "optim": "training.optim", "options": "training.options core.flags",
-    "packing": "model.packing", "pipeline_base": "inference.pipeline_base", "pipelines": "inference.pipelines",
-    "plot": "pretraining.plot", "predict": "finetuning.predict", "pretrain": "pretraining.pretrain",
-    "recipe": "pretraining.recipe", "resume": "training.resume", "run_folder": "training.run_folder",
-    "runtime": "inference.runtime", "sentence_folder": "model.sentence_folder", "serve": "serving.serve",
+    "packing": "model.architectures.packing", "pipeline_base": "inference.pipeline_base",
+    "pipelines": "inference.pipelines", "plot": "pretraining.plot", "predict": "finetuning.predict",
+    "pretrain": "pretraining.pretrain", "recipe": "pretraining.recipe", "resume": "training.resume",
+    "run_folder": "training.run_folder", "runtime": "inference.runtime",
+    "sentence_folder": "model.formats.sentence_folder", "serve": "serving.serve",
     "serve_connections": "serving.connections", "serve_guard": "serving.guard", "serve_openai": "serving.openai_api",
-    "serve_start": "serving.start", "serve_tei": "serving.tei", "sizes": "model.sizes", "suite": "finetuning.suite",
-    "tf_checkpoint": "model.tf_checkpoint", "tokenizer": "text.tokenizer", "train": "training.train",
-    "vocab": "text.vocab", "windows": "inference.windows", "wordpiece": "text.wordpiece",
+    "serve_start": "serving.start", "serve_tei": "serving.tei", "sizes": "model.formats.sizes",
+    "suite": "finetuning.suite", "tf_checkpoint": "model.formats.tf_checkpoint", "tokenizer": "text.tokenizer",
+    "train": "training.train", "vocab": "text.vocab", "windows": "inference.windows", "wordpiece": "text.wordpiece",
+    # the model layer's rooms: its modules moved into architectures/ and formats/
+    "model.architectures": "model.architectures.registry", "model.bert": "model.architectures.bert",
+    "model.checkpoint": "model.formats.checkpoint", "model.config": "model.architectures.config",
+    "model.crc32c": "model.formats.crc32c", "model.distilbert": "model.architectures.distilbert",
+    "model.electra": "model.architectures.electra", "model.google_checkpoint": "model.formats.google_checkpoint",
+    "model.heads": "model.architectures.heads", "model.modernbert": "model.architectures.modernbert",
+    "model.packing": "model.architectures.packing", "model.ranking_loss": "model.architectures.task_heads",
+    "model.representation_loss": "training.representation_loss", "model.roberta": "model.architectures.roberta",
+    "model.sentence_folder": "model.formats.sentence_folder", "model.sizes": "model.formats.sizes",
+    "model.task_heads": "model.architectures.task_heads", "model.tf_checkpoint": "model.formats.tf_checkpoint",
 }
-# Two old modules are packages now. Only their old names are forwarded, so that a submodule not imported yet
+# Three old modules are packages now. Only their old names are forwarded, so that a submodule not imported yet
 # (`from bertforge.model import sizes`) is imported, not looked up in bert.py, and a misspelt name loads no torch.
 PACKAGES = {
     "model": """ACT BertEmbeddings BertSelfAttention BertOutput BertAttention BertIntermediate BertLayer BertEncoder
         BertPooler truncated_normal_ BertPreTrainedModel BertModel BertPredictionHeadTransform BertLMPredictionHead
         BertOnlyMLMHead BertPreTrainingHeads masked_lm BertForPreTraining BertForMaskedLM DropoutSite TaskHead
         BertForSequenceClassification BertForTokenClassification BertForQuestionAnswering BertForMultipleChoice""",
+    "model.architectures": """Architecture classes ELECTRA DISTILBERT ROBERTA_ARCHITECTURE ARCHITECTURES HEAD_OF
+        ENCODER_PARTS PARTS architecture read_config load_config model_class pretraining_class head_of heads_of""",
     "inference": """pad_nested pad_batch row_lengths doc_spans max_context_window run_model Row is_nested row_length
         row_width LazyRows row_sizes rows_tokens plan_batches cut_padding pad run_batch run per_row""",
 }
 # old module -> {name it had that no module has now: what took its place}
 GONE = {
     "serve": dict.fromkeys(("ENDPOINTS", "INPUTS", "OPTIONS"), "each route, its inputs and request options are its "
-                           "head's Route in bertforge.model.heads.HEADS"),
+                           "head's Route in bertforge.model.architectures.heads.HEADS"),
     "inference": {"row_choices": "bertforge.inference.batches.pad_choices pads a row's choices"},
     "evaluate": {"inference_rate": "bertforge.finetuning.evaluate.Speed times a model's forward passes"},
-    "checkpoint": {"TIED_ALIASES": "bertforge.model.architectures.Architecture.aliases_of names the tied tensors' "
-                                   "second names, per architecture",
-                   "encoder_parts": "bertforge.model.architectures.Architecture.encoder_parts, by each "
+    "checkpoint": {"TIED_ALIASES": "bertforge.model.architectures.registry.Architecture.aliases_of names the tied "
+                                   "tensors' second names, per architecture",
+                   "encoder_parts": "bertforge.model.architectures.registry.Architecture.encoder_parts, by each "
                                     "architecture's own names"},
-    "info": {"check_sizes": "bertforge.model.checkpoint.check_header checks info's folder as every command's"},
-    "sizes": {"FIRST_DIMENSION": "bertforge.model.sizes.field_of finds any architecture's field on the meta device",
-              "layer_count": "bertforge.model.architectures.Architecture.layer_count, by each architecture's names"},
+    "info": {"check_sizes": "bertforge.model.formats.checkpoint.check_header checks info's folder as every "
+                              "command's"},
+    "sizes": {"FIRST_DIMENSION": "bertforge.model.formats.sizes.field_of finds any architecture's field on the meta "
+                                  "device",
+              "layer_count": "bertforge.model.architectures.registry.Architecture.layer_count, by each "
+                             "architecture's names"},
     "general_distill": {"last_layer_qkv": "each encoder's own method now (BertModel.last_layer_qkv, "
                                           "ModernBertModel.last_layer_qkv)"},
-    "sentence_folder": {"MODULE_TYPES": "bertforge.model.sentence_folder.MODULE_ORDER names the modules that may "
-                                        "follow each"},
+    "sentence_folder": {"MODULE_TYPES": "bertforge.model.formats.sentence_folder.MODULE_ORDER names the modules "
+                                        "that may follow each"},
 }
 LATER = "the old path goes in a later release"
 

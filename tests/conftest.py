@@ -47,7 +47,7 @@ def built_devices(monkeypatch) -> list:
     """The default device of every BertModel built from now on (the meta device allocates nothing)."""
     import torch
 
-    from bertforge.model.bert import BertModel
+    from bertforge.model.architectures.bert import BertModel
 
     devices, build = [], BertModel.__init__
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import bertforge
-from bertforge.model.architectures import ARCHITECTURES, heads_of, read_config
-from bertforge.model.heads import HEADS
+from bertforge.model.architectures.registry import ARCHITECTURES, heads_of, read_config
+from bertforge.model.architectures.heads import HEADS
 from tests.conftest import REPO, distilbert_folder, modernbert_folder, roberta_folder
 from tests.conftest import electra_folder
 from tests.inference.test_pipelines import assert_same, best_span
@@ -318,7 +318,7 @@ def roberta_folders(tmp_path_factory):
 def test_every_head_of_the_registry_but_pre_training_has_a_class_of_each_family(family):
     arch = ARCHITECTURES["xlm-roberta" if family == "XLMRoberta" else "roberta"]
     assert set(HEADS) - set(arch.heads()) == {"BertForPreTraining"}
-    assert arch.classes["BertForMaskedLM"] == f"bertforge.model.roberta:{family}ForMaskedLM"
+    assert arch.classes["BertForMaskedLM"] == f"bertforge.model.architectures.roberta:{family}ForMaskedLM"
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -514,7 +514,7 @@ def test_every_head_of_the_registry_but_pre_training_has_a_distilbert_class():
     arch = ARCHITECTURES["distilbert"]
     assert set(HEADS) - set(arch.heads()) == {"BertForPreTraining"} and not arch.segments
     assert arch.classes["BertForSequenceClassification"] == \
-        "bertforge.model.distilbert:DistilBertForSequenceClassification"
+        "bertforge.model.architectures.distilbert:DistilBertForSequenceClassification"
 
 
 def test_pipelines_on_distilbert_are_the_references(tmp_path):
@@ -730,7 +730,7 @@ def electra_folders(tmp_path_factory):
 def test_every_head_of_the_registry_but_pre_training_has_an_electra_class():
     arch = ARCHITECTURES["electra"]
     assert set(HEADS) - set(arch.heads()) == {"BertForPreTraining"}
-    assert arch.classes["BertForMultipleChoice"] == "bertforge.model.electra:ElectraForMultipleChoice"
+    assert arch.classes["BertForMultipleChoice"] == "bertforge.model.architectures.electra:ElectraForMultipleChoice"
 
 
 def test_pipelines_on_electra_are_the_references(electra_folders):

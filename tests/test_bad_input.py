@@ -569,7 +569,7 @@ def bounded(argv: list, seconds: float = 120) -> tuple[int, str]:
 
 
 def sentence_folder(tiny_model, folder: Path) -> Path:
-    from bertforge.model.sentence_folder import write_sentence_folder
+    from bertforge.model.formats.sentence_folder import write_sentence_folder
 
     shutil.copytree(tiny_model, folder)
     write_sentence_folder(folder, "mean")

@@ -35,7 +35,7 @@ def test_package_exports_are_lazy():
     done = run_python("import sys, bertforge; assert 'torch' not in sys.modules; "
                       "m = bertforge.BertModel; assert 'torch' in sys.modules; print(m.__module__)")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "bertforge.model.bert"
+    assert done.stdout.strip() == "bertforge.model.architectures.bert"
     assert "BertModel" in dir(__import__("bertforge"))
     with pytest.raises(AttributeError):
         __import__("bertforge").NoSuchThing

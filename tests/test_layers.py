@@ -77,11 +77,17 @@ def stale_names(path: Path, package: Path) -> list[str]:
     from bertforge.moved import MOVED
 
     now = {p.stem for p in package.rglob("*.py")} | {p.name for p in package.iterdir() if p.is_dir()}
-    gone = sorted(set(MOVED) - now)
+    gone = sorted(old for old in set(MOVED) - now if "." not in old)
+    # a module moved within a folder (model.config, now model/architectures/config.py): named by its path, or
+    # in full (bertforge.model.config), where no such file or folder is now
+    moved_within = sorted(old for old in MOVED if "." in old and not (package / old.replace(".", "/")).exists()
+                          and not (package / old.replace(".", "/")).with_suffix(".py").exists())
+    paths = "|".join(rf"{old.replace('.', '/')}\.py|bertforge\.{re.escape(old)}\b" for old in moved_within)
     stale = []
     for i, line in enumerate(path.read_text().splitlines(), 1):
         stale += [f"{path.name}:{i}: {name}" for name in re.findall(rf"\b(?:{'|'.join(gone)})\.\w+", line)
                   if not name.endswith(".py") or name.removesuffix(".py") not in now]
+        stale += [f"{path.name}:{i}: {name}" for name in re.findall(rf"(?<![\w/.])(?:{paths})", line)]
         stale += [f"{path.name}:{i}: inference.{name}" for name in re.findall(r"\binference\.(\w+)", line)
                   if not (package / "inference" / f"{name}.py").exists()]
     return stale

@@ -80,7 +80,9 @@ print(json.dumps([str(w.message) for w in caught if w.category is FutureWarning]
     assert done.returncode == 0, done.stderr
     warned = json.loads(done.stdout)
     for old, groups in MOVED.items():
-        mine = [message for message in warned if message.startswith((f"{old} ", f"{old}."))]
+        # its own warning: "OLD is now ...", or for a package "OLD.NAME is now ... (the old module OLD is now ...)"
+        mine = [message for message in warned
+                if message.startswith(f"{old} is now") or f"(the old module {old} is now" in message]
         now = next(iter(groups))  # the module the old one became
         assert len(mine) == 1 and now in mine[0], f"{old}: {mine}"
         assert mine[0].endswith("; the old path goes in a later release")
@@ -93,15 +95,18 @@ def test_old_scripts_run_and_are_told_where_the_names_went():
                       "import bertforge.inference\n"
                       "b = bertforge.inference.run\n"
                       "from bertforge.tokenizer import BertTokenizer\n"
-                      "import bertforge.model.bert, bertforge.inference.batches, bertforge.text.tokenizer\n"
-                      "print(a is bertforge.model.bert.BertForMaskedLM, b is bertforge.inference.batches.run,\n"
+                      "import bertforge.model.architectures.bert, bertforge.inference.batches\n"
+                      "import bertforge.text.tokenizer\n"
+                      "print(a is bertforge.model.architectures.bert.BertForMaskedLM,\n"
+                      "      b is bertforge.inference.batches.run,\n"
                       "      BertTokenizer is bertforge.text.tokenizer.BertTokenizer)\n")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True"] * 3
     warned = [line for line in done.stderr.splitlines() if "FutureWarning" in line]  # shown by default
     assert warned == [
-        "<string>:2: FutureWarning: bertforge.model.BertForMaskedLM is now bertforge.model.bert.BertForMaskedLM "
-        "(the old module bertforge.model is now bertforge.model.bert and bertforge.model.task_heads); "
+        "<string>:2: FutureWarning: bertforge.model.BertForMaskedLM is now "
+        "bertforge.model.architectures.bert.BertForMaskedLM (the old module bertforge.model is now "
+        "bertforge.model.architectures.bert and bertforge.model.architectures.task_heads); "
         "the old path goes in a later release",
         "<string>:4: FutureWarning: bertforge.inference.run is now bertforge.inference.batches.run (the old module "
         "bertforge.inference is now bertforge.inference.batches); the old path goes in a later release",

@@ -12,8 +12,8 @@ import torch
 import bertforge
 from bertforge.cli import build_parser, main
 from bertforge.core.errors import BertforgeError
-from bertforge.model.architectures import load_config
-from bertforge.model.bert import BertForMaskedLM, BertForSequenceClassification
+from bertforge.model.architectures.registry import load_config
+from bertforge.model.architectures.bert import BertForMaskedLM, BertForSequenceClassification
 from bertforge.text.tokenizer import BertTokenizer
 from tests.conftest import fine_tune, modernbert_tokenizer
 from tests.hub_server import TOKEN
@@ -174,7 +174,7 @@ def test_serve_by_name_at_a_revision(hub, named, hub_bert):
 
 def test_export_and_convert_by_name(hub, named, hub_bert, tmp_path, capsys):
     pytest.importorskip("onnxruntime")
-    from bertforge.model.checkpoint import read_weights
+    from bertforge.model.formats.checkpoint import read_weights
 
     printed(capsys, "export", "onnx", NAME, tmp_path / "onnx")
     assert_same(bertforge.pipeline("fill-mask", model=tmp_path / "onnx", backend="onnx")(MASKED),

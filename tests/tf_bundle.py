@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bertforge.model.crc32c import crc32c, mask
-from bertforge.model.tf_checkpoint import TABLE_MAGIC
+from bertforge.model.formats.crc32c import crc32c, mask
+from bertforge.model.formats.tf_checkpoint import TABLE_MAGIC
 
 DATA_TYPES = {"float32": 1, "int32": 3, "int64": 9}
 

@@ -10,7 +10,7 @@ from ..core.errors import BertforgeError
 from ..core.io import atomic_path, has_model_file, model_file, new_model_folder
 from ..core.flags import ONNX_OPSETS, add_revision_argument, onnx_opset
 from ..core.hub import model_folder
-from ..model.sentence_folder import keep_sentence_folder
+from ..model.formats.sentence_folder import keep_sentence_folder
 
 
 def add_convert_arguments(parser):
@@ -33,9 +33,9 @@ def run_convert(args) -> int:
     or rewrite a Google checkpoint in the Hugging Face layout."""
     from safetensors.torch import save_file
 
-    from ..model import google_checkpoint
-    from ..model.architectures import architecture, read_config
-    from ..model.checkpoint import SAFETENSORS, read_weights
+    from ..model.formats import google_checkpoint
+    from ..model.architectures.registry import architecture, read_config
+    from ..model.formats.checkpoint import SAFETENSORS, read_weights
 
     out, overwrite = Path(args.out), getattr(args, "overwrite", False)
     if google_checkpoint.find(args.src) is not None:
@@ -106,9 +106,9 @@ def convert_google(src, out, do_lower_case: bool | None = None, hidden_act: str 
     """Write a Google checkpoint as a Hugging Face-layout folder (config.json, model.safetensors, tokenizer
     files with the checkpoint's casing), replacing `out` as a whole (a folder holding a model: only with
     `overwrite`); the line to print (what was skipped is logged while loading)."""
-    from ..model.google_checkpoint import architecture, find, read_config
-    from ..model.heads import head_class
-    from ..model.tf_checkpoint import TFCheckpoint
+    from ..model.formats.google_checkpoint import architecture, find, read_config
+    from ..model.architectures.heads import head_class
+    from ..model.formats.tf_checkpoint import TFCheckpoint
     from ..text.tokenizer import BertTokenizer
 
     prefix = find(src)

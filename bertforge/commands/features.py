@@ -10,7 +10,7 @@ from ..core.errors import BertforgeError
 from ..inference.features import COMBINES, LEVELS, WORD_VECTORS, check_output_format, extract_features, write_features
 from ..core.io import check_output, read_text
 from ..core.flags import add_device_argument, add_revision_argument, count
-from ..model.sentence_folder import POOLINGS
+from ..model.formats.sentence_folder import POOLINGS
 
 PAIR_SEPARATOR = re.compile(r"^(.*) \|\|\| (.*)$")  # Google's extract_features input format
 

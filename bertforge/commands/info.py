@@ -6,13 +6,13 @@ Only the safetensors headers are read (names, shapes, dtypes), so this is instan
 from math import prod
 from pathlib import Path
 
-from ..model.config import BertConfig
+from ..model.architectures.config import BertConfig
 from ..core.errors import BertforgeError
 from ..core.flags import add_revision_argument
 from ..core.hub import hub_origin, model_folder
 from ..core.io import has_model_file, read_model_json, read_model_text
-from ..model.sentence_folder import read_sentence_folder
-from ..model.sizes import read_header
+from ..model.formats.sentence_folder import read_sentence_folder
+from ..model.formats.sizes import read_header
 from ..text.tokenizer import looks_uncased
 
 # What each hidden_act computes: the two GELUs differ by up to 5e-4 per unit, enough to move a checkpoint's outputs.
@@ -63,8 +63,8 @@ def vocabulary_case(folder: Path) -> str:
 def describe(folder: Path) -> list[str]:
     """The lines `bertforge info` prints."""
     from ..model import google_checkpoint  # here, not at the top: the command's --help does not load torch
-    from ..model.architectures import PARTS, model_class, read_config
-    from ..model.checkpoint import check_header, normalise_keys, part_name, weight_files
+    from ..model.architectures.registry import PARTS, model_class, read_config
+    from ..model.formats.checkpoint import check_header, normalise_keys, part_name, weight_files
 
     folder = Path(folder)
     if not folder.is_dir():

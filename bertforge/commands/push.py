@@ -51,8 +51,8 @@ def model_card(model: Path, run: Path | None, repo_id: str, license: str | None)
     from ..core.hub import hub_origin
     from ..core.io import read_json, read_model_json, read_model_text
     from ..core.version import __version__
-    from ..model.architectures import head_of
-    from ..model.heads import HEADS
+    from ..model.architectures.registry import head_of
+    from ..model.architectures.heads import HEADS
     from ..training.resume import ARGS_FILE
 
     extra = (read_json(run / ARGS_FILE).get("extra") or {}) if run else {}

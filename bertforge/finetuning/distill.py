@@ -11,7 +11,7 @@ all labelled by the teacher, whose outputs are cached; for question answering `-
 teacher gives.
 `--representations` (text classification) adds general distillation's terms on the last layer (TinyBERT's
 task-specific stage: the hidden states, MiniLMv2's self-attention relations, or both;
-model/representation_loss.py), weighted `--representation-weight`: the teacher then runs beside the student on
+training/representation_loss.py), weighted `--representation-weight`: the teacher then runs beside the student on
 every training batch.
 
 The student starts from a size name (the size's layers and width with the teacher's vocabulary, position count
@@ -31,8 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..model.architectures import architecture, head_of, load_config, model_class
-from ..model.config import SIZES, BertConfig
+from ..model.architectures.registry import architecture, head_of, load_config, model_class
+from ..model.architectures.config import SIZES, BertConfig
 from ..core.errors import BertforgeError
 from .evaluate import evaluate_splits
 from .finetune import (
@@ -57,7 +57,7 @@ from .distill_recipe import (
     student_start
 )
 
-# --representations: the terms of general distillation (model/representation_loss.py) each choice trains on
+# --representations: the terms of general distillation (training/representation_loss.py) each choice trains on
 REPRESENTATIONS = {"hidden": ("hidden_loss",), "relations": ("relation_loss",),
                    "both": ("hidden_loss", "relation_loss")}
 # --augment's bound: TinyBERT's augmentation makes 20 variants of each input; 64 leaves room to measure beyond it
@@ -310,7 +310,7 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     loss_units = {"distill_loss": targets.units, "label_loss": targets.label_units}
     matcher = None
     if representations:
-        from ..model.representation_loss import RepresentationMatch
+        from ..training.representation_loss import RepresentationMatch
 
         matcher = RepresentationMatch(teacher.base_model, model.config.hidden_size, REPRESENTATIONS[representations])
         loss_units.update(dict.fromkeys(matcher.terms, real_tokens))

@@ -139,7 +139,7 @@ def file_digest(path: Path, digest) -> None:
 def cache_key(teacher_dir: Path, encoded: dict, keys: tuple[str, ...]) -> str:
     """A hash of the teacher's files (its config, its weights and their shard index: the files it is read from)
     and the rows (`keys` of `encoded`) it reads."""
-    from ..model.checkpoint import SAFETENSORS_INDEX, weight_files
+    from ..model.formats.checkpoint import SAFETENSORS_INDEX, weight_files
 
     digest = hashlib.sha256(b"bertforge teacher outputs 1\n")
     read = [teacher_dir / "config.json", *weight_files(teacher_dir)]

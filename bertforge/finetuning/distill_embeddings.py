@@ -35,9 +35,9 @@ from ..core.errors import BertforgeError
 from ..core.flags import probability
 from ..core.hub import hub_origin, model_folder
 from ..core.io import atomic_path, check_output, read_json_lines, read_records, read_text, text_files, write_json
-from ..model.architectures import load_config
-from ..model.config import SIZES, BertConfig
-from ..model.sentence_folder import SentencePooling, declaration_files, read_sentence_folder
+from ..model.architectures.registry import load_config
+from ..model.architectures.config import SIZES, BertConfig
+from ..model.formats.sentence_folder import SentencePooling, declaration_files, read_sentence_folder
 from ..text.tokenizer import BertTokenizer
 from ..training.options import TrainArgs
 from ..training.resume import EMBEDDINGS_FIXED, check_resume, run_wall_seconds
@@ -171,7 +171,7 @@ def build_encoder(spec: str, teacher_dir: Path, tokenizer, rows: dict, prune: bo
                   device: str | None):
     """The student's encoder (a BertModel): of the size `spec`, cut from the teacher with `prune` (its parts ranked
     on `rows`), or a checkpoint folder. Random weights are drawn from the current torch seed."""
-    from ..model.bert import BertModel
+    from ..model.architectures.bert import BertModel
 
     if spec not in SIZES:
         from .distill_recipe import student_folder

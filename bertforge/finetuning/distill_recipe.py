@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..core.errors import BertforgeError
 from ..core.hub import model_folder
-from ..model.config import SIZES
+from ..model.architectures.config import SIZES
 from ..text.tokenizer import BertTokenizer
 from .finetune import CHOSEN, FINETUNE_DEFAULTS, PAPER
 

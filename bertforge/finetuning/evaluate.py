@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import BertforgeError
-from ..model.architectures import head_of, heads_of
+from ..model.architectures.registry import head_of, heads_of
 from ..inference.batches import padding, row_lengths, run_model
 from ..core.io import check_output, write_json
 from ..core.flags import add_device_argument, add_revision_argument, count
@@ -69,7 +69,7 @@ def evaluate_splits(family: TaskFamily, model, splits: list[Split], batch_size: 
 def weights_bytes(folder) -> int:
     """The size on disk of the files a model folder's weights are read from (a Google checkpoint's: its own)."""
     from ..model import google_checkpoint  # torch: not at the top
-    from ..model.checkpoint import weight_files
+    from ..model.formats.checkpoint import weight_files
 
     google = google_checkpoint.find(folder)
     files = google_checkpoint.header(google)[2] if google is not None else weight_files(Path(folder))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.architectures import load_config
+from ..model.architectures.registry import load_config
 from ..core.errors import BertforgeError
 from .evaluate import check_length, evaluate_splits, predict_split
 from ..inference.batches import pad_batch, row_lengths

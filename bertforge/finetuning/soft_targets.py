@@ -78,7 +78,7 @@ def labelled_loss(out: dict, batch: dict, labelled, regression: bool = False):
 
 def span_labelled_loss(out: dict, batch: dict, labelled, regression: bool = False):
     """The span loss on the labelled windows (`labelled`, bool [B]): the model's own (task_heads.span_cross_entropy)."""
-    from ..model.task_heads import span_cross_entropy
+    from ..model.architectures.task_heads import span_cross_entropy
 
     if not labelled.any():
         return out["start_logits"].sum() * 0.0

@@ -24,7 +24,7 @@ import statistics
 import time
 from pathlib import Path
 
-from ..model.architectures import load_config
+from ..model.architectures.registry import load_config
 from ..core.errors import BertforgeError
 from .evaluate import SPEED_FIGURES, mebibytes, millions, run_conditions, whole
 from .finetune import EPOCH_RUN, FINETUNE_DEFAULTS, PAPER, finetune
@@ -84,7 +84,7 @@ def random_model(spec: str, vocab: str, seed: int, folder: Path) -> Path:
     if not (folder / "config.json").is_file():
         import torch  # here, not at the top: the command's --help does not load torch
 
-        from ..model.architectures import model_class
+        from ..model.architectures.registry import model_class
 
         tokenizer = BertTokenizer.from_pretrained(vocab)
         config = load_config(spec.split(":", 1)[1])

@@ -22,14 +22,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..model.architectures import heads_of, read_config
+from ..model.architectures.registry import heads_of, read_config
 from ..core.errors import BertforgeError
 from .batches import pad
 from ..core.io import atomic_path, has_model_file, model_file, new_model_folder, write_text_atomic
 from ..core.flags import ONNX_OPSETS
-from ..model.heads import HEADS, head_class
+from ..model.architectures.heads import HEADS, head_class
 from .runtime import ONNX_FILES, OnnxRuntime, TorchRuntime
-from ..model.sentence_folder import keep_sentence_folder
+from ..model.formats.sentence_folder import keep_sentence_folder
 from ..text.tokenizer import BertTokenizer
 
 COPIED = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")

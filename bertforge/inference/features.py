@@ -37,7 +37,7 @@ import numpy as np
 from ..core.errors import BertforgeError
 from ..core.hub import model_folder
 from ..core.io import atomic_path, rounded
-from ..model.sentence_folder import check_pooling, normalized, pool, read_sentence_folder
+from ..model.formats.sentence_folder import check_pooling, normalized, pool, read_sentence_folder
 from .batches import doc_spans, max_context_window, run_model
 from .batches import SEQUENCE_INPUTS, padding
 from ..text.encoding import truncated_lengths
@@ -97,7 +97,7 @@ class FeatureExtractor:
         folder = model_folder(model_dir, revision, token)  # or a Hub name (org/name)
         if not folder.is_dir():
             raise BertforgeError(f"{folder}: no such model folder")
-        from ..model.bert import BertModel
+        from ..model.architectures.bert import BertModel
         from .runtime import pick_device
 
         self.folder = folder

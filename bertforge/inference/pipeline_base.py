@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..model import bert as models
-from ..model.config import BertConfig
+from ..model.architectures import bert as models
+from ..model.architectures.config import BertConfig
 from ..core.errors import BertforgeError
 from .batches import run
 from .inputs import as_list, check_count, check_text, input_name

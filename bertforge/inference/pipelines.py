@@ -12,18 +12,18 @@ from pathlib import Path
 import numpy as np
 
 from . import answer_spans
-from ..model import bert, task_heads
-from ..model.architectures import heads_of, read_config
-from ..model.config import BertConfig
+from ..model.architectures import bert, task_heads
+from ..model.architectures.registry import heads_of, read_config
+from ..model.architectures.config import BertConfig
 from .entities import STRATEGIES, Entities, entities, softmax, token_entries
 from ..core.errors import BertforgeError
 from ..core.hub import model_folder
 from .batches import per_row
-from ..model.heads import HEADS
+from ..model.architectures.heads import HEADS
 from .inputs import as_list, check_count, check_ids, check_masks, check_text, id_row, input_name, is_ids
 from .pipeline_base import Pipeline, Prepared, TooLong
 from .runtime import head_for, load_runtime
-from ..model.sentence_folder import (SentencePooling, apply_dense, check_pooling, load_dense, normalized, pool,
+from ..model.formats.sentence_folder import (SentencePooling, apply_dense, check_pooling, load_dense, normalized, pool,
                                      read_sentence_folder)
 from ..text.tokenizer import BertTokenizer
 from .windows import TextWindows

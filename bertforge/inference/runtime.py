@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
-from ..model import bert as models
+from ..model.architectures import bert as models
 from ..core.errors import BertforgeError
 from ..core.io import has_model_file, read_model_json
-from ..model.architectures import head_of, heads_of
-from ..model.heads import HEADS, head_class
+from ..model.architectures.registry import head_of, heads_of
+from ..model.architectures.heads import HEADS, head_class
 from ..core.flags import device_problem
 
 log = logging.getLogger("bertforge")

@@ -3,9 +3,9 @@ whatever its architecture. Each model class names a head (`heads.HEADS`); the ar
 (`architectures.model_class`) gives the class of the folder's architecture with that head, as the head classes'
 own `from_pretrained` does for another architecture's folder (`checkpoint.own_class`)."""
 
-from .architectures import model_class, read_config
-from .checkpoint import configured
-from .heads import head_class
+from .architectures.registry import model_class, read_config
+from .formats.checkpoint import configured
+from .architectures.heads import head_class
 from ..core.hub import model_folder
 from ..text.tokenizer import BertTokenizer
 

@@ -10,9 +10,9 @@ declare its pooling (sentence_folder.py), so that `SentenceTransformer(folder)` 
 import torch
 import torch.nn.functional as F
 
-from .bert import BertModel
+from .architectures.bert import BertModel
 from .sentence_encoder import pooled
-from .sentence_folder import write_sentence_folder
+from .formats.sentence_folder import write_sentence_folder
 
 SCALE = 20.0  # sentence-transformers' MultipleNegativesRankingLoss scale
 

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.errors import BertforgeError
-from .bert import BertModel
-from .sentence_folder import DENSE, check_pooling, load_dense, read_sentence_folder, write_sentence_folder
+from .architectures.bert import BertModel
+from .formats.sentence_folder import DENSE, check_pooling, load_dense, read_sentence_folder, write_sentence_folder
 
 
 def pooled(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:

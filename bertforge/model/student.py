@@ -6,8 +6,8 @@ alike (`--student-embeddings`); or the teacher itself cut to the student's size 
 import torch
 
 from ..core.errors import BertforgeError
-from .bert import BertModel
-from .config import BertConfig
+from .architectures.bert import BertModel
+from .architectures.config import BertConfig
 
 
 # The embedding tables of a BERT encoder, each with the config field that counts its rows
@@ -307,7 +307,7 @@ class ModernBertCut:
 
 def cut_of(model):
     """The cut rules of a model's architecture (architectures.Architecture.cut)."""
-    from .architectures import architecture
+    from .architectures.registry import architecture
 
     return architecture(model.config).cut_rules()
 

@@ -14,7 +14,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from ..model.architectures import load_config
+from ..model.architectures.registry import load_config
 from ..data.create import create_pretraining_data
 from ..core.io import check_output
 from .objectives import OBJECTIVES
@@ -162,7 +162,8 @@ def run_demo(args) -> int:
 
 def show_fill_mask(folder, device) -> None:
     """The model's top 5 for the demo's sentences, counting the hits."""
-    from ..model.bert import BertForPreTraining  # here, not at the top: the command's --help does not load torch
+    # here, not at the top: the command's --help does not load torch
+    from ..model.architectures.bert import BertForPreTraining
 
     sentence = FILL_MASK_SENTENCES[0][0]
     step("fill-mask (top 5; a hit when the masked word is among them)",

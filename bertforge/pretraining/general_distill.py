@@ -1,6 +1,6 @@
 """General distillation (`pretrain --objective distill --teacher DIR`): a student learns a teacher's
 representations on the pre-training rows, with no masked-LM head on either side: the last layer's hidden
-states and self-attention relations (model/representation_loss.py says how each is measured).
+states and self-attention relations (training/representation_loss.py says how each is measured).
 
 `--objective distill` trains on both (`DISTILL_LOSSES`), `distill-hidden` and `distill-relations` on one; the
 held-out figures give both either way, so that the three can be compared (objectives.py). With `--prune` the
@@ -13,8 +13,8 @@ from torch import nn
 
 from ..core.errors import BertforgeError
 from ..data.shards import check_vocab
-from ..model.architectures import pretraining_class
-from ..model.representation_loss import DISTILL_LOSSES, RepresentationMatch, last_layer_states
+from ..model.architectures.registry import pretraining_class
+from ..training.representation_loss import DISTILL_LOSSES, RepresentationMatch, last_layer_states
 from ..text.tokenizer import BertTokenizer
 
 
@@ -46,7 +46,7 @@ class GeneralDistiller(nn.Module):
 
 def load_teacher_encoder(folder) -> nn.Module:
     """The teacher's encoder (a checkpoint folder of any architecture: its heads are not used)."""
-    from ..model.bert import BertModel
+    from ..model.architectures.bert import BertModel
 
     folder = Path(folder)
     if not (folder / "config.json").is_file():

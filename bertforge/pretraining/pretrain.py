@@ -20,7 +20,7 @@ from ..core.io import check_output, exclusive, write_json
 from ..training.options import add_training_arguments, recorded_arguments, training_options
 from ..core.flags import add_revision_argument, count
 from ..core.hub import hub_origin, model_folder
-from ..model.architectures import load_config, pretraining_class
+from ..model.architectures.registry import load_config, pretraining_class
 from ..data.shards import check_vocab, load_pretraining_data
 from ..core.errors import BertforgeError
 from .objectives import OBJECTIVES, choose_objective

@@ -2,8 +2,8 @@
 
 Endpoints, with request bodies as text-embeddings-inference spells them ({"inputs": ...} plus options):
 POST /v1/classify, /v1/embed, /v1/fill-mask, /v1/ner, /v1/qa, /v1/multiple-choice (each head's route, with its
-options, as the head registry declares it: model/heads.py `Route`; the one matching the model's task answers,
-the others say which does), GET /health, /info, /metrics (Prometheus text), /docs; beside
+options, as the head registry declares it: model/architectures/heads.py `Route`; the one matching the model's task
+answers, the others say which does), GET /health, /info, /metrics (Prometheus text), /docs; beside
 them text-embeddings-inference's routes (tei.py) and OpenAI's /v1/embeddings (openai_api.py).
 A response is a list in input order, each item shaped as the matching `pipeline()` result. A QA context or a
 text to tag (/v1/ner) longer than --max-input-tokens is cut into overlapping windows of that length, the whole
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from .batcher import Batcher, Overloaded
-from ..model.architectures import read_config
-from ..model.heads import SERVED, SERVED_AS, Route
+from ..model.architectures.registry import read_config
+from ..model.architectures.heads import SERVED, SERVED_AS, Route
 from ..core.errors import BertforgeError
 from .prometheus import Registry
 from ..core.flags import (add_device_argument, add_revision_argument, count, header_token, host_names,

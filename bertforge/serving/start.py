@@ -27,7 +27,7 @@ KEY_VARIABLE = "BERTFORGE_API_KEY"
 def check_model(folder: Path, backend: str, int8: bool, bf16: bool = False):
     """A one-line error where the folder lacks what loading it in the background would need, or the precision
     asked for does not fit the backend."""
-    from ..model.checkpoint import check_weights
+    from ..model.formats.checkpoint import check_weights
     from ..inference.runtime import check_precision, onnx_file
     from ..text.tokenizer import BertTokenizer
 

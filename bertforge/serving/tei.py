@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from ..core.version import __version__
 from ..core.errors import BertforgeError
 from ..inference.inputs import check_text
-from ..model.heads import SERVED
+from ..model.architectures.heads import SERVED
 from .guard import REQUEST, Refused, json_bytes, result_bytes
 
 MODEL_ROUTES = {"embedding": ("/embed", "/embed_all", "/v1/embeddings"), "classifier": ("/predict",),

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core.errors import BertforgeError
 from ..inference.batches import SEQUENCE_INPUTS
-from ..model.heads import head_class
+from ..model.architectures.heads import head_class
 
 
 

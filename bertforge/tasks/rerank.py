@@ -7,9 +7,9 @@ head is a sequence classifier with one output, as sentence-transformers' CrossEn
 config.json says so (num_labels 1, problem_type multi_label_classification), so that transformers,
 sentence-transformers and a reranking server read the score as sigmoid(logit). Training ranks each query's
 passages against each other (a query's rows whole in a batch, listwise softmax cross-entropy:
-model.ranking_loss); a query with a single passage is trained with binary cross-entropy on its logit. The scores
-order a query's passages; they are not calibrated probabilities. The model is evaluated as a ranker: MRR@10 and
-nDCG@10 over the dev queries (grouped by their text) that have several passages, one relevant
+model.architectures.task_heads.ranking_loss); a query with a single passage is trained with binary cross-entropy on
+its logit. The scores order a query's passages; they are not calibrated probabilities. The model is evaluated as a
+ranker: MRR@10 and nDCG@10 over the dev queries (grouped by their text) that have several passages, one relevant
 (metrics.ranking_metrics).
 """
 
@@ -90,7 +90,7 @@ class RerankFamily(OwnData, TaskFamily):
 
     def encode(self, name: str, examples: list, tokenizer) -> Split:
         """The pairs' rows; labelled, with each row's query id ("groups"), by which training ranks a query's
-        passages against each other (model.ranking_loss)."""
+        passages against each other (model.architectures.task_heads.ranking_loss)."""
         encoded = encode_glue(examples, tokenizer, self.max_length)
         if "labels" in encoded:
             ids: dict[str, int] = {}

@@ -13,7 +13,7 @@ SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # By attribute name, in transformers' order (its all_special_tokens).
 SPECIAL_NAMES = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                  "mask_token": "[MASK]"}
-MAX_VOCAB = 1 << 22  # tokens of any vocabulary, and so model/config.py's bound on vocab_size
+MAX_VOCAB = 1 << 22  # tokens of any vocabulary, and so model/architectures/config.py's bound on vocab_size
 # A tokenizer.json beside a model holds at most 1 MiB (a Unigram normalizer's character map is 0.3 MB) and 256 bytes
 # a row of the model's embedding table; released ones hold under 100 bytes a token (ModernBERT's, merges included,
 # 3.6 MB for 50,368 rows). Parsing takes 15 bytes of memory a byte of JSON: a larger file is refused unread.

@@ -5,12 +5,12 @@ import argparse
 import pytest
 import torch
 
-import bertforge.model.bert as bf
-from bertforge.model.checkpoint import PICKLE, SAFETENSORS
-from bertforge.model.config import BertConfig
+import bertforge.model.architectures.bert as bf
+from bertforge.model.formats.checkpoint import PICKLE, SAFETENSORS
+from bertforge.model.architectures.config import BertConfig
 from bertforge.core.errors import BertforgeError
 from bertforge.commands.info import add_info_arguments, run_info
-from bertforge.model.task_heads import BertForSequenceClassification
+from bertforge.model.architectures.task_heads import BertForSequenceClassification
 from tests.conftest import place_file
 
 
@@ -35,7 +35,7 @@ def test_minilm(minilm_dir, capsys):
 
 
 def test_sentence_transformers_folder(minilm_dir, tmp_path, capsys):
-    from bertforge.model.sentence_folder import write_sentence_folder
+    from bertforge.model.formats.sentence_folder import write_sentence_folder
 
     for file in minilm_dir.iterdir():
         place_file(file, tmp_path / file.name)

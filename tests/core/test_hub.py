@@ -11,7 +11,7 @@ import torch
 
 from bertforge.core.errors import BertforgeError
 from bertforge.core.hub import hub_origin, model_folder
-from bertforge.model.bert import BertForMaskedLM
+from bertforge.model.architectures.bert import BertForMaskedLM
 from bertforge.text.tokenizer import BertTokenizer
 from tests.conftest import one_line_error
 from tests.hub_server import TOKEN
@@ -193,7 +193,7 @@ def test_a_repository_without_the_files_a_model_needs(hub, hub_bert, tmp_path):
 
 
 def test_a_pickle_only_where_trusted_and_without_safetensors(hub, hub_bert, tmp_path):
-    from bertforge.model.checkpoint import read_weights
+    from bertforge.model.formats.checkpoint import read_weights
 
     weights = read_weights(hub_bert)[0]
     pickled = tmp_path / "pickled.bin"

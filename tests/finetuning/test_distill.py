@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge.model.architectures import load_config
+from bertforge.model.architectures.registry import load_config
 from bertforge import (
     BertConfig, BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification,
     BertForTokenClassification, BertTokenizer

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge.model.architectures import load_config
+from bertforge.model.architectures.registry import load_config
 from bertforge import BertConfig, BertModel, BertTokenizer
 from bertforge.cli import main
 from bertforge.core.errors import BertforgeError
 from bertforge.finetuning.distill_embeddings import held_out_rows, read_texts
 from bertforge.model.sentence_encoder import SentenceEncoder, embedding_mse, pooled
-from bertforge.model.sentence_folder import POOLINGS, pool, read_sentence_folder, write_sentence_folder
+from bertforge.model.formats.sentence_folder import POOLINGS, pool, read_sentence_folder, write_sentence_folder
 from tests.conftest import one_line_error, require_shared, write_jsonl
 from tests.training.test_train import nan_weights
 

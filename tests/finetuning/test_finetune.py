@@ -20,7 +20,8 @@ from bertforge.finetuning.finetune import (FinetuneJob, finetune, grouped_order,
 from bertforge.inference.batches import pad_batch
 from bertforge.tasks import make_family
 from bertforge.tasks.glue import read_glue
-from bertforge.model.task_heads import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
+from bertforge.model.architectures.task_heads import (BertForMultipleChoice, BertForSequenceClassification,
+                                                      BertForTokenClassification)
 from tests.conftest import require_shared
 from tests.training.test_train import nan_weights
 

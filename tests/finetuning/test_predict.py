@@ -17,7 +17,7 @@ from bertforge.inference.batches import run_model
 from bertforge.tasks import make_family
 from bertforge.inference.batches import SEQUENCE_INPUTS, padding
 from bertforge.tasks.base import softmax
-from bertforge.model.task_heads import (
+from bertforge.model.architectures.task_heads import (
     BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 )
 from bertforge.finetuning.predict import read_examples

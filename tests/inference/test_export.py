@@ -92,7 +92,7 @@ def test_onnx_errors(exported, capsys, tmp_path):
 def test_sentence_transformers_folder_exports_with_its_pooling(tmp_path, tokenizer, capsys):
     """The export keeps the folder's declaration, so the ONNX folder embeds as the checkpoint does (max pooling,
     not normalized, at most 16 tokens: none of the defaults)."""
-    from bertforge.model.sentence_folder import read_sentence_folder, write_sentence_folder
+    from bertforge.model.formats.sentence_folder import read_sentence_folder, write_sentence_folder
 
     src = random_model(tmp_path / "model", "BertModel", tokenizer)
     write_sentence_folder(src, "max", normalize=False, max_seq_length=16)

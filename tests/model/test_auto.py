@@ -10,10 +10,10 @@ from bertforge.core.errors import BertforgeError
 from bertforge.model import auto
 from bertforge.model.auto import (AutoConfig, AutoModel, AutoModelClass, AutoModelForMaskedLM,
                                   AutoModelForPreTraining, AutoModelForSequenceClassification, AutoTokenizer)
-from bertforge.model.bert import BertForMaskedLM
-from bertforge.model.config import BertConfig, ModernBertConfig
-from bertforge.model.heads import HEADS, head_class
-from bertforge.model.modernbert import ModernBertForMaskedLM, ModernBertForSequenceClassification
+from bertforge.model.architectures.bert import BertForMaskedLM
+from bertforge.model.architectures.config import BertConfig, ModernBertConfig
+from bertforge.model.architectures.heads import HEADS, head_class
+from bertforge.model.architectures.modernbert import ModernBertForMaskedLM, ModernBertForSequenceClassification
 from bertforge.text.tokenizer import BertTokenizer, PipelineTokenizer
 from tests.conftest import modernbert_folder, one_line_error
 from tests.hub_server import TOKEN

@@ -6,9 +6,9 @@ import pytest
 import torch
 import transformers
 
-from bertforge.model.heads import head_class
-from bertforge.model.task_heads import BertForSequenceClassification
-from tests.model.test_bert import CASE_IDS, CASES, MINI, inputs_and_labels, max_diff, perturb
+from bertforge.model.architectures.heads import head_class
+from bertforge.model.architectures.task_heads import BertForSequenceClassification
+from tests.model.architectures.test_bert import CASE_IDS, CASES, MINI, inputs_and_labels, max_diff, perturb
 
 transformers.logging.set_verbosity_error()
 

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from bertforge.core.errors import BertforgeError
-from bertforge.model.bert import BertModel
-from bertforge.model.config import BertConfig
+from bertforge.model.architectures.bert import BertModel
+from bertforge.model.architectures.config import BertConfig
 from bertforge.model.student import (
     activation_ranks, cut_config, project_embeddings, pruned_student, start_embeddings, student_config, task_head, top
 )
-from bertforge.model.task_heads import (
+from bertforge.model.architectures.task_heads import (
     BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 )
 
@@ -200,7 +200,7 @@ def test_every_head_keeps_the_input_channels_it_reads(head_class):
 
 def test_a_modernbert_teacher_cut_to_its_own_size_keeps_every_weight_and_output(tmp_path):
     transformers = pytest.importorskip("transformers")
-    from bertforge.model.modernbert import ModernBertForSequenceClassification
+    from bertforge.model.architectures.modernbert import ModernBertForSequenceClassification
 
     torch.manual_seed(0)
     config = transformers.ModernBertConfig(vocab_size=60, hidden_size=64, intermediate_size=96, num_hidden_layers=3,

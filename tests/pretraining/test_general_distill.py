@@ -14,7 +14,7 @@ from bertforge.cli import main
 from bertforge.data.create import create_pretraining_data
 from bertforge.pretraining.demo import module_documents
 from bertforge.pretraining.pretrain import pretrain
-from bertforge.model.representation_loss import PROJECTION_FILE
+from bertforge.training.representation_loss import PROJECTION_FILE
 from bertforge.text.wordpiece import train_vocab
 
 

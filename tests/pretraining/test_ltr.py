@@ -3,9 +3,9 @@
 import torch
 import transformers
 
-from bertforge.model.config import BertConfig
-from bertforge.model.bert import BertForPreTraining, BertModel
-from bertforge.model.task_heads import BertForSequenceClassification
+from bertforge.model.architectures.config import BertConfig
+from bertforge.model.architectures.bert import BertForPreTraining, BertModel
+from bertforge.model.architectures.task_heads import BertForSequenceClassification
 
 transformers.logging.set_verbosity_error()
 

@@ -206,7 +206,7 @@ def test_args_json_records_the_config_of_the_init_checkpoint(data_dir, tmp_path,
     """--init-from gives the model, its config with it: --config (mini, the default) is not what was used."""
     import logging
 
-    from bertforge.model.architectures import load_config
+    from bertforge.model.architectures.registry import load_config
 
     caplog.set_level(logging.INFO, logger="bertforge")
     first, again = tmp_path / "first", tmp_path / "again"
@@ -341,7 +341,7 @@ def test_a_modernbert_config_pre_trains_with_the_masked_lm_and_resumes_exactly(d
     assert "eval_mlm_accuracy" in rows[-1] and all("nsp_loss" not in r for r in rows)
     final = tmp_path / "whole" / "final"
     assert json.loads((final / "config.json").read_text())["architectures"] == ["ModernBertForMaskedLM"]
-    from bertforge.model.modernbert import ModernBertForMaskedLM
+    from bertforge.model.architectures.modernbert import ModernBertForMaskedLM
 
     ids = torch.tensor([[2, 40, 50, 60, 3]])
     ours = ModernBertForMaskedLM.from_pretrained(final)(input_ids=ids).logits
@@ -376,7 +376,7 @@ def test_a_distilbert_config_pre_trains_with_the_masked_lm_that_transformers_rea
                  "--no-progress", "--lr", "1e-3", "--out", str(tmp_path / "run")]) == 0
     final = tmp_path / "run" / "final"
     assert json.loads((final / "config.json").read_text())["architectures"] == ["DistilBertForMaskedLM"]
-    from bertforge.model.distilbert import DistilBertForMaskedLM
+    from bertforge.model.architectures.distilbert import DistilBertForMaskedLM
 
     ids = torch.tensor([[2, 40, 50, 60, 3]])
     ours = DistilBertForMaskedLM.from_pretrained(final)(input_ids=ids).logits

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bertforge.core.errors import BertforgeError
-from bertforge.model.config import BertConfig
+from bertforge.model.architectures.config import BertConfig
 from bertforge.tasks.glue import (
     GLUE_TASKS, GlueFamily, encode_glue, glue_task, load_glue_from_datasets, read_glue, write_glue_submission
 )

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import bertforge
-from bertforge.model.architectures import load_config
+from bertforge.model.architectures.registry import load_config
 from bertforge.cli import main
 from bertforge.core.errors import BertforgeError
 from bertforge.tasks import make_family

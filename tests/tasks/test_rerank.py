@@ -65,7 +65,7 @@ def test_loss_is_binary_cross_entropy_as_transformers(tokenizer):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from bertforge import BertConfig
-    from bertforge.model.task_heads import BertForSequenceClassification
+    from bertforge.model.architectures.task_heads import BertForSequenceClassification
 
     family = make_family("rerank", options={})
     config = BertConfig.from_name("tiny", vocab_size=tokenizer.vocab_size, **family.head_config())

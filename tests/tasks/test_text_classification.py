@@ -7,7 +7,7 @@ import pytest
 
 from bertforge.cli import main
 from bertforge.core.errors import BertforgeError
-from bertforge.model.task_heads import BertForSequenceClassification
+from bertforge.model.architectures.task_heads import BertForSequenceClassification
 from bertforge.tasks import make_family
 from bertforge.tasks.glue import read_glue
 from tests.conftest import require_shared

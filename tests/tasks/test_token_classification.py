@@ -8,7 +8,7 @@ import pytest
 
 from bertforge.cli import main
 from bertforge.core.errors import BertforgeError
-from bertforge.model.task_heads import BertForTokenClassification
+from bertforge.model.architectures.task_heads import BertForTokenClassification
 from bertforge.tasks import make_family
 from tests.conftest import fine_tune, one_line_error, write_jsonl
 

@@ -11,15 +11,15 @@ import safetensors.torch
 import torch
 import transformers
 
-from bertforge.model.config import BertConfig
+from bertforge.model.architectures.config import BertConfig
 from bertforge.core.errors import BertforgeError
 from bertforge.core.io import remove_folder
 from bertforge.training.optim import GoogleAdamW
 from bertforge.training.options import NONFINITE_STEPS
 from bertforge.training.train import TrainArgs, fit
-from bertforge.model.task_heads import BertForSequenceClassification
+from bertforge.model.architectures.task_heads import BertForSequenceClassification
 from tests.conftest import one_line_error
-from tests.model.test_bert import MINI, VOCAB
+from tests.model.architectures.test_bert import MINI, VOCAB
 
 STEPS, WARMUP, LR = 10, 3, 1e-3
 
