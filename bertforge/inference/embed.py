@@ -1,0 +1,320 @@
+"""A corpus embedded into shards of vectors (`bertforge embed`), as a stream: what is in memory is a shard's rows,
+whatever the corpus's size.
+
+The passages are read a row at a time (`core.tables.passages`: text, CSV, TSV, JSON lines, Parquet), embedded in
+chunks by the sentence-embedding pipeline (pipelines.SentenceEmbedding: the folder's pooling, Dense modules and
+normalisation; batches of similar lengths under a token budget, batches.run), cut to `dimensions` (Matryoshka:
+the first N values, then unit length again where the model normalises), quantized (quantize.py) and written to
+`out` in shards:
+
+    out/manifest.json              the model (and its Hub commit), dims, precision, int8 ranges, prompt, shards
+    out/shard-00000.npy            the vectors [rows, dims] (packed bits [rows, dims / 8] for binary precisions)
+    out/shard-00000.ids.json       their ids, in order
+    out/shard-00000.parquet        with formats "parquet": id and vector columns
+
+Each file is written whole or not at all (`core.io.atomic_path`), the manifest last: a shard exists once the
+manifest lists it. A run killed at any point (kill -9 included) resumes where it stopped, with the same flags: the
+listed shards are kept, the corpus is read past their rows, and no row is lost or written twice. Chunks never
+straddle a shard, so a resumed run batches each shard's rows as an uninterrupted run does, and writes the same
+vectors. int8/uint8 ranges come from `calibration` embeddings, else from the first shard's vectors (the whole
+corpus's where it fits in one shard, as sentence-transformers computes them), and are kept in the manifest so that
+queries are quantized the same way (search.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from ..core.errors import BertforgeError
+from ..core.hub import hub_origin, model_folder
+from ..core.io import atomic_path, check_output, exclusive, has_model_file, read_json, read_model_json, \
+    write_text_atomic
+from ..core.tables import count_rows, passages, pyarrow_parquet
+from ..model.formats.sentence_folder import ST_CONFIG
+from .quantize import DTYPES, check_precision, check_ranges, is_scalar, quantize, ranges_of, width
+
+log = logging.getLogger("bertforge")
+
+MANIFEST = "manifest.json"
+KIND = "bertforge embeddings"
+VERSION = 1
+FORMATS = ("npy", "parquet")
+CHUNK_ROWS = 2048  # passages given to the pipeline at a time (it sorts them by length into token-budget batches)
+BATCH_TOKENS = 16384
+SHARD_ROWS = 100_000
+QUERY_PROMPT = "query"  # the prompt a search embeds its queries with, where the folder names one
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The model
+
+
+def read_prompts(folder: Path) -> dict[str, str]:
+    """The named prompts of a sentence-transformers folder (config_sentence_transformers.json "prompts")."""
+    file = folder / ST_CONFIG
+    if not has_model_file(file, folder):
+        return {}
+    prompts = read_model_json(file, folder).get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        raise BertforgeError(f"{file}: \"prompts\" must be an object of names to texts")
+    return prompts
+
+
+class Embedder:
+    """Texts to float32 vectors as `bertforge embed` and `bertforge search` make them: a sentence-embedding
+    pipeline on the model `model` (a folder or a Hub name, at `revision`), with the prompt named `prompt` (None:
+    the folder's default prompt, if it has one), cut to `dimensions`."""
+
+    def __init__(self, model, revision: str | None = None, device: str | None = None, bf16: bool = False,
+                 batch_tokens: int = BATCH_TOKENS, prompt: str | None = None, dimensions: int | None = None,
+                 folder: Path | None = None):
+        from .pipelines import pipeline
+
+        self.folder = folder or model_folder(model, revision)
+        self.pipe = pipeline("sentence-embedding", self.folder, device=device, bf16=bf16, batch_size=CHUNK_ROWS,
+                             max_batch_tokens=batch_tokens)
+        self.prompts = read_prompts(self.folder)
+        self.prompt_name = prompt
+        if prompt is not None:
+            if prompt not in self.prompts:
+                known = f"its prompts: {', '.join(self.prompts)}" if self.prompts else "it names none"
+                raise BertforgeError(f"--prompt {prompt}: {self.folder / ST_CONFIG} names no such prompt ({known})")
+            self.pipe.declared = replace(self.pipe.declared, prompt=self.prompts[prompt])
+            self.pipe.skip = self.pipe.declared.skipped(self.pipe.tokenizer)
+        self.model_dims = self.pipe.declared.dimension(self.pipe.config.hidden_size)
+        if dimensions is not None and not 1 <= dimensions <= self.model_dims:
+            raise BertforgeError(f"--dimensions {dimensions}: the model's vectors have {self.model_dims}")
+        self.dims = dimensions or self.model_dims
+        self.cut = 0  # texts cut to the length limit so far
+
+    @property
+    def normalized(self) -> bool:
+        return bool(self.pipe.defaults["normalize"])
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        """[len(texts), dims] float32 vectors; texts over the length limit are cut to it (counted in `cut`)."""
+        from .batches import run
+
+        pipe = self.pipe
+        prepared = pipe.prepare(texts, dimensions=self.dims)
+        self.cut += len(prepared.extra.get("cut", ()))
+        outputs = run(pipe.forward, prepared.rows, pipe.batch_size, pipe.max_batch_tokens, pipe.tokenizer.pad_token_id,
+                      None, pipe.runtime.call_tokens)
+        return np.asarray(pipe.finish(prepared, outputs), dtype=np.float32).reshape(len(texts), self.dims)
+
+
+def model_identity(folder: Path) -> dict:
+    """What names a model in a manifest: its Hub repository and commit for a cache folder, else its path."""
+    origin = hub_origin(folder)
+    return {"repo_id": origin["repo_id"], "commit": origin["commit"]} if origin else \
+        {"folder": str(Path(folder).resolve())}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The manifest
+
+
+def read_manifest(folder, flag: str = "DIR") -> dict:
+    """An embeddings folder's manifest.json, checked to be one."""
+    file = Path(folder) / MANIFEST
+    if not file.is_file():
+        raise BertforgeError(f"{flag} {folder}: no {MANIFEST} (not a folder written by bertforge embed)")
+    manifest = read_json(file)
+    if manifest.get("kind") != KIND or not isinstance(manifest.get("shards"), list):
+        raise BertforgeError(f"{file}: not a manifest written by bertforge embed")
+    if manifest.get("version") != VERSION:
+        raise BertforgeError(f"{file}: version {manifest.get('version')!r}; this bertforge reads version {VERSION}")
+    return manifest
+
+
+SETTINGS = {  # manifest key -> the flag that sets it, compared when a run resumes
+    "corpus": "CORPUS", "text_column": "--text-column", "id_column": "--id-column", "dimensions": "--dimensions",
+    "precision": "--precision", "calibration": "--calibration", "prompt": "--prompt", "bf16": "--bf16",
+    "shard_rows": "--shard-rows", "formats": "--format",
+}
+
+
+def check_resumable(out: Path, found: dict, settings: dict) -> None:
+    """A folder's manifest written with other settings is refused by name: another model's, or other flags."""
+    if found["model"] != settings["model"]:
+        shown = found["model"].get("repo_id") or found["model"].get("folder")
+        raise BertforgeError(f"--out {out}: holds the embeddings of another model ({shown}, {MANIFEST}); write "
+                             f"them to a new folder")
+    for key, flag in SETTINGS.items():
+        if found.get(key) != settings[key]:
+            raise BertforgeError(f"--out {out}: its {MANIFEST} was written with {flag} {found.get(key)!r}, not "
+                                 f"{settings[key]!r}; resume with the same flags or write to a new folder")
+
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:05d}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Embedding a corpus
+
+
+def read_calibration(path, dims: int) -> np.ndarray:
+    """int8/uint8 ranges from a .npy of float calibration embeddings [rows, dims] (rows >= 2)."""
+    path = Path(path)
+    try:
+        values = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise BertforgeError(f"--calibration {path}: cannot be read as a .npy array ({str(e).splitlines()[0]})") \
+            from None
+    if values.ndim != 2 or values.shape[1] != dims or not np.issubdtype(values.dtype, np.floating):
+        raise BertforgeError(f"--calibration {path}: expected float embeddings [rows, {dims}], found "
+                             f"{values.dtype} {list(values.shape)}")
+    return ranges_of(values, f"--calibration {path}")
+
+
+def embed_corpus(corpus, out, model, revision: str | None = None, text_column: str | None = None,
+                 id_column: str | None = None, encoding: str = "utf-8", dimensions: int | None = None,
+                 precision: str = "float32", calibration=None, prompt: str | None = None, bf16: bool = False,
+                 batch_tokens: int = BATCH_TOKENS, shard_rows: int = SHARD_ROWS, formats=("npy",),
+                 device: str | None = None, progress: bool = False, embedder: Embedder | None = None) -> dict:
+    """Embed the passages of `corpus` into shards under `out` (see the module docstring), resuming a run of the
+    same settings that stopped; the manifest."""
+    check_precision(precision)
+    formats = sorted(set(formats) | {"npy"})
+    for name in formats:
+        if name not in FORMATS:
+            raise BertforgeError(f"--format {name}: choose one of {', '.join(FORMATS)}")
+    if shard_rows < 1 or batch_tokens < 1:
+        raise BertforgeError("--shard-rows and --batch-tokens must be at least 1")
+    corpus, out = Path(corpus), check_output(out, "--out", inputs=[corpus])
+    if not corpus.is_file():
+        raise BertforgeError(f"{corpus}: no such file" if not corpus.exists() else f"{corpus}: is a folder, not a "
+                                                                                      "file")
+    if "parquet" in formats:
+        pyarrow_parquet("--format parquet")
+    if calibration is not None and not is_scalar(precision):
+        raise BertforgeError(f"--calibration: ranges quantize int8 and uint8 vectors, not {precision}")
+    folder = embedder.folder if embedder else model_folder(model, revision)
+    settings = {"model": model_identity(folder), "corpus": str(corpus.resolve()), "text_column": text_column,
+                "id_column": id_column, "dimensions": dimensions, "precision": precision,
+                "calibration": None if calibration is None else str(Path(calibration).resolve()), "prompt": prompt,
+                "bf16": bf16, "shard_rows": shard_rows, "formats": formats}
+    with exclusive(out, "--out"):
+        manifest = None
+        if (out / MANIFEST).exists():
+            manifest = read_manifest(out, "--out")
+            check_resumable(out, manifest, settings)
+            if manifest["complete"]:
+                log.info(f"{out}: already complete ({manifest['rows']} passages in {len(manifest['shards'])} shards)")
+                return manifest
+        for stale in out.glob(".shard-*.tmp"):  # a write cut short by a kill
+            stale.unlink(missing_ok=True)
+        embedder = embedder or Embedder(model, device=device, bf16=bf16, batch_tokens=batch_tokens, prompt=prompt,
+                                        dimensions=dimensions, folder=folder)
+        if manifest is None:
+            query_prompt = QUERY_PROMPT if QUERY_PROMPT in embedder.prompts else None
+            manifest = {"kind": KIND, "version": VERSION, "model_name": str(model), "revision": revision,
+                        **settings, "dims": embedder.dims, "model_dims": embedder.model_dims,
+                        "normalized": embedder.normalized, "pooling": embedder.pipe.declared.pooling,
+                        "prompt_text": embedder.pipe.declared.prompt, "query_prompt": query_prompt,
+                        "max_length": embedder.pipe.max_length,
+                        "ranges": None if calibration is None else
+                        read_calibration(calibration, embedder.dims).tolist(),
+                        "shards": [], "rows": 0, "complete": False}
+        _embed_shards(corpus, out, manifest, embedder, text_column, id_column, encoding, progress)
+    if embedder.cut:
+        log.warning(f"{embedder.cut} passages were longer than {embedder.pipe.max_length} tokens "
+                    f"({embedder.pipe.length_source}) and were cut to it")
+    return manifest
+
+
+def _embed_shards(corpus: Path, out: Path, manifest: dict, embedder: Embedder, text_column, id_column, encoding,
+                  progress: bool) -> None:
+    shard_rows, done = manifest["shard_rows"], manifest["rows"]
+    total = count_rows(corpus, encoding) if progress else 0
+    stream = passages(corpus, text_column, id_column, encoding, skip=done)
+    ids, texts, vectors = [], [], []
+    with tqdm(total=max(total, done) or None, initial=done, unit="passage", desc="embed", disable=not progress,
+              dynamic_ncols=True) as bar:
+        for key, text in stream:
+            ids.append(key)
+            texts.append(text)
+            if len(texts) == min(CHUNK_ROWS, shard_rows - sum(map(len, vectors))):
+                vectors.append(embedder(texts))
+                bar.update(len(texts))
+                texts = []
+                if len(ids) == shard_rows:
+                    write_shard(out, manifest, ids, np.concatenate(vectors))
+                    ids, vectors = [], []
+        if texts:
+            vectors.append(embedder(texts))
+            bar.update(len(texts))
+        if ids:
+            write_shard(out, manifest, ids, np.concatenate(vectors))
+    manifest["complete"] = True
+    write_manifest(out, manifest)
+
+
+def write_shard(out: Path, manifest: dict, ids: list[str], floats: np.ndarray) -> None:
+    """One shard's files, then the manifest listing it."""
+    precision = manifest["precision"]
+    if is_scalar(precision) and manifest["ranges"] is None:
+        manifest["ranges"] = ranges_of(floats, f"the first shard ({len(floats)} passage(s); give --calibration "
+                                                "embeddings where the corpus is this small)").tolist()
+    values = quantize(floats, precision, None if manifest["ranges"] is None else
+                      check_ranges(manifest["ranges"], manifest["dims"], str(out / MANIFEST)))
+    name = shard_name(len(manifest["shards"]))
+    entry = {"vectors": f"{name}.npy", "ids": f"{name}.ids.json", "rows": len(ids), "first_row": manifest["rows"],
+             "first_id": ids[0], "last_id": ids[-1]}
+    with atomic_path(out / entry["vectors"]) as tmp, open(tmp, "wb") as f:
+        np.save(f, values)
+    write_text_atomic(out / entry["ids"], json.dumps(ids, ensure_ascii=False))
+    if "parquet" in manifest["formats"]:
+        entry["parquet"] = f"{name}.parquet"
+        write_parquet(out / entry["parquet"], ids, values)
+    manifest["shards"].append(entry)
+    manifest["rows"] += len(ids)
+    write_manifest(out, manifest)
+
+
+def write_manifest(out: Path, manifest: dict) -> None:
+    write_text_atomic(out / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_parquet(path: Path, ids: list[str], values: np.ndarray) -> None:
+    """A shard as Parquet: an "id" string column and a "vector" column of fixed-size lists."""
+    import pyarrow as pa
+
+    pq = pyarrow_parquet("--format parquet")
+    flat = pa.array(np.ascontiguousarray(values).reshape(-1))
+    table = pa.table({"id": pa.array(ids, pa.string()),
+                      "vector": pa.FixedSizeListArray.from_arrays(flat, values.shape[1])})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading shards
+
+
+def shard_vectors(folder: Path, entry: dict, manifest: dict) -> np.ndarray:
+    """A shard's vectors, memory-mapped, checked against its manifest entry."""
+    file = Path(folder) / entry["vectors"]
+    try:
+        values = np.load(file, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise BertforgeError(f"{file}: cannot be read ({str(e).splitlines()[0]})") from None
+    expected = (entry["rows"], width(manifest["precision"], manifest["dims"]))
+    if values.shape != expected or values.dtype != DTYPES[manifest["precision"]]:
+        raise BertforgeError(f"{file}: holds {values.dtype} {list(values.shape)}; {MANIFEST} lists "
+                             f"{np.dtype(DTYPES[manifest['precision']])} {list(expected)}")
+    return values
+
+
+def shard_ids(folder: Path, entry: dict) -> list[str]:
+    ids = read_json(Path(folder) / entry["ids"], expect=list)
+    if len(ids) != entry["rows"]:
+        raise BertforgeError(f"{Path(folder) / entry['ids']}: holds {len(ids)} ids; {MANIFEST} lists {entry['rows']}")
+    return ids
