@@ -1,5 +1,6 @@
 """Evaluation metrics by their official definitions, in numpy: GLUE's, CoNLL's entity-level F1 (conlleval),
-SQuAD's (evaluate-v1.1.py and evaluate-v2.0.py), and ranking's (MRR@k, nDCG@k)."""
+SQuAD's (evaluate-v1.1.py and evaluate-v2.0.py), and ranking's (MRR@k, nDCG@k, recall@k; of a search,
+BEIR's)."""
 
 import re
 import string
@@ -153,6 +154,34 @@ def retrieval_metrics(scores: np.ndarray, relevant: np.ndarray, k: int = 10) -> 
     metrics = ranking_metrics(groups, relevance.ravel(), np.asarray(scores).ravel(), k)
     recall = [top_relevance(rel, row, k).sum() / rel.sum() for rel, row in zip(relevance, scores)]
     return {**metrics, f"recall@{k}": float(np.mean(recall))}
+
+
+def search_metrics(rankings: dict[str, list[str]], qrels: dict[str, dict[str, float]], k: int = 10,
+                   recall_at=(10, 100)) -> dict:
+    """BEIR's retrieval metrics of ranked passage ids (query id -> ids, best first) against relevance judgements
+    (query id -> {passage id: grade}), averaged over the ranked queries with a relevant passage (grade > 0):
+    MRR@k (1 / the rank of the first relevant passage in the top k, else 0), nDCG@k (gains linear in the grade, as
+    pytrec_eval's ndcg_cut; the ideal ranking of all the query's judged passages) and recall@n for each n of
+    `recall_at` (the share of the query's relevant passages in its top n)."""
+    discounts = 1 / np.log2(np.arange(2, max(k, 1) + 2))
+    mrr, ndcg, recall = [], [], {n: [] for n in recall_at}
+    for query, ranked in rankings.items():
+        grades = qrels.get(query, {})
+        relevant = {p for p, g in grades.items() if g > 0}
+        if not relevant:
+            continue
+        top = ranked[:k]
+        first = next((rank for rank, p in enumerate(top, 1) if p in relevant), None)
+        mrr.append(1 / first if first else 0.0)
+        gains = np.array([max(grades.get(p, 0.0), 0.0) for p in top])
+        ideal = np.sort([g for g in grades.values() if g > 0])[::-1][:k]
+        ndcg.append(float(gains @ discounts[:len(gains)] / (ideal @ discounts[:len(ideal)])))
+        for n in recall_at:
+            recall[n].append(len(relevant & set(ranked[:n])) / len(relevant))
+    if not mrr:
+        raise BertforgeError("no ranked query has a relevant passage (a grade above 0) in the judgements")
+    return {f"mrr@{k}": float(np.mean(mrr)), f"ndcg@{k}": float(np.mean(ndcg)),
+            **{f"recall@{n}": float(np.mean(recall[n])) for n in recall_at}, "queries": len(mrr)}
 
 
 def split_tag(tag: str) -> tuple[str, str]:

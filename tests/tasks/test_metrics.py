@@ -6,7 +6,7 @@ import pytest
 
 from bertforge.core.errors import BertforgeError
 from bertforge.tasks.metrics import (
-    accuracy, entities, f1, glue_metrics, matthews_corrcoef, ner_metrics, pearson, spearman
+    accuracy, entities, f1, glue_metrics, matthews_corrcoef, ner_metrics, pearson, search_metrics, spearman
 )
 
 
@@ -131,3 +131,17 @@ def test_ner_metrics_sentences_do_not_join():
     assert ner_metrics(gold, gold)["per_type"]["PER"]["support"] == 2
     with pytest.raises(BertforgeError, match="sentence 1: 1 predicted tags for 2 words"):
         ner_metrics(gold, [gold[0], ["O"]])
+
+
+def test_search_metrics_by_hand():
+    qrels = {"q1": {"d1": 1, "d2": 2, "d9": 1}, "q2": {"d5": 1}, "q3": {"d7": 0}}
+    rankings = {"q1": ["d4", "d2", "d1", "d3"], "q2": ["d6", "d7", "d8"], "q3": ["d7"]}
+    metrics = search_metrics(rankings, qrels, k=3, recall_at=(1, 3))
+    dcg = 0 + 2 / math.log2(3) + 1 / math.log2(4)  # q1's top 3: grades 0, 2, 1
+    ideal = 2 + 1 / math.log2(3) + 1 / math.log2(4)  # 2, 1, 1
+    assert metrics == pytest.approx({"mrr@3": (1 / 2 + 0) / 2, "ndcg@3": (dcg / ideal + 0) / 2,
+                                     "recall@1": 0.0, "recall@3": (2 / 3 + 0) / 2, "queries": 2})
+    assert search_metrics({"q2": ["d5"]}, qrels) == {"mrr@10": 1.0, "ndcg@10": 1.0, "recall@10": 1.0,
+                                                    "recall@100": 1.0, "queries": 1}
+    with pytest.raises(BertforgeError, match="no ranked query has a relevant passage"):
+        search_metrics({"q3": ["d7"]}, qrels)

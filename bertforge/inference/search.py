@@ -1,0 +1,154 @@
+"""Exact search over the shards `bertforge embed` writes (embed.py): queries embedded as the passages were (the
+manifest's model, dims and normalisation, the folder's "query" prompt where it names one), scored by inner product
+against every vector, a shard at a time, memory-mapped, a block of rows at a time, the best kept by a merge of
+each block's argpartition: what is in memory is a block's scores, whatever the corpus's size.
+
+At int8/uint8 precision the query is quantized with the manifest's ranges and scored against the integers; at
+binary/ubinary, by the Hamming distance of its bits (fewer differing bits first). Then, as sentence-transformers'
+quantization guide does, the best `rescore` candidates (at least top_k) are rescored with the float query: its
+inner product with their unpacked bits (0/1) or their dequantized values; the scores shown are those. rescore 0
+keeps the quantized scores (binary: minus the Hamming distance)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..core.errors import BertforgeError
+from .embed import Embedder, read_manifest, shard_ids, shard_vectors
+from .quantize import dequantize, hamming, is_binary, is_scalar, quantize, unpack
+
+BLOCK_SCORES = 1 << 22  # scores held at a time: a block of rows x the queries
+RESCORE = 100
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float
+    row: int  # the passage's row in the corpus
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "score": self.score, "row": self.row}
+
+
+def query_embedder(manifest: dict, model=None, device: str | None = None, revision: str | None = None) -> Embedder:
+    """The Embedder a folder's queries take: `model` (default: the manifest's, at its commit), with the folder's
+    query prompt, the manifest's dims and bf16."""
+    if model is None:
+        named = manifest["model"]
+        model, revision = (named["repo_id"], named["commit"]) if "repo_id" in named else (named["folder"], None)
+    dims = manifest["dims"] if manifest["dims"] != manifest["model_dims"] else None
+    embedder = Embedder(model, revision, device, manifest["bf16"], prompt=manifest.get("query_prompt"),
+                        dimensions=dims)
+    if embedder.dims != manifest["dims"]:
+        raise BertforgeError(f"--model {model}: its vectors have {embedder.dims} dimensions; the folder's "
+                             f"{manifest['dims']}")
+    return embedder
+
+
+class Index:
+    """An embeddings folder searched by exact inner product (see the module docstring)."""
+
+    def __init__(self, folder, flag: str = "DIR"):
+        self.folder = Path(folder)
+        self.manifest = read_manifest(self.folder, flag)
+        if not self.manifest["shards"]:
+            raise BertforgeError(f"{flag} {folder}: holds no shards yet")
+        if not self.manifest["complete"]:
+            import logging
+            logging.getLogger("bertforge").warning(
+                f"{folder}: embedding did not finish; searching the {self.manifest['rows']} passages written")
+        self.precision, self.dims = self.manifest["precision"], self.manifest["dims"]
+        self.ranges = None if self.manifest.get("ranges") is None else np.asarray(self.manifest["ranges"],
+                                                                                  dtype=np.float32)
+        self.starts = np.cumsum([0] + [s["rows"] for s in self.manifest["shards"]])
+        self._ids: dict[int, list[str]] = {}
+
+    def search(self, queries: np.ndarray, top_k: int = 10, rescore: int = RESCORE) -> list[list[Hit]]:
+        """The top_k hits of each float query [q, dims] (or [dims]), best first."""
+        queries = np.atleast_2d(np.asarray(queries, dtype=np.float32))
+        if queries.shape[1] != self.dims:
+            raise BertforgeError(f"queries of {queries.shape[1]} dimensions; the folder's vectors have {self.dims}")
+        if top_k < 1 or rescore < 0:
+            raise BertforgeError("--top-k must be at least 1 and --rescore at least 0")
+        quantized = self.precision != "float32"
+        keep = max(top_k, rescore) if quantized else top_k
+        scores, rows = self._scan(queries, keep)
+        if quantized and rescore:
+            scores = self._rescore(queries, rows)
+        hits = []
+        for q in range(len(queries)):
+            valid = rows[q] >= 0
+            order = np.lexsort((rows[q][valid], -scores[q][valid]))[:top_k]  # ties: the earlier row first
+            hits.append([Hit(self.id_of(int(r)), float(s), int(r))
+                         for r, s in zip(rows[q][valid][order], scores[q][valid][order])])
+        return hits
+
+    def _block_scores(self, queries: np.ndarray, block: np.ndarray) -> np.ndarray:
+        """[q, rows] scores, higher better, of a block of stored vectors."""
+        if self.precision == "float32":
+            return queries @ np.asarray(block, dtype=np.float32).T
+        if is_scalar(self.precision):
+            q = quantize(queries, self.precision, self.ranges).astype(np.int32)
+            return (q @ np.asarray(block, dtype=np.int32).T).astype(np.float64)
+        bits = quantize(queries, self.precision)
+        return -np.stack([hamming(b, block, self.precision) for b in bits]).astype(np.float64)
+
+    def _scan(self, queries: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray]:
+        """The `keep` best (score, corpus row) of each query over every shard, unordered; rows -1 where fewer."""
+        best_scores = np.full((len(queries), 0), -np.inf)
+        best_rows = np.full((len(queries), 0), -1, dtype=np.int64)
+        for n, entry in enumerate(self.manifest["shards"]):
+            values = shard_vectors(self.folder, entry, self.manifest)
+            step = max(256, BLOCK_SCORES // len(queries))
+            for start in range(0, len(values), step):
+                block = values[start:start + step]
+                scores = self._block_scores(queries, block)
+                rows = np.broadcast_to(np.arange(len(block), dtype=np.int64) + self.starts[n] + start, scores.shape)
+                best_scores = np.concatenate([best_scores, scores], 1)
+                best_rows = np.concatenate([best_rows, rows], 1)
+                if best_scores.shape[1] > keep:
+                    top = np.argpartition(-best_scores, keep - 1, axis=1)[:, :keep]
+                    best_scores = np.take_along_axis(best_scores, top, 1)
+                    best_rows = np.take_along_axis(best_rows, top, 1)
+        return best_scores, best_rows
+
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        """The stored vectors of corpus rows (any order)."""
+        shard = np.searchsorted(self.starts, rows, side="right") - 1
+        out = None
+        for n in np.unique(shard):
+            values = shard_vectors(self.folder, self.manifest["shards"][n], self.manifest)
+            picked = np.asarray(values[rows[shard == n] - self.starts[n]])
+            if out is None:
+                out = np.empty((len(rows), values.shape[1]), dtype=values.dtype)
+            out[shard == n] = picked
+        return out
+
+    def _rescore(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The float queries' inner products with their candidates, unpacked or dequantized."""
+        scores = np.full(rows.shape, -np.inf)
+        for q in range(len(queries)):
+            valid = rows[q] >= 0
+            stored = self.vectors(rows[q][valid])
+            floats = unpack(stored, self.precision, self.dims) if is_binary(self.precision) else \
+                dequantize(stored, self.precision, self.ranges)
+            scores[q][valid] = floats @ queries[q].astype(np.float64)
+        return scores
+
+    def id_of(self, row: int) -> str:
+        n = int(np.searchsorted(self.starts, row, side="right") - 1)
+        if n not in self._ids:
+            self._ids[n] = shard_ids(self.folder, self.manifest["shards"][n])
+        return str(self._ids[n][row - self.starts[n]])
+
+
+def search(folder, queries: list[str], model=None, top_k: int = 10, rescore: int = RESCORE,
+           device: str | None = None, revision: str | None = None) -> list[list[Hit]]:
+    """The top_k hits of each query text in the embeddings folder `folder`."""
+    index = Index(folder)
+    embedder = query_embedder(index.manifest, model, device, revision)
+    return index.search(embedder(list(queries)), top_k, rescore)
