@@ -29,6 +29,8 @@ COMMANDS = {
                 "predictions of a fine-tuned model: a task's submission file, or on your own text"),
     "squad-split": ("commands.squad_split", "split a SQuAD file by article into train and dev files"),
     "features": ("commands.features", "hidden states of chosen layers, per token, word or sentence"),
+    "embed": ("commands.embed", "embed a corpus into shards of vectors (any precision), resumable"),
+    "search": ("commands.search", "the passages of an embedded corpus nearest a query; retrieval metrics with qrels"),
     "info": ("commands.info", "describe a checkpoint folder: sizes, parameters, heads, vocabulary"),
     "convert": ("commands.convert",
                 "rewrite a trusted pytorch_model.bin folder, or Google's TF checkpoint, as safetensors"),

@@ -1,0 +1,90 @@
+"""`bertforge search DIR "query"`: the passages of an embeddings folder (`bertforge embed`) nearest a query, by exact
+inner product over its shards (inference/search.py); with --queries and --qrels, the retrieval metrics of a set of
+queries against relevance judgements (tasks/metrics.py `search_metrics`)."""
+
+import json
+
+from ..core.errors import BertforgeError
+from ..core.flags import add_device_argument, add_encoding_argument, add_revision_argument, count
+from ..core.tables import passages, qrels as read_qrels
+from ..inference.search import RESCORE
+
+QUERY_BATCH = 256  # queries embedded and searched at a time
+
+
+def add_search_arguments(parser):
+    parser.add_argument("dir", metavar="DIR", help="an embeddings folder written by bertforge embed")
+    parser.add_argument("query", nargs="*", help="query texts")
+    parser.add_argument("--model", help="the model to embed queries with (default: the folder's manifest's, at its "
+                        "commit)")
+    add_revision_argument(parser)
+    parser.add_argument("--top-k", type=count(1), default=10, help="hits per query")
+    parser.add_argument("--rescore", type=count(0), default=RESCORE, help="int8/binary folders: candidates rescored "
+                        "with the float query (0: the quantized scores)")
+    parser.add_argument("--queries", help="a file of queries (as bertforge embed reads a corpus) to evaluate with "
+                        "--qrels")
+    parser.add_argument("--qrels", help="relevance judgements: BEIR's TSV (query-id, corpus-id, score) or TREC's")
+    parser.add_argument("--query-text-column", help="--queries: the column holding the queries (default: text)")
+    parser.add_argument("--query-id-column", help="--queries: the column holding their ids, as --qrels names them "
+                        "(default: the row number, from 0)")
+    add_encoding_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON: the hits of each query, or the metrics")
+    add_device_argument(parser)
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def run_search(args) -> int:
+    from ..inference.search import Index, query_embedder
+
+    if bool(args.queries) != bool(args.qrels):
+        raise BertforgeError("--queries and --qrels go together: the queries to run and their judgements")
+    if args.queries and args.query:
+        raise BertforgeError("give query texts or --queries FILE, not both")
+    if not args.queries and not args.query:
+        raise BertforgeError("no query: give one or more query texts, or --queries FILE with --qrels FILE")
+    index = Index(args.dir)
+    embedder = query_embedder(index.manifest, args.model, args.device, args.revision)
+    if args.queries:
+        return evaluate(args, index, embedder)
+    results = index.search(embedder(list(args.query)), args.top_k, args.rescore)
+    if args.json:
+        print(json.dumps([{"query": q, "hits": [h.as_dict() for h in hits]} for q, hits in zip(args.query, results)],
+                         ensure_ascii=False))
+        return 0
+    for query, hits in zip(args.query, results):
+        print(query)
+        for rank, hit in enumerate(hits, 1):
+            print(f"{rank:>4}  {hit.score:.4f}  {hit.id}")
+    return 0
+
+
+def evaluate(args, index, embedder) -> int:
+    from ..tasks.metrics import search_metrics
+
+    judged = read_qrels(args.qrels, args.encoding)
+    deepest = max(args.top_k, 100)
+    rankings, batch = {}, []
+
+    def run(batch):
+        found = index.search(embedder([text for _, text in batch]), deepest,
+                             args.rescore and max(args.rescore, deepest))
+        rankings.update({key: [hit.id for hit in hits] for (key, _), hits in zip(batch, found)})
+
+    for key, text in passages(args.queries, args.query_text_column, args.query_id_column, args.encoding):
+        if key in judged:
+            batch.append((key, text))
+        if len(batch) == QUERY_BATCH:
+            run(batch)
+            batch = []
+    if batch:
+        run(batch)
+    if not rankings:
+        raise BertforgeError(f"--qrels {args.qrels}: judges none of the queries of {args.queries} (their ids: "
+                             f"--query-id-column)")
+    metrics = search_metrics(rankings, judged, k=10, recall_at=sorted({10, args.top_k, 100}))
+    if args.json:
+        print(json.dumps(metrics))
+    else:
+        print(" ".join(f"{name} {value:.4f}" if isinstance(value, float) else f"{name} {value}"
+                       for name, value in metrics.items()))
+    return 0
