@@ -20,7 +20,8 @@ MOVED = {
     "encoding": "text.encoding", "entities": "inference.entities", "errors": "core.errors",
     "evaluate": "finetuning.evaluate", "export": "inference.export", "features": "inference.features",
     "finetune": "finetuning.finetune", "general_distill": "pretraining.general_distill training.representation_loss",
-    "google_checkpoint": "model.formats.google_checkpoint", "heads": "model.architectures.heads", "heap": "core.heap",
+    "google_checkpoint": "model.formats.google_checkpoint", "heads": "model.architectures.heads serving.routes",
+    "heap": "core.heap",
     "inference": "inference.batches", "info": "commands.info", "inputs": "inference.inputs", "io": "core.io",
     "metrics_text": "serving.prometheus", "model": "model.architectures.bert model.architectures.task_heads",
     "objectives": "pretraining.objectives", "optim": "training.optim", "options": "training.options core.flags",
@@ -38,7 +39,7 @@ MOVED = {
     "model.checkpoint": "model.formats.checkpoint", "model.config": "model.architectures.config",
     "model.crc32c": "model.formats.crc32c", "model.distilbert": "model.architectures.distilbert",
     "model.electra": "model.architectures.electra", "model.google_checkpoint": "model.formats.google_checkpoint",
-    "model.heads": "model.architectures.heads", "model.modernbert": "model.architectures.modernbert",
+    "model.heads": "model.architectures.heads serving.routes", "model.modernbert": "model.architectures.modernbert",
     "model.packing": "model.architectures.packing", "model.ranking_loss": "model.architectures.task_heads",
     "model.representation_loss": "training.representation_loss", "model.roberta": "model.architectures.roberta",
     "model.sentence_folder": "model.formats.sentence_folder", "model.sizes": "model.formats.sizes",
@@ -59,7 +60,7 @@ PACKAGES = {
 # old module -> {name it had that no module has now: what took its place}
 GONE = {
     "serve": dict.fromkeys(("ENDPOINTS", "INPUTS", "OPTIONS"), "each route, its inputs and request options are its "
-                           "head's Route in bertforge.model.architectures.heads.HEADS"),
+                           "pipeline task's Route in bertforge.serving.routes.SERVED"),
     "inference": {"row_choices": "bertforge.inference.batches.pad_choices pads a row's choices"},
     "evaluate": {"inference_rate": "bertforge.finetuning.evaluate.Speed times a model's forward passes"},
     "checkpoint": {"TIED_ALIASES": "bertforge.model.architectures.registry.Architecture.aliases_of names the tied "
@@ -74,6 +75,7 @@ GONE = {
                              "architecture's names"},
     "general_distill": {"last_layer_qkv": "each encoder's own method now (BertModel.last_layer_qkv, "
                                           "ModernBertModel.last_layer_qkv)"},
+    "model.heads": {"FILL_MASK": "bertforge.serving.routes.SERVED['fill-mask'], the route of the fill-mask task"},
     "sentence_folder": {"MODULE_TYPES": "bertforge.model.formats.sentence_folder.MODULE_ORDER names the modules "
                                         "that may follow each"},
 }

@@ -1,10 +1,10 @@
 """`bertforge serve MODEL`: the checkpoint's pipeline behind an HTTP JSON API (FastAPI + uvicorn, the `serve` extra).
 
 Endpoints, with request bodies as text-embeddings-inference spells them ({"inputs": ...} plus options):
-POST /v1/classify, /v1/embed, /v1/fill-mask, /v1/ner, /v1/qa, /v1/multiple-choice (each head's route, with its
-options, as the head registry declares it: model/architectures/heads.py `Route`; the one matching the model's task
-answers, the others say which does), GET /health, /info, /metrics (Prometheus text), /docs; beside
-them text-embeddings-inference's routes (tei.py) and OpenAI's /v1/embeddings (openai_api.py).
+POST /v1/classify, /v1/embed, /v1/fill-mask, /v1/ner, /v1/qa, /v1/multiple-choice (a route per pipeline task,
+with its options, as routes.py declares them; the one matching the model's task answers, the others say which
+does), GET /health, /info, /metrics (Prometheus text), /docs; beside them text-embeddings-inference's routes
+(tei.py) and OpenAI's /v1/embeddings (openai_api.py).
 A response is a list in input order, each item shaped as the matching `pipeline()` result. A QA context or a
 text to tag (/v1/ner) longer than --max-input-tokens is cut into overlapping windows of that length, the whole
 input within --max-batch-tokens (a 413 naming it otherwise, before any window is run); with "truncate": true,
@@ -29,9 +29,9 @@ from typing import Any
 
 from .batcher import Batcher, Overloaded
 from ..model.architectures.registry import read_config
-from ..model.architectures.heads import SERVED, SERVED_AS, Route
 from ..core.errors import BertforgeError
 from .prometheus import Registry
+from .routes import SERVED, Route, served_task
 from ..core.flags import (add_device_argument, add_revision_argument, count, header_token, host_names,
                           non_negative, old_spellings)
 from ..core.hub import hub_origin, model_folder
@@ -47,7 +47,7 @@ from .start import (
 
 log = logging.getLogger("bertforge")
 
-# bertforge's routes: each head's (heads.HEADS declares them: heads.SERVED, by the pipeline task served), and these
+# bertforge's routes: one per pipeline task served (routes.SERVED), and these
 ROUTES = {f"/v1/{route.name}" for route in SERVED.values()} | {"/health", "/info", "/metrics"}
 BUCKETS = {"latency": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
            "rows": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512), "tokens": (64, 256, 1024, 4096, 16384, 65536)}
@@ -276,7 +276,7 @@ def create_app(server: Server, hosts=None, key: str | None = None, body_timeout:
 
 def endpoint_handler(server: Server, route: Route):
     """The handler of POST /v1/NAME, with its request body's model (for validation and /docs): inputs, truncate
-    and the route's options (heads.Route)."""
+    and the route's options (routes.Route)."""
     from fastapi import Request
     from pydantic import Field, create_model
 
@@ -377,7 +377,7 @@ def served_model(args) -> tuple[Path, str]:
         raise BertforgeError(f"{folder}: no such model folder")
     config = read_config(folder / "config.json")
     task = ALIASES.get(args.task, args.task) or head_task(config, folder)
-    task = SERVED_AS.get(task, task)  # an encoder's feature-extraction is served as sentence-embedding
+    task = served_task(task)  # an encoder's feature-extraction is served as sentence-embedding
     if task not in SERVED:
         raise BertforgeError(f"--task {task!r}: serve answers {', '.join(SERVED)}")
     check_limits(args, config, task)

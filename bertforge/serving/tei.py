@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from ..core.version import __version__
 from ..core.errors import BertforgeError
 from ..inference.inputs import check_text
-from ..model.architectures.heads import SERVED
+from .routes import SERVED
 from .guard import REQUEST, Refused, json_bytes, result_bytes
 
 MODEL_ROUTES = {"embedding": ("/embed", "/embed_all", "/v1/embeddings"), "classifier": ("/predict",),
@@ -39,7 +39,7 @@ def error_body(status: int, kind: str, message: str) -> tuple[int, dict]:
 
 
 def model_type(pipe) -> str | None:
-    """TEI's type of the served model, as its route declares it (heads.Route.tei): embedding, classifier, or a
+    """TEI's type of the served model, as its route declares it (routes.Route.tei): embedding, classifier, or a
     classifier with one output, which TEI serves as a reranker; None: no TEI type."""
     kind = SERVED[pipe.task].tei if pipe.task in SERVED else None
     return "reranker" if kind == "classifier" and pipe.config.num_labels == 1 else kind

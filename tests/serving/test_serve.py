@@ -172,7 +172,7 @@ def test_bad_requests_are_4xx_with_a_message(servers, body, status, message):
                                                              "boolean, not a text"),
 ])
 def test_options_of_another_type_are_a_422_naming_them(servers, endpoint, body, message):
-    """Each option is of the type its route declares (heads.Route), never converted: true is not 1 (bool is an
+    """Each option is of the type its route declares (routes.Route), never converted: true is not 1 (bool is an
     int in Python; `dimensions: true` gave one value), "yes" not true, "8" not 8."""
     response = servers[endpoint].post(endpoint, body)
     assert response.status_code == 422, response.text

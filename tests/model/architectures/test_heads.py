@@ -3,7 +3,6 @@ does."""
 
 import inspect
 
-import pytest
 import torch
 import transformers
 
@@ -12,7 +11,7 @@ import bertforge.model.architectures.bert as encoder
 import bertforge.model.architectures.task_heads as task_heads
 from bertforge.model.formats.checkpoint import part_name
 from bertforge.model.architectures.config import BertConfig
-from bertforge.model.architectures.heads import HEADS, PART_NAMES, SERVED, SERVED_AS, head_class
+from bertforge.model.architectures.heads import HEADS, PART_NAMES, head_class
 from bertforge.inference.pipelines import TASKS
 from bertforge.inference.runtime import TorchRuntime
 
@@ -49,28 +48,3 @@ def test_each_head_s_task_parts_and_outputs_are_the_code_s():
         assert set(out) == set(head.outputs), name
         for key, axes in head.outputs.items():
             assert max(axes) < out[key].dim(), (name, key)
-
-
-def test_every_head_with_a_route_is_served(tmp_path):
-    """A head's route (heads.Route) is what the server answers its checkpoints on: a POST /v1/NAME whose request
-    body is inputs, truncate and the route's options, each an option of the pipeline the route runs; and every
-    bertforge /v1/ route is some head's."""
-    pytest.importorskip("fastapi")
-    from bertforge.serving import openai_api, tei
-    from bertforge.serving.serve import Server, create_app
-
-    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
-    config = BertConfig.from_name("tiny", vocab_size=7, id2label={0: "a", 1: "b"})
-    api = create_app(Server(tmp_path)).openapi()
-    for name, head in HEADS.items():
-        route = head.route
-        if route is None:
-            continue
-        assert SERVED[SERVED_AS[head.task]] == route, name  # a checkpoint of the head is served on its route
-        body = api["paths"][f"/v1/{route.name}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-        fields = api["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]["properties"]
-        assert set(fields) == {"inputs", "truncate", *route.options}, name
-        head_class(name)(config).save_pretrained(tmp_path)
-        assert set(route.options) <= set(bertforge.pipeline(route.task, model=tmp_path).defaults), name
-    own = {path for path in api["paths"] if path.startswith("/v1/")} - set(tei.ROUTES) - set(openai_api.ROUTES)
-    assert own == {f"/v1/{route.name}" for route in SERVED.values()}

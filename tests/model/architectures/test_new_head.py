@@ -1,6 +1,6 @@
 """Adding a head is one class and one registry entry: a head declared in this file, outside the package (a sequence
 classifier with a hidden layer on the [CLS] token, RoBERTa's classification head), is saved and loaded, runs in the
-runtime, answers `pipeline()`, is served on its route and exports to ONNX, with no other change anywhere."""
+runtime, answers `pipeline()`, is served on its task's route and exports to ONNX, with no other change anywhere."""
 
 import json
 import time
@@ -14,7 +14,7 @@ from bertforge.core.errors import BertforgeError
 from bertforge.model.architectures.bert import BertModel, BertPreTrainedModel
 from bertforge.model.compat import finish
 from bertforge.model.architectures.config import BertConfig
-from bertforge.model.architectures.heads import BATCH, HEADS, SERVED, Head, head_class
+from bertforge.model.architectures.heads import BATCH, HEADS, Head, head_class
 from bertforge.text.tokenizer import BertTokenizer
 
 NAME = "BertForSequenceClassificationWithHiddenLayer"
@@ -44,8 +44,7 @@ class BertForSequenceClassificationWithHiddenLayer(BertPreTrainedModel):
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
     """The head registered (its one entry: served as a text classifier) and a random checkpoint of it saved."""
-    entry = Head(NAME, "text-classification", {"logits": BATCH}, {"classifier": "classifier"}, module=__name__,
-                 route=SERVED["text-classification"])
+    entry = Head(NAME, "text-classification", {"logits": BATCH}, {"classifier": "classifier"}, module=__name__)
     monkeypatch.setitem(HEADS, NAME, entry)
     (tmp_path / "vocab.txt").write_text("\n".join(WORDS) + "\n")
     config = BertConfig.from_name("tiny", vocab_size=len(WORDS), id2label={0: "negative", 1: "positive"})
