@@ -356,3 +356,41 @@ def compare(reference, ours, ids, mask, segments=None, **inputs) -> dict[str, fl
     worst["hidden_states"] = max((a - b)[real].abs().max().item()
                                  for a, b in zip(theirs.hidden_states, mine.hidden_states))
     return worst
+
+
+def mpnet_tokenizer(folder: Path, model_max_length: int = 128) -> Path:
+    """A tokenizer laid out as MPNet's (microsoft/mpnet-base, all-mpnet-base-v2): WordPiece (uncased, trained here
+    on mixed text: ROBERTA_TEXTS) with <s> <pad> </s> <unk> as ids 0 to 3, BERT's [PAD] [UNK] [CLS] [SEP] [MASK]
+    after them ([UNK] the unknown token), <mask> last (stripping the space before it), <s> A </s></s> B </s> with no
+    token_type_ids, written by transformers' own class."""
+    import transformers
+    from tokenizers import BertWordPieceTokenizer
+
+    backend = BertWordPieceTokenizer(lowercase=True)
+    backend.train_from_iterator(ROBERTA_TEXTS, vocab_size=400, special_tokens=[
+        "<s>", "<pad>", "</s>", "<unk>", "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    vocab = backend.get_vocab()
+    vocab["<mask>"] = len(vocab)
+    transformers.MPNetTokenizerFast(vocab=vocab, model_max_length=model_max_length).save_pretrained(folder)
+    return folder
+
+
+def mpnet_folder(folder: Path, head: str = "MPNetForMaskedLM", **config) -> Path:
+    """An MPNet checkpoint as transformers writes one: its tokenizer (above) and random weights at a scaled-down
+    shape of mpnet-base's (2 layers of 32, 4 heads, feed-forward 48, 32 relative position buckets, positions from
+    the padding id 1 + 1 in a table of 130: 128 tokens), drawn wide."""
+    import torch
+    import transformers
+
+    mpnet_tokenizer(folder, config.get("max_position_embeddings", 130) - 2)
+    vocab = len(transformers.AutoTokenizer.from_pretrained(folder))
+    sizes = dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                 max_position_embeddings=130, layer_norm_eps=1e-5, relative_attention_num_buckets=32, pad_token_id=1,
+                 bos_token_id=0, eos_token_id=2)
+    torch.manual_seed(0)
+    model = getattr(transformers, head)(transformers.MPNetConfig(**{**sizes, **config}))
+    with torch.no_grad():  # wide weights, norms and biases off their first values: predictions well apart
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape) * 0.1)
+    model.save_pretrained(folder)
+    return folder

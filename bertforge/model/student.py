@@ -227,6 +227,46 @@ class DistilBertCut(BertCut):
         return BertCut.keep(parts, value, at, keep, head)
 
 
+class MPNetCut(RobertaCut):
+    """RoBERTa's ranks and cuts under MPNet's names (each layer's attention.LayerNorm, o's input per head, q, k, v and
+    o in attention.attn), with one set of heads kept in every layer: the relative position bias is one table shared
+    by the layers, a column per head (`shared_heads`: the heads ranked by their sum over the kept layers), its
+    columns cut with them; the masked-LM head's dense layer and norm keep the hidden channels."""
+
+    shared_heads = True
+
+    @staticmethod
+    def watch(model):
+        encoder = model.base_model
+        yield encoder.embeddings.LayerNorm, "hidden.embeddings", False, False
+        if getattr(encoder, "pooler", None) is not None:
+            yield encoder.pooler, "pooled", False, False
+        if hasattr(getattr(model, "classifier", None), "out_proj"):
+            yield model.classifier.out_proj, "pooled", False, True
+        for i, layer in enumerate(encoder.encoder.layer):
+            yield layer.attention.LayerNorm, f"hidden.{i}.attention", False, False
+            yield layer.output.LayerNorm, f"hidden.{i}.output", False, False
+            yield layer.attention.attn.o, f"heads.{i}", True, True
+            yield layer.output.dense, f"neurons.{i}", False, True
+
+    @staticmethod
+    def keep(parts: list[str], value, at: int | None, keep: dict, head: str | None):
+        hidden = keep["hidden"]
+        if at is not None:
+            channels, neurons = keep["channels"], keep["neurons"]
+            return {"attention.attn.q": (channels, hidden), "attention.attn.k": (channels, hidden),
+                    "attention.attn.v": (channels, hidden), "attention.attn.o": (hidden, channels),
+                    "intermediate.dense": (neurons, hidden), "output.dense": (hidden, neurons),
+                    }.get(".".join(parts[at + 2:-1]), (hidden, None))  # the LayerNorms
+        if "relative_attention_bias" in parts:  # [buckets, heads]
+            return None, keep["heads"]
+        if parts[:2] == ["lm_head", "dense"]:
+            return hidden, hidden
+        if parts[:2] == ["lm_head", "layer_norm"]:
+            return hidden, None
+        return RobertaCut.keep(parts, value, at, keep, head)
+
+
 class ElectraCut(RobertaCut):
     """RoBERTa's ranks and cuts, with ELECTRA's tables (embedding_size wide) kept whole: embeddings_project's output
     ranked as the hidden channels and its rows cut with them; the masked-LM head's dense layer reads the hidden
@@ -358,12 +398,16 @@ def cut_weights(weights: dict, config, head_size: int, layers: list[int], ranks:
                 rules=BertCut) -> dict:
     """The teacher's `weights` (a state dict with or without the task model's prefix) cut to `config`: its `layers`
     renumbered from 0, in each the hidden channels, heads and feed-forward neurons that `ranks` (activation_ranks)
-    rank highest; the pooled vector keeps the outputs ranked highest. The task's `head` (the name of its
-    parameters) keeps the input channels it reads. `rules`: the architecture's (BertCut, ModernBertCut)."""
+    rank highest (the same heads in every layer where the rules' `shared_heads` say so: MPNet's); the pooled vector
+    keeps the outputs ranked highest. The task's `head` (the name of its parameters) keeps the input channels it
+    reads. `rules`: the architecture's (BertCut, ModernBertCut)."""
     width = config.hidden_size
     keep = {"hidden": top(ranks["hidden"], width), "pooled": top(ranks["pooled"], width) if "pooled" in ranks else None,
             "weights": weights}  # which the rules may look at (ELECTRA's: whether its tables are projected)
     heads = [top(ranks["heads"][i], width // head_size) for i in layers]
+    if getattr(rules, "shared_heads", False):  # one set of heads in every layer (MPNet's bias, a column a head)
+        heads = [top(ranks["heads"][layers].sum(0), width // head_size)] * len(layers)
+    keep["heads"] = heads[0]
     channels = [(h[:, None] * head_size + torch.arange(head_size)).flatten() for h in heads]
     neurons = [top(ranks["neurons"][i], config.intermediate_size) for i in layers]
     renumbered = {i: k for k, i in enumerate(layers)}

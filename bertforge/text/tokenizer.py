@@ -149,8 +149,12 @@ class BertTokenizer:
         json_file = vocab_file.parent / "tokenizer.json" if vocab_file.name != "tokenizer.json" else vocab_file
         pipeline = read_pipeline(json_file)
         model = (pipeline or {}).get("model")
-        if pipeline is not None and (model.get("type") if isinstance(model, dict) else None) != "WordPiece" \
-                and not has_model_file(vocab_file.parent / "vocab.txt"):
+        own = own_specials(vocab_file.parent)  # MPNet's WordPiece: <s> A </s></s> B </s>
+        if own and pipeline is None:
+            raise BertforgeError(f"{vocab_file.parent}: the tokenizer names {', '.join(own)}, not BERT's; bertforge "
+                                 f"lays such a tokenizer's inputs out by its tokenizer.json, which is not there")
+        if pipeline is not None and (own or (model.get("type") if isinstance(model, dict) else None) != "WordPiece"
+                                     and not has_model_file(vocab_file.parent / "vocab.txt")):
             if do_lower_case is not None:
                 raise BertforgeError(f"{json_file}: do_lower_case applies to WordPiece vocabularies; this "
                                      "tokenizer's own normalizer decides")
@@ -454,6 +458,24 @@ def layout(backend: Tokenizer, token: str, pair: bool) -> list[tuple]:
                 parts.append(("AB"[texts // len(one)], segment))
             texts += 1
     return parts
+
+
+def own_specials(folder: Path) -> list[str]:
+    """The special tokens a tokenizer folder (tokenizer_config.json, special_tokens_map.json) names other than
+    BERT's, as "cls_token '<s>'": a WordPiece vocabulary laid out otherwise than [CLS] A [SEP] B [SEP] (MPNet's),
+    which its tokenizer.json's post-processor lays out."""
+    named = {}
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        if has_model_file(folder / name):
+            given = read_model_json(folder / name)
+            named.update(given if isinstance(given, dict) else {})
+    own = []
+    for name, bert in SPECIAL_NAMES.items():
+        token = named.get(name)
+        token = token.get("content") if isinstance(token, dict) else token
+        if token is not None and token != bert:
+            own.append(f"{name} {token!r:.40}")
+    return own
 
 
 def model_pad_token(folder: Path, vocab: dict[str, int]) -> str:

@@ -592,3 +592,81 @@ class DistilBertConfig(ConfigFile):
     def parameter_count(self) -> int:
         h, layers = self.dim, self.n_layers
         return (self.vocab_size + self.max_position_embeddings) * h + layers * (4 * h * h + 2 * h * self.hidden_dim)
+
+
+MPNET_PADDING_IDX = 1  # transformers' MPNetEmbeddings: positions count from 1 + 1, whatever pad_token_id says
+MPNET_BUCKETS = 32  # the relative positions' buckets transformers' MPNetEncoder computes, whatever the table's rows
+
+
+@dataclass
+class MPNetConfig(ConfigFile):
+    """MPNet (Song et al., 2020): transformers' `MPNetConfig` fields and defaults (BERT's sizes, mpnet-base's
+    vocabulary), no token types, a table of `relative_attention_num_buckets` relative position biases shared by the
+    layers, and positions counted as RoBERTa's from the padding id 1 + 1, so that an input holds 2 tokens fewer than
+    the position table's rows (mpnet-base: 514 rows, 512 tokens); the masked-LM decoder is the token table."""
+
+    model_type = "mpnet"
+    dropout_fields = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+
+    vocab_size: int = 30527
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    relative_attention_num_buckets: int = MPNET_BUCKETS
+    pad_token_id: int = MPNET_PADDING_IDX
+    bos_token_id: int | None = 0
+    eos_token_id: int | None = 2
+    tie_word_embeddings: bool = True
+    id2label: dict[int, str] = field(default_factory=lambda: {0: "LABEL_0", 1: "LABEL_1"})
+    problem_type: str | None = None
+    extra: dict = field(default_factory=dict, repr=False)
+
+    schema = {
+        **{name: size(name) for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                         "intermediate_size", "max_position_embeddings")},
+        "hidden_act": Rule("choice", choices=ACTIVATIONS),
+        "hidden_dropout_prob": PROBABILITY, "attention_probs_dropout_prob": PROBABILITY,
+        "initializer_range": SCALE, "layer_norm_eps": EPSILON,
+        "relative_attention_num_buckets": Rule("whole", 1, 1 << 10),
+        "pad_token_id": Rule("whole", 0, LIMITS["vocab_size"]),
+        **dict.fromkeys(("bos_token_id", "eos_token_id"), TOKEN_ID), "tie_word_embeddings": Rule("flag"),
+        "problem_type": Rule("choice", choices=PROBLEM_TYPES, optional=True),
+    }
+
+    # What the layers shared with BERT (the fast path, the heads, distillation) read under BERT's names.
+    is_decoder = False
+    classifier_dropout = None  # the heads' dropout is hidden_dropout_prob, as transformers' MPNet heads
+
+    def __post_init__(self):
+        self.check()
+        if self.pad_token_id != MPNET_PADDING_IDX:
+            raise BertforgeError(f"pad_token_id {self.pad_token_id} is not supported: MPNet counts positions from "
+                                 f"the padding id {MPNET_PADDING_IDX} + 1, as transformers' MPNetEmbeddings does "
+                                 "whatever pad_token_id says")
+        if self.max_tokens < 1:
+            raise BertforgeError(f"max_position_embeddings {self.max_position_embeddings} leaves no position after "
+                                 f"the padding id {MPNET_PADDING_IDX}: MPNet's positions start at 2")
+        if self.relative_attention_num_buckets < MPNET_BUCKETS:
+            raise BertforgeError(f"relative_attention_num_buckets {self.relative_attention_num_buckets} is under "
+                                 f"{MPNET_BUCKETS}: MPNet sorts relative positions into {MPNET_BUCKETS} buckets "
+                                 "(transformers' MPNetEncoder), a row of the table each")
+        if not self.tie_word_embeddings:
+            raise BertforgeError("tie_word_embeddings false is not supported: bertforge's MPNet scores masked "
+                                 "tokens against the token table, as every released MPNet does")
+
+    @property
+    def max_tokens(self) -> int:
+        return self.max_position_embeddings - MPNET_PADDING_IDX - 1
+
+    def parameter_count(self) -> int:
+        h, layers = self.hidden_size, self.num_hidden_layers
+        embeddings = (self.vocab_size + self.max_position_embeddings) * h
+        return embeddings + layers * (4 * h * h + 2 * h * self.intermediate_size) \
+            + self.relative_attention_num_buckets * self.num_attention_heads

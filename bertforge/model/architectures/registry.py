@@ -13,8 +13,8 @@ from pathlib import Path
 from ...core.errors import BertforgeError
 from ...core.hub import model_folder
 from ...core.io import read_model_json
-from .config import (SIZES, BertConfig, ConfigFile, DistilBertConfig, ElectraConfig, ModernBertConfig, RobertaConfig,
-                     XLMRobertaConfig)
+from .config import (SIZES, BertConfig, ConfigFile, DistilBertConfig, ElectraConfig, ModernBertConfig, MPNetConfig,
+                     RobertaConfig, XLMRobertaConfig)
 from .heads import HEADS, PART_NAMES, head_class
 
 
@@ -27,7 +27,9 @@ class Architecture:
     # own classes (BERT's, a head registered at run time included)
     classes: dict[str, str] | None
     layers: str  # the encoder layers' list in the state dict, under the prefix ("encoder.layer", "layers")
-    encoder: tuple[str, ...]  # the encoder's top-level parts, under the prefix: what a bare encoder's checkpoint holds
+    # the encoder's top-level parts, under the prefix: what a bare encoder's checkpoint holds; a part within one
+    # (MPNet's encoder.relative_attention_bias) is required as the top-level ones are, the layers aside
+    encoder: tuple[str, ...]
     parts: dict[str, str]  # state-dict prefix of each part outside the encoder -> its plain name, for reports
     cut: str  # "module:Class" of how --prune ranks and cuts it (model/student.py)
     optional: tuple[str, ...] = ()  # encoder parts a checkpoint may lack, initialised fresh (BERT's pooler)
@@ -62,7 +64,7 @@ class Architecture:
             layer = self.layer_of(key)
             if layer is not None:
                 layers.add(layer)
-            elif key.removeprefix(self.prefix + ".").split(".")[0] in required:
+            elif any(f"{key.removeprefix(self.prefix + '.')}.".startswith(part + ".") for part in required):
                 tables.add(key.removeprefix(self.prefix + ".").rsplit(".", 1)[0])
         ordered = sorted(layers, key=lambda layer: (not layer.isdigit(), int(layer) if layer.isdigit() else 0, layer))
         return sorted(tables) + [f"layer {layer}" for layer in ordered]
@@ -82,6 +84,7 @@ MODERNBERT, ROBERTA = "bertforge.model.architectures.modernbert", "bertforge.mod
 STUDENT = "bertforge.model.student"
 ELECTRA = "bertforge.model.architectures.electra"
 DISTILBERT = "bertforge.model.architectures.distilbert"
+MPNET = "bertforge.model.architectures.mpnet"
 ROBERTA_ARCHITECTURE = Architecture(
     "roberta", RobertaConfig, "roberta", classes(ROBERTA, "Roberta"), "encoder.layer",
     ("embeddings", "encoder", "pooler"), {"roberta.pooler": "pooler", "lm_head": "masked-LM head",
@@ -110,6 +113,12 @@ ARCHITECTURES = {arch.model_type: arch for arch in (
                  "masked-LM head", "vocab_projector": "masked-LM head", "pre_classifier": "classifier",
                  "classifier": "classifier", "qa_outputs": "question-answering head"},
                  f"{STUDENT}:DistilBertCut", segments=False, aliases=("vocab_projector.weight",)),
+    Architecture("mpnet", MPNetConfig, "mpnet", classes(MPNET, "MPNet"), "encoder.layer",
+                 ("embeddings", "encoder", "encoder.relative_attention_bias", "pooler"),
+                 {"mpnet.pooler": "pooler", "lm_head": "masked-LM head", "classifier": "classifier",
+                  "qa_outputs": "question-answering head"},
+                 f"{STUDENT}:MPNetCut", optional=("pooler",), segments=False,
+                 aliases=("lm_head.decoder.weight", "lm_head.decoder.bias")),
 )}
 # The class names of the architectures beyond BERT's, as config.json's `architectures` lists them, to their heads.
 HEAD_OF = {spec.split(":")[1]: head for arch in ARCHITECTURES.values() for head, spec in (arch.classes or {}).items()}
