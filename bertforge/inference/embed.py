@@ -146,10 +146,13 @@ def check_resumable(out: Path, found: dict, settings: dict) -> None:
         shown = found["model"].get("repo_id") or found["model"].get("folder")
         raise BertforgeError(f"--out {out}: holds the embeddings of another model ({shown}, {MANIFEST}); write "
                              f"them to a new folder")
+    def shown(value) -> str:
+        return "(none)" if value is None else ",".join(value) if isinstance(value, list) else str(value)
+
     for key, flag in SETTINGS.items():
         if found.get(key) != settings[key]:
-            raise BertforgeError(f"--out {out}: its {MANIFEST} was written with {flag} {found.get(key)!r}, not "
-                                 f"{settings[key]!r}; resume with the same flags or write to a new folder")
+            raise BertforgeError(f"--out {out}: its {MANIFEST} was written with {flag} {shown(found.get(key))}, not "
+                                 f"{shown(settings[key])}; resume with the same flags or write to a new folder")
 
 
 def shard_name(index: int) -> str:
