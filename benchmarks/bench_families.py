@@ -7,7 +7,11 @@ The texts are wikitext-2 (validation) lines of 5 to `--max-words` words, a user'
 get the same batch size and truncate at the model's length (transformers batches in input order, bertforge sorts by
 length: each library's default use).
 
-    python -m benchmarks.bench_families [--families roberta electra distilbert] [--texts 48] [--reps 3]
+`--step`: a fine-tuning step instead, the same for both: each library's sequence classifier from the same folder,
+in training mode (dropout on), forward, loss, backward and an AdamW step on one padded batch of `--batch-size`
+texts from the same tokenizer (bertforge packs the real tokens, transformers computes on the padding).
+
+    python -m benchmarks.bench_families [--families roberta electra distilbert] [--texts 48] [--reps 3] [--step]
 """
 
 import argparse
@@ -37,6 +41,42 @@ def texts(count: int, max_words: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(lines).split()[:rng.randint(5, max_words)]) for _ in range(count)]
 
 
+def pipelines(folder, inputs, batch_size) -> dict:
+    import transformers
+
+    import bertforge
+
+    ours = bertforge.pipeline("text-classification", model=folder)
+    theirs = transformers.pipeline("text-classification", model=str(folder), device="cpu")
+    return {"bertforge": lambda: ours(inputs, batch_size=batch_size),
+            "transformers": lambda: theirs(inputs, batch_size=batch_size, truncation=True)}
+
+
+def steps(folder, batch) -> dict:
+    import torch
+    import transformers
+
+    import bertforge
+
+    encoded = transformers.AutoTokenizer.from_pretrained(str(folder))(batch, padding=True, truncation=True,
+                                                                       return_tensors="pt")
+    inputs = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"],
+              "labels": torch.arange(len(batch)) % 2}
+
+    def step(model):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+
+        def run():
+            model(**inputs).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return run
+
+    ours = bertforge.AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2).train()
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(str(folder), num_labels=2).train()
+    return {"bertforge": step(ours), "transformers": step(theirs)}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--families", nargs="+", choices=FAMILIES, default=["roberta", "electra", "distilbert"])
@@ -45,30 +85,24 @@ def main():
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--threads", type=int, default=common.THREADS)
+    p.add_argument("--step", action="store_true", help="time a fine-tuning step, not the pipeline")
     args = p.parse_args()
     common.setup(args.threads)
 
-    import transformers
-
-    import bertforge
     import tests.conftest as builders
 
-    transformers.logging.set_verbosity_error()
     inputs = texts(args.texts, args.max_words)
     print(common.machine())
-    print(f"{args.texts} texts of 5-{args.max_words} words, batch size {args.batch_size}, {args.reps} interleaved "
+    what = "one fine-tuning step on a batch of" if args.step else "texts, batch size"
+    print(f"{args.texts} texts of 5-{args.max_words} words, {what} {args.batch_size}, {args.reps} interleaved "
           "repetitions after one warm-up")
     print("| family (shape) | bertforge s | transformers s | ratio |\n|---|---|---|---|")
     for family in args.families:
         head, writer, shape = FAMILIES[family]
         with tempfile.TemporaryDirectory() as tmp:
             folder = getattr(builders, writer)(Path(tmp) / family, head, **shape)
-            ours = bertforge.pipeline("text-classification", model=folder)
-            theirs = transformers.pipeline("text-classification", model=str(folder), device="cpu")
-            times = common.interleaved({
-                "bertforge": lambda: ours(inputs, batch_size=args.batch_size),
-                "transformers": lambda: theirs(inputs, batch_size=args.batch_size, truncation=True),
-            }, args.reps)
+            runs = steps(folder, inputs[:args.batch_size]) if args.step else pipelines(folder, inputs, args.batch_size)
+            times = common.interleaved(runs, args.reps)
         a, b = common.median(times["bertforge"]), common.median(times["transformers"])
         sizes = ", ".join(f"{k} {v}" for k, v in shape.items() if k != "max_position_embeddings")
         print(f"| {family} ({sizes}) | {a:.2f} | {b:.2f} | **{b / a:.2f}x** |", flush=True)
