@@ -1,7 +1,7 @@
-"""Every job on a ModernBERT folder, a RoBERTa and an XLM-RoBERTa one, as transformers writes them
-(conftest.modernbert_folder, conftest.roberta_folder: tokenizers of their own kind, random weights at a scaled-down
-shape): pipelines against transformers' pipelines, info, fine-tuning, evaluation, prediction, ONNX export, serving
-and distillation, each through the architecture registry."""
+"""Every job on a ModernBERT folder, a RoBERTa, an XLM-RoBERTa, a DistilBERT, an ELECTRA and an MPNet one, as
+transformers writes them (conftest.modernbert_folder, conftest.roberta_folder, ...: tokenizers of their own kind,
+random weights at a scaled-down shape): pipelines against transformers' pipelines, info, fine-tuning, evaluation,
+prediction, ONNX export, serving and distillation, each through the architecture registry."""
 
 import json
 import os
@@ -16,7 +16,7 @@ import bertforge
 from bertforge.model.architectures.registry import ARCHITECTURES, heads_of, read_config
 from bertforge.model.architectures.heads import HEADS
 from tests.conftest import REPO, distilbert_folder, modernbert_folder, roberta_folder
-from tests.conftest import electra_folder
+from tests.conftest import electra_folder, mpnet_folder
 from tests.inference.test_pipelines import assert_same, best_span
 
 transformers = pytest.importorskip("transformers")
@@ -852,4 +852,258 @@ def test_a_sentence_transformers_folder_of_electra_embeds_as_sentence_transforme
     folder = roberta_sentence_folder(tmp_path / "st", "ElectraModel", electra_folder)
     ours = bertforge.pipeline(model=folder)(TEXTS + SHORT)
     theirs = st.SentenceTransformer(str(folder), device="cpu").encode(TEXTS + SHORT)
+    assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# MPNet (conftest.mpnet_folder: WordPiece laid out as RoBERTa's, <s> A </s></s> B </s>; random weights at a
+# scaled-down shape, relative position buckets, positions from the padding id 1 + 1): every job on the family of
+# all-mpnet-base-v2
+
+
+@pytest.fixture(scope="module")
+def mpnet_folders(tmp_path_factory):
+    made = {}
+
+    def make(head, **config):
+        key = (head, repr(sorted(config.items())))
+        if key not in made:
+            made[key] = mpnet_folder(tmp_path_factory.mktemp(head), head, **config)
+        return made[key]
+    return make
+
+
+def test_every_head_of_the_registry_but_pre_training_has_an_mpnet_class():
+    arch = ARCHITECTURES["mpnet"]
+    assert set(HEADS) - set(arch.heads()) == {"BertForPreTraining"} and not arch.segments
+    assert arch.classes["BertForMultipleChoice"] == "bertforge.model.architectures.mpnet:MPNetForMultipleChoice"
+
+
+def test_pipelines_on_mpnet_are_the_references(mpnet_folders):
+    """Text classification on texts (one over the 128 tokens, cut as transformers truncates it) and pairs, fill-mask
+    with <mask>, token classification, feature extraction, and question answering (the windows laid out as the
+    tokenizer lays out a pair: the reference model's best span on its own encoding)."""
+    folder = mpnet_folders("MPNetForSequenceClassification", num_labels=3)
+    assert_same(bertforge.pipeline(model=folder)(TEXTS, top_k=None),
+                reference("text-classification", folder)(TEXTS, top_k=None, truncation=True))
+    pairs = [{"text": a, "text_pair": b} for a, b in zip(SHORT, reversed(SHORT))]
+    assert_same(bertforge.pipeline(model=folder)(pairs, top_k=None),
+                reference("text-classification", folder)(pairs, top_k=None))
+    folder = mpnet_folders("MPNetForMaskedLM")
+    texts = ["The capital of France is <mask>.", "George <mask> was born in Virginia."]
+    assert_same(bertforge.pipeline("fill-mask", model=folder)(texts, top_k=3),
+                reference("fill-mask", folder)(texts, top_k=3))
+    tokens = bertforge.pipeline("feature-extraction", model=folder)(SHORT[2])
+    ids = transformers.AutoTokenizer.from_pretrained(folder)(SHORT[2], return_tensors="pt")
+    with torch.no_grad():
+        expected = transformers.AutoModel.from_pretrained(folder).eval()(**ids).last_hidden_state[0]
+    assert torch.allclose(torch.tensor(tokens), expected, atol=1e-4)
+    folder = mpnet_folders("MPNetForTokenClassification", num_labels=5,
+                           id2label={0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"})
+    keys = ("entity", "score", "index", "start", "end")
+    ours = bertforge.pipeline(model=folder)(SHORT, aggregation_strategy="none")
+    theirs = reference("token-classification", folder)(SHORT, aggregation_strategy="none")
+    for a, b in zip(ours, theirs, strict=True):
+        assert_same([{k: e[k] for k in keys} for e in a], [{k: e[k] for k in keys} for e in b])
+    folder = mpnet_folders("MPNetForQuestionAnswering")
+    model = transformers.AutoModelForQuestionAnswering.from_pretrained(folder).eval()
+    question, context = "Who wrote it?", "The novel was written by Jane Austen in 1813, in Hampshire."
+    answer = bertforge.pipeline(model=folder)(question=question, context=context)
+    enc = transformers.AutoTokenizer.from_pretrained(folder)(question, context, return_offsets_mapping=True,
+                                                             return_tensors="pt")
+    offsets = enc.pop("offset_mapping")[0].tolist()
+    in_context = [i for i, s in enumerate(enc.sequence_ids(0)) if s == 1]
+    with torch.no_grad():
+        out = model(**enc)
+    (s, e), _ = best_span(out.start_logits[0].numpy(), out.end_logits[0].numpy(), in_context[0], in_context[-1])
+    assert (answer["start"], answer["end"]) == (offsets[s][0], offsets[e][1])
+    assert answer["answer"] == context[answer["start"]:answer["end"]]
+
+
+def mpnet_sentence_folder(folder: Path, **config) -> Path:
+    """all-mpnet-base-v2's layout: the encoder (MPNetModel's weights), mean pooling, unit vectors, max_seq_length
+    384 of the 512 tokens its positions hold (here 384 of 384)."""
+    config = {"max_position_embeddings": 386, **config}
+    folder = mpnet_folder(folder, "MPNetModel", **config)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": config.get("hidden_size", 32), "pooling_mode_cls_token": False,
+        "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False}))
+    (folder / "2_Normalize").mkdir()
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 384, "do_lower_case": False}))
+    return folder
+
+
+def test_an_all_mpnet_base_v2_folder_embeds_as_sentence_transformers_within_1e_5(tmp_path):
+    """pipeline("sentence-embedding") and FeatureExtractor's sentence vectors: sentence-transformers' encode (a text
+    over the 384 tokens cut by the pipeline as sentence-transformers cuts it)."""
+    st = pytest.importorskip("sentence_transformers")
+    from bertforge.inference.features import FeatureExtractor
+
+    folder = mpnet_sentence_folder(tmp_path / "st")
+    long = "A dull mess that never finds its feet, naïve 北京 🙂 " * 40
+    theirs = st.SentenceTransformer(str(folder), device="cpu").encode(TEXTS + SHORT + [long])
+    ours = bertforge.pipeline("sentence-embedding", model=folder)(TEXTS + SHORT + [long])
+    assert (torch.tensor(ours) - torch.tensor(theirs)).abs().max() < 1e-5
+    features = FeatureExtractor(folder).extract(TEXTS + SHORT, level="sentence")
+    assert (torch.tensor(features.vectors) - torch.tensor(theirs[:-1])).abs().max() < 1e-5
+
+
+def test_finetune_evaluate_predict_info_and_export_run_on_mpnet(mpnet_folders, tmp_path):
+    """A classifier fine-tuned from a masked LM on own data, read by transformers with the same predictions,
+    evaluated, predicted, described by info, exported to ONNX with the same outputs."""
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.csv").write_text("text,label\n" + "".join(f"{t},{lab}\n" for t, lab in ROWS))
+    run = tmp_path / "run"
+    result = bertforge_cli("finetune", "text-classification", "--model", mpnet_folders("MPNetForMaskedLM"),
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "dev.csv", "--epochs", 2,
+                           "--out", run, "--no-progress", "--seed", 1)
+    assert result.returncode == 0, result.stderr
+    config = read_config(run / "best" / "config.json")
+    assert config.model_type == "mpnet" and heads_of(config) == ["BertForSequenceClassification"]
+    saved = transformers.AutoModelForSequenceClassification.from_pretrained(run / "best").eval()
+    assert type(saved).__name__ == "MPNetForSequenceClassification"
+    ours = bertforge.pipeline(model=run / "best")(TEXTS, top_k=None)
+    assert_same(ours, reference("text-classification", run / "best")(TEXTS, top_k=None, truncation=True))
+
+    result = bertforge_cli("evaluate", "text-classification", "--model", run / "best", "--dev", tmp_path / "dev.csv")
+    assert result.returncode == 0 and 0 <= json.loads(result.stdout)["accuracy"] <= 1, result.stderr
+    result = bertforge_cli("predict", "text-classification", "--model", run / "best", "--input", tmp_path / "dev.csv")
+    assert result.returncode == 0 and json.loads(result.stdout.splitlines()[0])["label"] in ("pos", "neg")
+    result = bertforge_cli("info", run / "best")
+    assert result.returncode == 0 and "architecture:  MPNetForSequenceClassification" in result.stdout
+    assert "128 positions" in result.stdout and "classifier (2 outputs: neg, pos)" in result.stdout
+
+    pytest.importorskip("onnxruntime")
+    result = bertforge_cli("export", "onnx", run / "best", tmp_path / "onnx")
+    assert result.returncode == 0, result.stderr
+    assert_same(bertforge.pipeline(model=tmp_path / "onnx", backend="onnx")(TEXTS, top_k=None), ours)
+
+
+def test_finetune_every_family_of_tasks_on_mpnet(mpnet_folders, tmp_path):
+    """Token classification, question answering, multiple choice and sentence-pair regression fine-tuned from a
+    masked LM on own data, each read back by transformers as its MPNet class."""
+    from tests.conftest import fine_tune, write_jsonl
+
+    mlm = mpnet_folders("MPNetForMaskedLM")
+    people, places = ["alice", "bob", "maria", "omar"], ["paris", "lima", "berlin"]
+    ner = write_jsonl(tmp_path / "ner.jsonl", [{"tokens": [p, "lives", "in", c, "."],
+                                                "tags": ["B-PER", "O", "O", "B-LOC", "O"]}
+                                               for p in people for c in places])
+    context = "The novel was written by Jane Austen in 1813, in Hampshire."
+    squad = write_jsonl(tmp_path / "squad.jsonl", [
+        {"question": q, "context": context, "answers": {"text": [a], "answer_start": [context.index(a)]}}
+        for q, a in (("Who wrote it?", "Jane Austen"), ("When?", "1813"), ("Where?", "Hampshire"))] * 3)
+    quiz = "a gripping film,good,bad,0\na dull mess,good,bad,1\n" * 6
+    (tmp_path / "quiz.csv").write_text("question,A,B,answer\n" + quiz)
+    runs = {"MPNetForTokenClassification": ("token-classification", "--train", ner, "--dev", ner),
+            "MPNetForQuestionAnswering": ("question-answering", "--train", squad, "--dev", squad,
+                                          "--max-length", 128),
+            "MPNetForMultipleChoice": ("multiple-choice", "--train", tmp_path / "quiz.csv", "--dev",
+                                       tmp_path / "quiz.csv", "--choices-columns", "A", "B",
+                                       "--label-column", "answer")}
+    for name, (task, *flags) in runs.items():
+        run = fine_tune(task, mlm, tmp_path / task, *flags, "--epochs", 1, "--batch-size", 4)
+        assert type(transformers.AutoConfig.from_pretrained(run / "best")).__name__ == "MPNetConfig"
+        assert json.loads((run / "best" / "config.json").read_text())["architectures"] == [name]
+        assert type(getattr(transformers, name).from_pretrained(run / "best")).__name__ == name
+
+
+@pytest.mark.parametrize("head, task", [("MPNetForMaskedLM", "fill-mask"),
+                                        ("MPNetForTokenClassification", "token-classification"),
+                                        ("MPNetForQuestionAnswering", "question-answering")])
+def test_an_exported_mpnet_head_runs_as_pytorch_does(mpnet_folders, tmp_path, head, task):
+    """Traced on sample rows holding the tokenizer's own mask token, <mask>; the relative positions computed in the
+    graph for rows of any length; no token_type_ids read."""
+    pytest.importorskip("onnxruntime")
+    folder = mpnet_folders(head)
+    result = bertforge_cli("export", "onnx", folder, tmp_path / "onnx")
+    assert result.returncode == 0, result.stderr
+    exported, ours = (bertforge.pipeline(task, model=tmp_path / "onnx", backend="onnx"),
+                      bertforge.pipeline(task, model=folder))
+    if task == "question-answering":
+        kw = dict(question="Who wrote it?", context="The novel was written by Jane Austen in 1813, in Hampshire.")
+        a, b = exported(**kw), ours(**kw)
+        assert (a["start"], a["end"]) == (b["start"], b["end"]) and abs(a["score"] - b["score"]) < 1e-5
+        return
+    texts = ["The capital of France is <mask>.", "George <mask> was born in Virginia, " * 3 + "in 1732."]
+    assert_same(exported(texts, top_k=3) if task == "fill-mask" else exported(texts),
+                ours(texts, top_k=3) if task == "fill-mask" else ours(texts))
+
+
+def test_serve_answers_tei_openai_and_bertforge_routes_on_mpnet(mpnet_folders, tmp_path):
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+    from tests.serving.test_serve import Served
+
+    folder = mpnet_folders("MPNetForSequenceClassification", **SST2)
+    classifier = Served(folder).wait()
+    embedder = Served(mpnet_sentence_folder(tmp_path / "st")).wait()
+    try:
+        assert_same(classifier.post("classify", {"inputs": SHORT}).json(), bertforge.pipeline(model=folder)(SHORT))
+        tei = httpx.post(classifier.url + "/predict", json={"inputs": SHORT[2]}, timeout=60).json()
+        assert {s["label"] for s in tei} == {"NEGATIVE", "POSITIVE"}
+        vectors = httpx.post(embedder.url + "/embed", json={"inputs": SHORT}, timeout=60).json()
+        openai = httpx.post(embedder.url + "/v1/embeddings", json={"input": SHORT}, timeout=60).json()
+        expected = bertforge.pipeline(model=tmp_path / "st")(SHORT)
+        assert torch.allclose(torch.tensor(vectors), torch.tensor(expected), atol=1e-5)
+        assert torch.allclose(torch.tensor(vectors), torch.tensor([d["embedding"] for d in openai["data"]]),
+                              atol=1e-6)
+    finally:
+        classifier.stop()
+        embedder.stop()
+
+
+def test_distill_cuts_an_mpnet_student_that_transformers_loads_with_the_same_outputs(tmp_path):
+    """A classifier 256 wide of 4 layers cut to tiny (2 layers of 128, heads of the teacher's size, the same two in
+    both layers with their columns of the relative position table; the sentence classifier's dense layer cut as a
+    pooler), and a student of two of its layers."""
+    teacher = mpnet_folder(tmp_path / "teacher", "MPNetForSequenceClassification", hidden_size=256,
+                           intermediate_size=1024, num_attention_heads=4, num_hidden_layers=4, num_labels=2,
+                           id2label={0: "neg", 1: "pos"})
+    rows = "".join(f"a gripping film {i},pos\na dull mess {i},neg\n" for i in range(20))
+    (tmp_path / "train.csv").write_text("text,label\n" + rows)
+    result = bertforge_cli("distill", "text-classification", "--teacher", teacher, "--student", "tiny", "--prune",
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "train.csv", "--epochs", 1,
+                           "--augment", 0, "--out", tmp_path / "tiny", "--no-progress", env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    assert "student cut from the teacher's layers 0,3: 128 wide, 2 heads, feed-forward 512" in result.stderr
+    best = tmp_path / "tiny" / "best"
+    student = read_config(best / "config.json")
+    assert (student.model_type, student.num_hidden_layers, student.hidden_size, student.max_tokens) == \
+        ("mpnet", 2, 128, 128)
+    loaded = transformers.AutoModelForSequenceClassification.from_pretrained(best)
+    assert type(loaded).__name__ == "MPNetForSequenceClassification"
+    assert tuple(loaded.mpnet.encoder.relative_attention_bias.weight.shape) == (32, 2)
+    assert_same(bertforge.pipeline(model=best)(TEXTS, top_k=None),
+                reference("text-classification", best)(TEXTS, top_k=None, truncation=True))
+    result = bertforge_cli("distill", "text-classification", "--teacher", teacher, "--student-layers", "0,3",
+                           "--train", tmp_path / "train.csv", "--dev", tmp_path / "train.csv", "--epochs", 1,
+                           "--augment", 0, "--out", tmp_path / "layers", "--no-progress", env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    layers = tmp_path / "layers" / "best"
+    assert type(transformers.AutoModelForSequenceClassification.from_pretrained(layers)) is type(loaded)
+    assert_same(bertforge.pipeline(model=layers)(TEXTS, top_k=None),
+                reference("text-classification", layers)(TEXTS, top_k=None, truncation=True))
+
+
+def test_distill_embeddings_cuts_an_mpnet_student_that_sentence_transformers_reads(tmp_path):
+    """all-mpnet-base-v2's case: a student cut from a sentence-transformers folder of MPNet."""
+    st = pytest.importorskip("sentence_transformers")
+    teacher = mpnet_sentence_folder(tmp_path / "teacher", hidden_size=256, intermediate_size=1024,
+                                    num_attention_heads=4, num_hidden_layers=4)
+    (tmp_path / "lines.txt").write_text("".join(f"a gripping film, number {i}, 北京 🙂\n" for i in range(40)))
+    result = bertforge_cli("distill", "embeddings", "--teacher", teacher, "--student", "tiny", "--prune", "--input",
+                           tmp_path / "lines.txt", "--epochs", 1, "--batch-size", 8, "--held-out", 0.2, "--out",
+                           tmp_path / "run", "--no-progress", env_cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    best = tmp_path / "run" / "best"
+    assert read_config(best / "config.json").model_type == "mpnet"
+    ours = bertforge.pipeline(model=best)(TEXTS + SHORT)
+    theirs = st.SentenceTransformer(str(best), device="cpu").encode(TEXTS + SHORT)
     assert torch.allclose(torch.tensor(ours), torch.tensor(theirs), atol=1e-4)
