@@ -1,5 +1,5 @@
 """bertforge against transformers on the encoder families read beyond BERT and ModernBERT (RoBERTa, XLM-RoBERTa,
-ELECTRA, DistilBERT): each library's text-classification pipeline over the same texts, at each family's released
+ELECTRA, DistilBERT, MPNet): each library's text-classification pipeline over the same texts, at each family's released
 shape (random weights written by transformers, the test suite's small trained tokenizers), in one process with the
 same threads, repetitions interleaved, medians.
 
@@ -11,7 +11,7 @@ length: each library's default use).
 in training mode (dropout on), forward, loss, backward and an AdamW step on one padded batch of `--batch-size`
 texts from the same tokenizer (bertforge packs the real tokens, transformers computes on the padding).
 
-    python -m benchmarks.bench_families [--families roberta electra distilbert] [--texts 48] [--reps 3] [--step]
+    python -m benchmarks.bench_families [--families roberta electra distilbert mpnet] [--texts 48] [--reps 3] [--step]
 """
 
 import argparse
@@ -31,6 +31,8 @@ FAMILIES = {  # head, the test suite's folder writer, the released model's shape
                      num_attention_heads=4, max_position_embeddings=512)),
     "distilbert": ("DistilBertForSequenceClassification", "distilbert_folder",  # distilbert-base
                    dict(dim=768, hidden_dim=3072, n_layers=6, n_heads=12, max_position_embeddings=512)),
+    "mpnet": ("MPNetForSequenceClassification", "mpnet_folder",  # mpnet-base, all-mpnet-base-v2
+              {**BASE, "max_position_embeddings": 514, "relative_attention_num_buckets": 32}),
 }
 
 
