@@ -4,7 +4,8 @@ No fine-tuning: the encoder runs once over the texts and the hidden states of th
 (the paper's best CoNLL NER feature set concatenates the last four). Layers index the encoder's hidden states:
 0 is the embedding output, 1..L the layers, -1 the last layer.
 
-- token level: per text an array [tokens, dim], [CLS] and [SEP] included (as Google's extract_features).
+- token level: per text an array [tokens, dim], the special tokens included ([CLS] and [SEP] for BERT, as
+  Google's extract_features).
 - word level: per text an array [words, dim], one row per whitespace-separated word of the input (punctuation
   that BERT splits off stays with its word), from the word's first piece (the paper's NER setup) or the mean of
   its pieces. A word the tokenizer drops entirely (e.g. only control characters) gets a zero row.
@@ -13,7 +14,7 @@ No fine-tuning: the encoder runs once over the texts and the hidden states of th
   length with normalize. A sentence-transformers folder's declaration gives the defaults left None: the last
   layer, its pooling, Normalize, max_seq_length (as the window length: a longer text is windowed, where
   sentence-transformers cuts it) and default prompt; a plain folder's are the last four layers, mean, not
-  normalized, windows of 512.
+  normalized, windows of 512 tokens (fewer where the model has fewer positions).
 
 Texts longer than `max_length` are cut into overlapping windows, each starting `stride` tokens past the last
 (Google's doc_stride), and each token is taken from the window where it has the most context on both sides (as
@@ -41,7 +42,7 @@ from ..model.formats.sentence_folder import check_pooling, normalized, pool, rea
 from .batches import doc_spans, max_context_window, run_model
 from .batches import SEQUENCE_INPUTS, padding
 from ..text.encoding import truncated_lengths
-from ..text.tokenizer import BertTokenizer
+from ..text.tokenizer import BertTokenizer, layout
 
 if TYPE_CHECKING:  # torch and the model are imported where they are used: --help does not load torch
     import torch
@@ -85,7 +86,7 @@ class _Item:
     gather: np.ndarray  # [tokens, 2]: (window number within this text, position in that window)
     tokens: list[str]
     starts: np.ndarray  # [tokens] character offset of each token in its own text; -1 for special tokens
-    segments: np.ndarray  # [tokens] 0 for text A (and [CLS], the first [SEP]), 1 for text B
+    segments: np.ndarray  # [tokens] 0 for text A and the special tokens ahead of B, 1 from B on
     text_a: str
     text_b: str | None
 
@@ -134,7 +135,7 @@ class FeatureExtractor:
         pooling = check_pooling(pooling or (declared.pooling if declared else "mean"))
         declared_length = declared and declared.max_seq_length and min(declared.max_seq_length,
                                                                        self.config.max_tokens)
-        max_length = max_length or declared_length or 512
+        max_length = max_length or declared_length or min(512, self.config.max_tokens)
         pairs = _as_pairs(texts)
         stride = self._check_sizes(max_length, stride, batch_size)
         skip = declared.skipped(self.tokenizer) if declared else 0  # a prompt's tokens, left out of the pooling
@@ -191,44 +192,72 @@ class FeatureExtractor:
         return stride
 
     def _plan(self, pairs, max_length: int, stride: int):
-        """Tokenize, and cut each text into windows: [CLS] A [SEP] (windows of a long A) or [CLS] A [SEP] B [SEP]."""
+        """Tokenize, and lay each text out as the tokenizer does (text.tokenizer.layout: BERT's [CLS] A [SEP] and
+        [CLS] A [SEP] B [SEP], RoBERTa's <s> A </s> and <s> A </s></s> B </s>), a long A cut into windows."""
         backend = self.tokenizer.backend_tokenizer
         firsts = backend.encode_batch([a for a, _ in pairs], add_special_tokens=False)
         seconds = dict(zip([i for i, (_, b) in enumerate(pairs) if b is not None],
                            backend.encode_batch([b for _, b in pairs if b is not None], add_special_tokens=False)))
-        cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
-        room = max_length - 2
+        single, pair = (layout(backend, self.tokenizer.cls_token, pair) for pair in (False, True))
         items, windows, truncated = [], [], 0
         for i, ((a, b), first) in enumerate(zip(pairs, firsts)):
-            n = len(first.ids)
-            starts_a = np.array([s for s, _ in first.offsets], dtype=np.int64)
             if b is None:
-                spans = [(0, n)] if n <= room else doc_spans(n, room, stride)
-                best = np.zeros(n, dtype=np.intp) if len(spans) == 1 else max_context_window(n, spans)
-                span_start = np.array([s for s, _ in spans])
-                gather = np.concatenate([[[0, 0]],
-                                         np.stack([best, 1 + np.arange(n) - span_start[best]], 1).reshape(n, 2),
-                                         [[len(spans) - 1, spans[-1][1] + 1]]]).astype(np.intp)
-                ids = [([cls, *first.ids[s:s + length], sep], [0] * (length + 2)) for s, length in spans]
-                tokens = ["[CLS]", *first.tokens, "[SEP]"]
-                starts = np.concatenate([[-1], starts_a, [-1]])
-                segments = np.zeros(n + 2, dtype=np.int64)
+                item_windows, item = _windows(single, first, max_length - len(single) + 1, stride, backend)
             else:
-                second = seconds[i]
-                m = len(second.ids)
-                n1, n2 = truncated_lengths(n, m, True, max_length - 3, "longest_first", max_length)
+                n, m = len(first.ids), len(seconds[i].ids)
+                n1, n2 = truncated_lengths(n, m, True, max_length - len(pair) + 2, "longest_first", max_length)
                 truncated += (n1, n2) != (n, m)
-                row = [cls, *first.ids[:n1], sep, *second.ids[:n2], sep]
-                ids = [(row, [0] * (n1 + 2) + [1] * (n2 + 1))]
-                gather = np.stack([np.zeros(len(row), dtype=np.intp), np.arange(len(row))], 1)
-                tokens = ["[CLS]", *first.tokens[:n1], "[SEP]", *second.tokens[:n2], "[SEP]"]
-                starts_b = np.array([s for s, _ in second.offsets[:n2]], dtype=np.int64)
-                starts = np.concatenate([[-1], starts_a[:n1], [-1], starts_b, [-1]])
-                segments = np.array(ids[0][1])
-            items.append(_Item(list(range(len(windows), len(windows) + len(ids))), gather, tokens, starts,
-                               segments, a, b))
-            windows += ids
+                item_windows, item = _pair(pair, first, n1, seconds[i], n2, backend)
+            items.append(_Item(list(range(len(windows), len(windows) + len(item_windows))), *item, a, b))
+            windows += item_windows
         return items, windows, truncated
+
+
+def _laid_out(parts: list[tuple], sizes: dict[str, int]) -> list[tuple]:
+    """The positions of a text or pair laid out as `parts` (text.tokenizer.layout) with texts of `sizes` tokens
+    ({"A": n, "B": m}): per position (part, index within it, segment id); a special token's part is its id."""
+    return [(part, i, segment) for part, segment in parts for i in range(sizes.get(part, 1))]
+
+
+def _rows(positions, texts: dict, backend) -> tuple[list[int], list[int], list[str], np.ndarray, np.ndarray]:
+    """The ids, segment ids, tokens, character starts (-1: special) and text (0: A, 1: B) of each position."""
+    ids = [texts[p].ids[i] if p in texts else p for p, i, _ in positions]
+    tokens = [texts[p].tokens[i] if p in texts else backend.id_to_token(p) for p, i, _ in positions]
+    starts = np.array([texts[p].offsets[i][0] if p in texts else -1 for p, i, _ in positions], dtype=np.int64)
+    which = np.cumsum([p == "B" and i == 0 for p, i, _ in positions]).astype(np.int64)
+    return ids, [s for *_, s in positions], tokens, starts, which
+
+
+def _pair(parts, first, n1: int, second, n2: int, backend):
+    """A pair's one window (A cut to n1 tokens, B to n2) and its _Item fields."""
+    ids, types, tokens, starts, which = _rows(_laid_out(parts, {"A": n1, "B": n2}), {"A": first, "B": second},
+                                              backend)
+    gather = np.stack([np.zeros(len(ids), dtype=np.intp), np.arange(len(ids))], 1)
+    return [(ids, types)], (gather, tokens, starts, which)
+
+
+def _windows(parts, first, room: int, stride: int, backend):
+    """A text's windows of at most `room` of its tokens (one where it fits), and its _Item fields: each token
+    gathered from the window where it has the most context, the special tokens before it from the first window,
+    those after it from the last."""
+    n = len(first.ids)
+    spans = [(0, n)] if n <= room else doc_spans(n, room, stride)
+    best = np.zeros(n, dtype=np.intp) if len(spans) == 1 else max_context_window(n, spans)
+    span_start = np.array([s for s, _ in spans])
+    windows = []
+    for s, length in spans:
+        positions = [(p, i + s if p == "A" else i, segment) for p, i, segment in _laid_out(parts, {"A": length})]
+        windows.append(_rows(positions, {"A": first}, backend)[:2])
+    before = [part for part, _ in parts].index("A")  # the special tokens ahead of the text
+    after = len(parts) - before - 1
+    last_end = before + spans[-1][1]
+    gather = np.concatenate([np.stack([np.zeros(before), np.arange(before)], 1).reshape(-1, 2),
+                             np.stack([best, before + np.arange(n) - span_start[best]], 1).reshape(n, 2),
+                             np.stack([np.full(after, len(spans) - 1), last_end + np.arange(after)], 1)
+                             .reshape(-1, 2)]).astype(np.intp)
+    _, _, tokens, starts, which = _rows(_laid_out(parts, {"A": n}), {"A": first}, backend)
+    return windows, (gather, tokens, starts, which)
+
 
 def _combine(hidden_states, layers, combine: str) -> torch.Tensor:
     """The chosen layers' hidden states [B, L, H], concatenated, summed or averaged."""

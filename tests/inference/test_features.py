@@ -280,3 +280,28 @@ def test_errors_are_one_line(model_dir, extractor, tmp_path):
         with pytest.raises(BertforgeError, match=message) as info:
             call()
         assert "\n" not in str(info.value)
+
+
+def test_a_roberta_text_and_pair_are_laid_out_as_its_tokenizer_lays_them(tmp_path):
+    """Features of another family read its tokenizer's layout, never BERT's: RoBERTa's <s> A </s> and
+    <s> A </s></s> B </s> (its one segment), tokens and vectors equal to transformers' on the same encoding; a
+    text longer than the window stitched from windows that keep <s> first and </s> last."""
+    from tests.conftest import ROBERTA_TEXTS, roberta_folder
+
+    folder = roberta_folder(tmp_path / "roberta", "RobertaModel")
+    reference = (transformers.RobertaModel.from_pretrained(folder).eval(),
+                 transformers.AutoTokenizer.from_pretrained(folder))
+    extractor = FeatureExtractor(folder, device="cpu")
+    texts, seconds = ROBERTA_TEXTS[:3], ROBERTA_TEXTS[3:6]
+    for pairs in (None, seconds):
+        ours = extractor.extract(texts if pairs is None else list(zip(texts, pairs)), layers=[-1])
+        hidden, mask, tokens = reference_states(reference, texts, pairs)
+        for i in range(len(texts)):
+            assert ours.tokens[i] == tokens[i]
+            assert tokens[i][0] == "<s>" and tokens[i][-1] == "</s>"
+            np.testing.assert_allclose(ours.vectors[i], hidden[-1][i][mask[i].bool()].numpy(), atol=1e-4)
+    assert tokens[0].count("</s>") == 3  # the pair's <s> A </s></s> B </s>
+    long = " ".join(ROBERTA_TEXTS[:12])
+    windowed = extractor.extract([long], layers=[-1], max_length=32, stride=8)
+    tokenizer = reference[1]
+    assert windowed.windowed == 1 and windowed.tokens[0] == tokenizer.convert_ids_to_tokens(tokenizer(long)["input_ids"])
