@@ -65,7 +65,8 @@ def add_features_arguments(parser):
     parser.add_argument("--word-vector", choices=WORD_VECTORS, default="first",
                         help="word level: the first piece's vector (as the paper's NER) or the mean of the pieces")
     parser.add_argument("--max-length", type=count(3),
-                        help="window length in tokens (default: the folder's max_seq_length, else 512 or the model's positions)")
+                        help="window length in tokens (default: the folder's max_seq_length, else 512 or the "
+                             "model's positions)")
     parser.add_argument("--stride", type=count(1),
                         help="longer texts: each window starts this many tokens past the last (default: half a window)")
     parser.add_argument("--batch-size", type=count(1), default=32, help="windows per forward pass")

@@ -304,4 +304,5 @@ def test_a_roberta_text_and_pair_are_laid_out_as_its_tokenizer_lays_them(tmp_pat
     long = " ".join(ROBERTA_TEXTS[:12])
     windowed = extractor.extract([long], layers=[-1], max_length=32, stride=8)
     tokenizer = reference[1]
-    assert windowed.windowed == 1 and windowed.tokens[0] == tokenizer.convert_ids_to_tokens(tokenizer(long)["input_ids"])
+    assert windowed.windowed == 1
+    assert windowed.tokens[0] == tokenizer.convert_ids_to_tokens(tokenizer(long)["input_ids"])
