@@ -20,7 +20,7 @@ from ..core.io import check_output, exclusive, write_json
 from ..training.options import add_training_arguments, recorded_arguments, training_options
 from ..core.flags import add_revision_argument, count
 from ..core.hub import hub_origin, model_folder
-from ..model.architectures.registry import load_config, pretraining_class
+from ..model.architectures.registry import architecture, load_config, pretraining_class
 from ..data.shards import check_vocab, load_pretraining_data
 from ..core.errors import BertforgeError
 from .objectives import OBJECTIVES, choose_objective
@@ -141,7 +141,7 @@ def build_model(config_name: str, tokenizer: BertTokenizer, init_from: str | Non
                                  f"with a {kind[causal]} objective")
         return model
     config = load_config(config_name)
-    if causal and config.model_type != "bert":
+    if causal and not architecture(config).causal:
         raise BertforgeError(f"--config {config_name}: a {config.model_type} model has no causal attention: "
                              "--objective ltr pre-trains BERTs")
     overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_token_id}

@@ -365,23 +365,55 @@ def test_a_modernbert_config_refuses_the_next_sentence_objective(data_dir, tmp_p
     assert "has no next-sentence head: pre-train it with --objective mlm" in capsys.readouterr().err
 
 
-def test_a_distilbert_config_pre_trains_with_the_masked_lm_that_transformers_reads(data_dir, tmp_path):
-    """DistilBERT's names in config.json (no segments, no next-sentence head): the checkpoint is a
-    DistilBertForMaskedLM that transformers loads with the same logits."""
+SMALL = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96}
+FAMILIES = {  # config.json of a small model of each family the masked LM pre-trains, and its class
+    "distilbert": ({"model_type": "distilbert", "n_layers": 2, "dim": 64, "n_heads": 4, "hidden_dim": 96,
+                    "max_position_embeddings": 128}, "DistilBertForMaskedLM"),
+    "roberta": ({"model_type": "roberta", **SMALL, "max_position_embeddings": 130, "type_vocab_size": 1},
+                "RobertaForMaskedLM"),
+    "xlm-roberta": ({"model_type": "xlm-roberta", **SMALL, "max_position_embeddings": 130, "type_vocab_size": 1},
+                    "XLMRobertaForMaskedLM"),
+    "electra": ({"model_type": "electra", **SMALL, "embedding_size": 32, "max_position_embeddings": 128},
+                "ElectraForMaskedLM"),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_config_of_each_family_pre_trains_with_the_masked_lm_that_transformers_reads(data_dir, tmp_path, family):
+    """A family's own names in config.json (DistilBERT's, RoBERTa's positions after the padding id, ELECTRA's
+    narrow tables): the checkpoint is that family's masked LM, which transformers
+    loads with the same logits."""
     transformers = pytest.importorskip("transformers")
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "distilbert", "n_layers": 2, "dim": 64,
-                                                      "n_heads": 4, "hidden_dim": 96, "max_position_embeddings": 128}))
+    config, name = FAMILIES[family]
+    (tmp_path / "config.json").write_text(json.dumps(config))
     assert main(["pretrain", "--data", str(data_dir), "--config", str(tmp_path / "config.json"), "--objective", "mlm",
                  "--steps", "6", "--batch-size", "8", "--seed", "3", "--eval-every", "6", "--eval-rows", "16",
                  "--no-progress", "--lr", "1e-3", "--out", str(tmp_path / "run")]) == 0
     final = tmp_path / "run" / "final"
-    assert json.loads((final / "config.json").read_text())["architectures"] == ["DistilBertForMaskedLM"]
-    from bertforge.model.architectures.distilbert import DistilBertForMaskedLM
+    assert json.loads((final / "config.json").read_text())["architectures"] == [name]
+    import bertforge
 
     ids = torch.tensor([[2, 40, 50, 60, 3]])
-    ours = DistilBertForMaskedLM.from_pretrained(final)(input_ids=ids).logits
-    theirs = transformers.DistilBertForMaskedLM.from_pretrained(final).eval()(input_ids=ids).logits
+    ours = bertforge.AutoModelForMaskedLM.from_pretrained(final)(input_ids=ids).logits
+    theirs = getattr(transformers, name).from_pretrained(final).eval()(input_ids=ids).logits
     assert torch.allclose(ours, theirs, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_family_without_left_to_right_attention_refuses_the_ltr_objective(data_dir, tmp_path, capsys, family):
+    (tmp_path / "config.json").write_text(json.dumps(FAMILIES[family][0]))
+    assert main(["pretrain", "--data", str(data_dir), "--config", str(tmp_path / "config.json"), "--objective", "ltr",
+                 "--steps", "1", "--out", str(tmp_path / "run")]) == 2
+    assert f"a {family} model has no causal attention: --objective ltr pre-trains BERTs" in capsys.readouterr().err
+
+
+def test_an_mpnet_config_needs_a_vocabulary_whose_padding_is_id_1(data_dir, tmp_path, capsys):
+    """MPNet counts positions from id 1 + 1 whatever pad_token_id says (as transformers does): the data's WordPiece
+    vocabulary ([PAD] 0) is refused in one line, not trained into a model transformers reads otherwise."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mpnet", **SMALL, "max_position_embeddings": 130}))
+    assert main(["pretrain", "--data", str(data_dir), "--config", str(tmp_path / "config.json"), "--objective", "mlm",
+                 "--steps", "1", "--out", str(tmp_path / "run")]) == 2
+    assert "pad_token_id 0 is not supported: MPNet counts positions from the padding id 1" in capsys.readouterr().err
 
 
 def test_a_start_with_nan_weights_fails_at_the_end_without_any_checkpoint(data_dir, tmp_path, capsys):

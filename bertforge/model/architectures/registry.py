@@ -34,6 +34,7 @@ class Architecture:
     cut: str  # "module:Class" of how --prune ranks and cuts it (model/student.py)
     optional: tuple[str, ...] = ()  # encoder parts a checkpoint may lack, initialised fresh (BERT's pooler)
     segments: bool = True  # reads token_type_ids (BERT's sentence A / B); others ignore them
+    causal: bool = False  # has left-to-right attention (config.json's is_decoder): what --objective ltr trains
     # checkpoint names of tensors the model holds once under another name (the masked-LM decoder tied to the token
     # table): dropped on reading, where the config ties them
     aliases: tuple[str, ...] = ()
@@ -93,7 +94,7 @@ ROBERTA_ARCHITECTURE = Architecture(
                                                                             "lm_head.decoder.bias"))
 ARCHITECTURES = {arch.model_type: arch for arch in (
     Architecture("bert", BertConfig, "bert", None, "encoder.layer", ("embeddings", "encoder", "pooler"), PART_NAMES,
-                 f"{STUDENT}:BertCut", optional=("pooler",),
+                 f"{STUDENT}:BertCut", optional=("pooler",), causal=True,
                  aliases=("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")),
     Architecture("modernbert", ModernBertConfig, "model", classes(MODERNBERT, "ModernBert"), "layers",
                  ("embeddings", "layers", "final_norm"),
