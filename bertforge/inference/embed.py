@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +32,7 @@ from tqdm import tqdm
 
 from ..core.errors import BertforgeError
 from ..core.hub import hub_origin, model_folder
-from ..core.io import atomic_path, check_output, exclusive, has_model_file, read_json, read_model_json, \
-    write_text_atomic
+from ..core.io import atomic_path, check_output, exclusive, read_json, write_text_atomic
 from ..core.tables import count_rows, passages, pyarrow_parquet
 from ..model.formats.sentence_folder import ST_CONFIG
 from .quantize import DTYPES, check_precision, check_ranges, is_scalar, quantize, ranges_of, width
@@ -55,17 +53,6 @@ QUERY_PROMPT = "query"  # the prompt a search embeds its queries with, where the
 # The model
 
 
-def read_prompts(folder: Path) -> dict[str, str]:
-    """The named prompts of a sentence-transformers folder (config_sentence_transformers.json "prompts")."""
-    file = folder / ST_CONFIG
-    if not has_model_file(file, folder):
-        return {}
-    prompts = read_model_json(file, folder).get("prompts") or {}
-    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
-        raise BertforgeError(f"{file}: \"prompts\" must be an object of names to texts")
-    return prompts
-
-
 class Embedder:
     """Texts to float32 vectors as `bertforge embed` and `bertforge search` make them: a sentence-embedding
     pipeline on the model `model` (a folder or a Hub name, at `revision`), with the prompt named `prompt` (None:
@@ -79,14 +66,11 @@ class Embedder:
         self.folder = folder or model_folder(model, revision)
         self.pipe = pipeline("sentence-embedding", self.folder, device=device, bf16=bf16, batch_size=CHUNK_ROWS,
                              max_batch_tokens=batch_tokens)
-        self.prompts = read_prompts(self.folder)
+        self.prompts = self.pipe.prompts
         self.prompt_name = prompt
-        if prompt is not None:
-            if prompt not in self.prompts:
-                known = f"its prompts: {', '.join(self.prompts)}" if self.prompts else "it names none"
-                raise BertforgeError(f"--prompt {prompt}: {self.folder / ST_CONFIG} names no such prompt ({known})")
-            self.pipe.declared = replace(self.pipe.declared, prompt=self.prompts[prompt])
-            self.pipe.skip = self.pipe.declared.skipped(self.pipe.tokenizer)
+        if prompt is not None and prompt not in self.prompts:
+            known = f"its prompts: {', '.join(self.prompts)}" if self.prompts else "it names none"
+            raise BertforgeError(f"--prompt {prompt}: {self.folder / ST_CONFIG} names no such prompt ({known})")
         self.model_dims = self.pipe.declared.dimension(self.pipe.config.hidden_size)
         if dimensions is not None and not 1 <= dimensions <= self.model_dims:
             raise BertforgeError(f"--dimensions {dimensions}: the model's vectors have {self.model_dims}")
@@ -102,11 +86,11 @@ class Embedder:
         from .batches import run
 
         pipe = self.pipe
-        prepared = pipe.prepare(texts, dimensions=self.dims)
+        prepared = pipe.prepare(texts, dimensions=self.dims, prompt_name=self.prompt_name)
         self.cut += len(prepared.extra.get("cut", ()))
         outputs = run(pipe.forward, prepared.rows, pipe.batch_size, pipe.max_batch_tokens, pipe.tokenizer.pad_token_id,
                       None, pipe.runtime.call_tokens)
-        return np.asarray(pipe.finish(prepared, outputs), dtype=np.float32).reshape(len(texts), self.dims)
+        return pipe.vectors(prepared, outputs).astype(np.float32, copy=False).reshape(len(texts), self.dims)
 
 
 def model_identity(folder: Path) -> dict:
@@ -221,7 +205,8 @@ def embed_corpus(corpus, out, model, revision: str | None = None, text_column: s
             manifest = {"kind": KIND, "version": VERSION, "model_name": str(model), "revision": revision,
                         **settings, "dims": embedder.dims, "model_dims": embedder.model_dims,
                         "normalized": embedder.normalized, "pooling": embedder.pipe.declared.pooling,
-                        "prompt_text": embedder.pipe.declared.prompt, "query_prompt": query_prompt,
+                        "prompt_text": embedder.pipe.prompted({"prompt_name": prompt}).prompt,
+                        "query_prompt": query_prompt,
                         "max_length": embedder.pipe.max_length,
                         "ranges": None if calibration is None else
                         read_calibration(calibration, embedder.dims).tolist(),

@@ -7,6 +7,7 @@ multiple-choice. Without a task, the checkpoint's head (config.json `architectur
 sentence-transformers folder (modules.json, sentence_folder.py) is a sentence-embedding one. The steps every
 task takes are pipeline_base.py's."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,9 +23,10 @@ from .batches import per_row
 from ..model.architectures.heads import HEADS
 from .inputs import as_list, check_count, check_ids, check_masks, check_text, id_row, input_name, is_ids
 from .pipeline_base import Pipeline, Prepared, TooLong
+from .quantize import check_precision, quantize
 from .runtime import head_for, load_runtime
-from ..model.formats.sentence_folder import (SentencePooling, apply_dense, check_pooling, load_dense, normalized, pool,
-                                     read_sentence_folder)
+from ..model.formats.sentence_folder import (ST_CONFIG, SentencePooling, apply_dense, check_pooling, load_dense,
+                                             normalized, pool, read_prompts, read_sentence_folder)
 from ..text.tokenizer import BertTokenizer
 from .windows import TextWindows
 
@@ -292,39 +294,60 @@ class FeatureExtraction(Pipeline):
 class SentenceEmbedding(FeatureExtraction):
     """One vector per text pooled from the last layer's token vectors ([CLS] and [SEP] included) as
     sentence-transformers pools them (sentence_folder.pool), through the folder's Dense modules; with `dimensions`
-    (Matryoshka), its first that many values; then unit length with normalize. A sentence-transformers folder's
-    declaration (pooling, Normalize, max_seq_length, prompt) gives the defaults; else mean, normalized. Token ids
-    are pooled as given (no prompt)."""
+    (Matryoshka), its first that many values; then unit length with normalize; with `precision` (int8, uint8,
+    binary, ubinary), quantized as sentence-transformers' quantize_embeddings (quantize.py; int8 ranges from the
+    call's own vectors). A sentence-transformers folder's declaration (pooling, Normalize, max_seq_length, prompt)
+    gives the defaults; else mean, normalized; `prompt_name` picks another of the folder's prompts. Token ids are
+    pooled as given (no prompt)."""
 
     task = "sentence-embedding"
 
     def __init__(self, runtime, tokenizer, config, folder, *args, **kwargs):
         self.declared = read_sentence_folder(folder) or SentencePooling()
-        self.defaults = {"pooling": self.declared.pooling, "normalize": self.declared.normalize, "dimensions": None}
+        self.prompts = read_prompts(folder)
+        self.defaults = {"pooling": self.declared.pooling, "normalize": self.declared.normalize, "dimensions": None,
+                         "prompt_name": None, "precision": "float32"}
         self.default_max_length = self.declared.max_seq_length
         super().__init__(runtime, tokenizer, config, folder, *args, **kwargs)
-        self.skip = self.declared.skipped(tokenizer)
         self.dense = load_dense(folder, self.declared, config.hidden_size)
 
     def check_options(self, options):
         check_pooling(options["pooling"])
+        check_precision(options["precision"], "precision")
         if options["dimensions"] is not None:
             check_count(options, "dimensions")
             size = self.declared.dimension(self.config.hidden_size)
             if options["dimensions"] > size:
                 raise BertforgeError(f"dimensions {options['dimensions']} is over the model's {size}")
+        name = options["prompt_name"]
+        if name is not None and name not in self.prompts:
+            raise BertforgeError(f"prompt_name {name!r}: {self.folder / ST_CONFIG} names no such prompt "
+                                 f"({'its prompts: ' + ', '.join(self.prompts) if self.prompts else 'it names none'})")
+
+    def prompted(self, options) -> SentencePooling:
+        """The declaration with the prompt the options name (None: the folder's default one)."""
+        name = options["prompt_name"]
+        return self.declared if name is None else replace(self.declared, prompt=self.prompts[name])
 
     def encode(self, items, prepared, truncate):
+        declared = self.prompted(prepared.options)
         texts = [isinstance(item, str) for item in items]
-        prepared.extra["skip"] = [self.skip if text else 0 for text in texts]  # a prompt's tokens, in texts only
-        return super().encode([self.declared.text(x) if text else x for x, text in zip(items, texts)], prepared,
+        skip = declared.skipped(self.tokenizer)
+        prepared.extra["skip"] = [skip if text else 0 for text in texts]  # a prompt's tokens, in texts only
+        return super().encode([declared.text(x) if text else x for x, text in zip(items, texts)], prepared,
                               truncate)
 
-    def postprocess(self, prepared, outputs):
+    def vectors(self, prepared, outputs) -> np.ndarray:
+        """The float vectors [texts, dims] (before any quantization)."""
         vectors = apply_dense(np.stack([pool(states, prepared.options["pooling"], skip)
                                         for states, skip in zip(outputs, prepared.extra["skip"])]), self.dense)
         vectors = vectors[:, :prepared.options["dimensions"]]
-        return (normalized(vectors) if prepared.options["normalize"] else vectors).tolist()
+        return normalized(vectors) if prepared.options["normalize"] else vectors
+
+    def postprocess(self, prepared, outputs):
+        vectors = self.vectors(prepared, outputs)
+        precision = prepared.options["precision"]
+        return (vectors if precision == "float32" else quantize(vectors, precision)).tolist()
 
 
 class MultipleChoice(Pipeline):

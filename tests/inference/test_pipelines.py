@@ -9,6 +9,7 @@ bertforge runs its inputs batched and length-sorted; transformers one at a time.
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 
@@ -285,6 +286,25 @@ def test_embedding_dimensions_and_token_ids(make_model, tokenizer):
     with pytest.raises(bertforge.BertforgeError, match="inputs is 600 tokens, over the limit of 512"):
         embed([5] * 600, truncate=False)
     assert len(embed([5] * 600, normalize=False)) == 32  # cut to the model's positions by default
+
+
+def test_embedding_precision_and_named_prompts(make_model, tmp_path):
+    """`precision`: sentence-transformers' quantize_embeddings of the float vectors; `prompt_name`: one of the
+    folder's prompts put before each text, as a prompt written into the text."""
+    quantization = pytest.importorskip("sentence_transformers.util.quantization")
+    folder = tmp_path / "model"
+    shutil.copytree(make_model("BertModel"), folder)
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": "query: "}}))
+    embed = bertforge.pipeline("sentence-embedding", model=folder)
+    floats = np.array(embed(TEXTS), dtype=np.float32)
+    for precision in ("int8", "uint8", "binary", "ubinary"):
+        assert np.array_equal(embed(TEXTS, precision=precision),
+                              quantization.quantize_embeddings(floats, precision))
+    np.testing.assert_allclose(embed(TEXTS, prompt_name="query"), embed(["query: " + t for t in TEXTS]), atol=TOL)
+    for options, message in [({"precision": "int4"}, "precision 'int4': choose one of"),
+                             ({"prompt_name": "passage"}, "prompt_name 'passage'.*its prompts: query")]:
+        with pytest.raises(bertforge.BertforgeError, match=message):
+            embed(TEXTS, **options)
 
 
 def test_multiple_choice(make_model, tokenizer):

@@ -4,7 +4,8 @@ A sentence-transformers folder is a Hugging Face model folder with, beside it, `
 order: a Transformer at "", a Pooling at "1_Pooling", any Dense modules (a linear map of the sentence vector, with
 an activation: a student's map to its teacher's dimension), an optional Normalize), `1_Pooling/config.json` (which
 pooling), `sentence_bert_config.json` (max_seq_length, do_lower_case) and optionally
-`config_sentence_transformers.json` (named prompts, the default one prepended to every text).
+`config_sentence_transformers.json` (named prompts, the default one prepended to every text; `read_prompts` reads
+them all, for a caller that names one).
 
 `read_sentence_folder` turns those files into a `SentencePooling`, which `pipeline("sentence-embedding")` and
 `bertforge features --level sentence` take as their defaults; `pool` is the one definition of the pooling
@@ -285,6 +286,18 @@ def read_sbert_config(folder: Path) -> tuple[int | None, bool]:
     if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 1):
         raise BertforgeError(f"{file}: \"max_seq_length\" must be a whole number of at least 1, not {length!r}")
     return length, flag(config, "do_lower_case", file, False)
+
+
+def read_prompts(folder) -> dict[str, str]:
+    """The named prompts of a folder's config_sentence_transformers.json ("prompts"; none without the file)."""
+    folder = Path(folder)
+    file = folder / ST_CONFIG
+    if not has_model_file(file, folder):
+        return {}
+    prompts = read_model_json(file, folder).get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        raise BertforgeError(f"{file}: \"prompts\" must be an object of names to texts")
+    return prompts
 
 
 def read_prompt(folder: Path) -> str:
