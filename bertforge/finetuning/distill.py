@@ -36,7 +36,7 @@ from ..model.architectures.config import SIZES, BertConfig
 from ..core.errors import BertforgeError
 from .evaluate import evaluate_splits
 from .finetune import (
-    add_task_run_arguments, family_record, read_splits, task_run_options,
+    EARLY_EPOCHS, PATIENCE, add_task_run_arguments, family_record, read_splits, task_run_options,
     task_training_options, train_on_task
 )
 from ..core.io import check_output, read_json
@@ -263,6 +263,8 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
         began = read_json(record)
         began_why = began["extra"].get("chosen_by")
         train_options["lr"] = began["lr"] if train_options["lr"] is None else train_options["lr"]
+        train_options["patience"] = began["patience"] if train_options["patience"] is None else \
+            train_options["patience"]
         augment = began["extra"]["augment"] if augment is None else augment
         epochs = began["extra"]["epochs"] if epochs is None else epochs
     teacher_dir = model_folder(teacher_dir, revision)
@@ -299,12 +301,16 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     cache = Path(cache_dir) if cache_dir else default_cache()
     encoded, cached = distill_rows(family, splits.train, tokenizer, teacher, teacher_dir, augment, unlabelled,
                                    regression, cache, train_options)
-    if epochs is None:
-        epochs, epochs_why = distill_epochs(recipe, len(encoded["labelled"]), train_options["batch_size"])
+    if epochs is None or train_options["patience"] is None:
+        chosen_epochs, patience, epochs_why = distill_epochs(recipe, len(encoded["labelled"]),
+                                                             train_options["batch_size"])
+        epochs = chosen_epochs if epochs is None else epochs
+        train_options["patience"] = patience if train_options["patience"] is None else train_options["patience"]
         why = "; ".join(filter(None, (why, epochs_why)))
     why = why or began_why
     print(f"distilling at lr {train_options['lr']:g}, batch {train_options['batch_size']}, --augment {augment}, "
-          f"{epochs:g} epochs" + (f" ({why})" if why else ""), file=sys.stderr)
+          f"{epochs:g} epochs" + (f", patience {train_options['patience']}" if train_options["patience"] else "")
+          + (f" ({why})" if why else ""), file=sys.stderr)
     run.update(distill_rows=len(encoded["labelled"]), teacher_outputs_cached=cached, augment=augment, epochs=epochs,
                chosen_by=why or "given")
     loss_units = {"distill_loss": targets.units, "label_loss": targets.label_units}
@@ -451,10 +457,11 @@ def add_distill_arguments(p):
                         f"random layers; text and pair tasks under {AUGMENT_ROWS:,} examples get teacher-labelled "
                         f"variants of each (at most {MAX_AUTO_AUGMENT}) to make about {AUGMENT_ROWS:,} rows, and a "
                         f"student of at most {SMALL_STUDENT * 100:g}%% of the teacher's encoder at least "
-                        f"{SMALL_AUGMENT}; the epochs that make {MIN_STEPS:,} steps (at most {MAX_EPOCHS}); fixed: "
-                        f"lr {FIXED['lr']:g}, {FIXED['epochs']:g} epochs, no variants")
+                        f"{SMALL_AUGMENT}; the epochs that make {MIN_STEPS:,} steps (at most {MAX_EPOCHS}), "
+                        f"stopping after {PATIENCE} epochs without a better dev score where they are more than "
+                        f"{EARLY_EPOCHS}; fixed: lr {FIXED['lr']:g}, {FIXED['epochs']:g} epochs, no variants")
     add_task_run_arguments(p, DISTILL_DEFAULTS, None,
-                           notes=dict.fromkeys(("lr", "epochs"), " (default: the --recipe's)"))
+                           notes=dict.fromkeys(("lr", "epochs", "patience"), " (default: the --recipe's)"))
     add_embedding_arguments(p)
 
 

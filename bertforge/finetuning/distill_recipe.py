@@ -9,7 +9,7 @@ from ..core.errors import BertforgeError
 from ..core.hub import model_folder
 from ..model.architectures.config import SIZES
 from ..text.tokenizer import BertTokenizer
-from .finetune import CHOSEN, FINETUNE_DEFAULTS, PAPER
+from .finetune import CHOSEN, FINETUNE_DEFAULTS, PAPER, early_stop, early_stop_why
 
 # `--recipe adaptive` (the default) sets what --lr, --epochs and --augment leave unsaid, by the student's start and
 # the training examples (BENCHMARKS.md, "Distillation defaults at every size"): the rate TRAINED_LR for a start
@@ -21,15 +21,17 @@ from .finetune import CHOSEN, FINETUNE_DEFAULTS, PAPER
 # SMALL_STUDENT of the teacher's encoder parameters (BERT-Tiny cut from all-MiniLM-L6-v2 is 4%, BERT-Mini 30%): a
 # student that small learns from the teacher's answers on more text than the task has (SST-2's 67,349 examples:
 # +1.9 for the Tiny at lr 3e-4 and 2 epochs, +1.0 at the defaults; TinyBERT augmented every task for its 4-layer
-# student); and the epochs that make at least MIN_STEPS optimizer steps over all the rows (at most MAX_EPOCHS).
+# student); and the epochs that make at least MIN_STEPS optimizer steps over all the rows (at most MAX_EPOCHS),
+# stopping after finetune.PATIENCE epochs without a better dev score where they are more than a few (180 rows of
+# one's own data: the Tiny student best at epoch 3 of 30; BENCHMARKS.md, "Early stopping").
 # `--recipe fixed`: the earlier defaults, FIXED.
 DISTILL_RECIPES = ("adaptive", "fixed")
 TRAINED_LR, RANDOM_LR = 1e-4, 3e-4
 AUGMENT_ROWS, MAX_AUTO_AUGMENT = 20_000, 20
 SMALL_STUDENT, SMALL_AUGMENT = 1 / 8, 4
 MIN_STEPS, MAX_EPOCHS = 4_000, 30
-FIXED = dict(lr=RANDOM_LR, epochs=PAPER["epochs"], augment=0)
-DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": None}
+FIXED = dict(lr=RANDOM_LR, epochs=PAPER["epochs"], augment=0, patience=0)
+DISTILL_DEFAULTS = {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": None, "patience": None}
 
 
 def student_folder(spec: str, teacher_tokenizer, flag: str = "--student") -> Path:
@@ -92,12 +94,13 @@ def distill_settings(recipe: str, examples: int, start: str, augmentable: bool, 
     return {"lr": lr, "augment": augment}, "; ".join(why)
 
 
-def distill_epochs(recipe: str, row_count: int, batch_size: int) -> tuple[float, str]:
-    """The epochs `recipe` gives for `row_count` rows (the examples, their variants, unlabelled text) at
-    `batch_size`, and why."""
+def distill_epochs(recipe: str, row_count: int, batch_size: int) -> tuple[float, int, str]:
+    """The epochs and the patience (0: none) `recipe` gives for `row_count` rows (the examples, their variants,
+    unlabelled text) at `batch_size`, and why."""
     if recipe == "fixed":
-        return FIXED["epochs"], "--recipe fixed"
+        return FIXED["epochs"], FIXED["patience"], "--recipe fixed"
     per_epoch = math.ceil(row_count / batch_size)
     epochs = max(1, min(MAX_EPOCHS, math.ceil(MIN_STEPS / per_epoch)))
-    return float(epochs), (f"{epochs} epochs: {epochs * per_epoch:,} steps over {row_count:,} rows (at least "
-                           f"{MIN_STEPS:,}, at most {MAX_EPOCHS} epochs)")
+    patience = early_stop(epochs)
+    return float(epochs), patience, (f"{epochs} epochs: {epochs * per_epoch:,} steps over {row_count:,} rows (at "
+                                     f"least {MIN_STEPS:,}, at most {MAX_EPOCHS} epochs{early_stop_why(patience)})")

@@ -39,7 +39,7 @@ log = logging.getLogger("bertforge")
 # The paper's fine-tuning recipe (spec section 7): batch 32, lr 2e-5, 3 epochs, 10% warm-up, weight decay 0.01.
 # Step checkpoints (with the optimizer state, three times the model's size) serve --resume only: one at a time,
 # removed when the run completes unless --keep-checkpoints.
-PAPER = dict(lr=2e-5, batch_size=32, epochs=3.0, warmup=0.1, weight_decay=0.01)
+PAPER = dict(lr=2e-5, batch_size=32, epochs=3.0, warmup=0.1, weight_decay=0.01, patience=0)
 FINETUNE_DEFAULTS = dict(seed=42, adam_eps=1e-6, log_every=10, save_every=0, keep=1, keep_checkpoints=False)
 # `--recipe adaptive` (the command's default), for what --lr, --batch-size, --epochs, --warmup and --weight-decay
 # leave unsaid, by the optimizer steps the paper's recipe would make (all-MiniLM-L6-v2 on SST-2, 3 seeds at each
@@ -48,12 +48,16 @@ FINETUNE_DEFAULTS = dict(seed=42, adam_eps=1e-6, log_every=10, save_every=0, kee
 # SST-2 at chance; under LARGE_STEPS, transformers' Trainer's defaults (TRAINER), 3.3 points above the paper's
 # recipe and 1.3 above the small-data one at 4,000 examples; from LARGE_STEPS on (16,000 examples), the paper's
 # recipe at LARGE_LR, the top rate of the paper's own grid: above the paper's 2e-5 and level with Trainer's
-# defaults at 16,000 examples, in a quarter of Trainer's steps.
+# defaults at 16,000 examples, in a quarter of Trainer's steps. Where it runs more than EARLY_EPOCHS epochs, it stops
+# after PATIENCE epochs without a better dev score, the best epoch kept (180 rows of one's own data: best at epoch 3
+# of 20; BENCHMARKS.md, "Early stopping").
 RECIPES = ("adaptive", "paper")
 MIN_STEPS, SMALL_BATCH, SMALL_LR, MAX_EPOCHS = 300, 16, 1e-4, 20
 LARGE_STEPS, LARGE_LR = 1500, 5e-5
-TRAINER = dict(lr=5e-5, batch_size=8, epochs=3.0, warmup=0.0, weight_decay=0.0)
-CHOSEN = ("lr", "batch_size", "warmup", "weight_decay")  # the training options a recipe sets, beside the epochs
+TRAINER = dict(lr=5e-5, batch_size=8, epochs=3.0, warmup=0.0, weight_decay=0.0, patience=0)
+EARLY_EPOCHS, PATIENCE = 5, 3
+CHOSEN = ("lr", "batch_size", "warmup", "weight_decay", "patience")  # the training options a recipe sets, beside
+# the epochs
 EPOCH_RUN = ("steps", "eval_every")  # training options a fine-tuning run sets itself: epochs, an evaluation each
 LOG_KEYS = {"step", "loss", "lr", "tokens_per_s", "skipped"}  # the training figures of a metrics.jsonl row
 
@@ -175,10 +179,21 @@ def recipe_settings(recipe: str, examples: int) -> tuple[dict, str]:
                                f"(under {LARGE_STEPS}), so transformers' Trainer's defaults (no warm-up, no weight "
                                f"decay); --recipe paper keeps the paper's")
     epochs = min(MAX_EPOCHS, math.ceil(MIN_STEPS / math.ceil(examples / SMALL_BATCH)))
-    return ({**PAPER, "lr": SMALL_LR, "batch_size": SMALL_BATCH, "epochs": float(epochs)},
+    patience = early_stop(epochs)
+    return ({**PAPER, "lr": SMALL_LR, "batch_size": SMALL_BATCH, "epochs": float(epochs), "patience": patience},
             f"{examples} training examples: the paper's recipe would make {paper_steps:g} steps, so batches of "
             f"{SMALL_BATCH} at {SMALL_LR:g} for {epochs} epochs (at least {MIN_STEPS} steps, at most {MAX_EPOCHS} "
-            f"epochs; --recipe paper keeps the paper's)")
+            f"epochs{early_stop_why(patience)}; --recipe paper keeps the paper's)")
+
+
+def early_stop(epochs: float) -> int:
+    """The patience (epochs without a better dev score) of an adaptive recipe that runs `epochs`: 0, never, for a
+    few epochs."""
+    return PATIENCE if epochs > EARLY_EPOCHS else 0
+
+
+def early_stop_why(patience: int) -> str:
+    return f", stopping after {patience} without a better dev score" if patience else ""
 
 
 def choose_settings(recipe: str, examples: int, train_options: dict, epochs: float | None,
@@ -199,7 +214,9 @@ def choose_settings(recipe: str, examples: int, train_options: dict, epochs: flo
     if left:
         log.info(f"fine-tuning with lr {settings['lr']:g}, batch {settings['batch_size']}, "
                  f"{settings['epochs']:g} epochs, warm-up {settings['warmup']:g}, weight decay "
-                 f"{settings['weight_decay']:g} ({', '.join(left)} from {why})")
+                 f"{settings['weight_decay']:g}"
+                 + (f", patience {settings['patience']}" if settings["patience"] else "")
+                 + f" ({', '.join(left)} from {why})")
     return settings["epochs"], why if left else "given"
 
 
@@ -316,12 +333,14 @@ def add_finetune_arguments(p):
                    "model's name (org/name)")
     add_revision_argument(p)
     p.add_argument("--recipe", choices=RECIPES, default="adaptive",
-                   help="what --lr, --batch-size, --epochs, --warmup and --weight-decay not given are: adaptive: "
+                   help="what --lr, --batch-size, --epochs, --warmup, --weight-decay and --patience not given are: "
+                        "adaptive: "
                         f"the paper's recipe (lr 2e-5, batch 32, 3 epochs, warm-up 0.1, weight decay 0.01) at lr "
                         f"{LARGE_LR:g} where it makes at least {LARGE_STEPS} steps; transformers' Trainer's defaults "
                         f"(lr 5e-5, batch 8, 3 epochs, no warm-up or weight decay) where it makes {MIN_STEPS} to "
                         f"{LARGE_STEPS}; below, batch {SMALL_BATCH} at {SMALL_LR:g} for the epochs {MIN_STEPS} steps "
-                        "take; paper: always the paper's")
+                        f"take (at most {MAX_EPOCHS}), stopping after {PATIENCE} epochs without a better dev score "
+                        f"where they are more than {EARLY_EPOCHS}; paper: always the paper's, every epoch")
     add_task_run_arguments(p, {**FINETUNE_DEFAULTS, **dict.fromkeys(CHOSEN)}, None,
                            notes=dict.fromkeys((*CHOSEN, "epochs"), " (default: the --recipe's)"))
 

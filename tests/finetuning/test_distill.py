@@ -840,8 +840,9 @@ def test_the_rate_is_the_starts_and_what_is_given_wins():
     (32 * MIN_STEPS, 1), (32 * MIN_STEPS - 1, 1), (32 * MIN_STEPS + 1, 1), (32 * (MIN_STEPS // 2), 2),
     (32 * (MIN_STEPS // 2) - 31, 2), (32 * (MIN_STEPS // 2 - 1), 3), (32 * 1_000_000, 1), (50, MAX_EPOCHS)])
 def test_epochs_make_the_step_floor_over_all_rows(rows, epochs):
-    chosen, why = distill_epochs("adaptive", rows, 32)
+    chosen, patience, why = distill_epochs("adaptive", rows, 32)
     assert chosen == epochs and f"{epochs} epochs" in why
+    assert patience == (3 if epochs > 5 else 0)  # early stopping where the recipe runs more than a few epochs
     steps = epochs * math.ceil(rows / 32)
     assert steps >= MIN_STEPS or epochs == MAX_EPOCHS
     assert epochs == 1 or (epochs - 1) * math.ceil(rows / 32) < MIN_STEPS  # not an epoch more than it takes

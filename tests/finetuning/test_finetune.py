@@ -188,6 +188,18 @@ def test_patience_stops_early_and_the_model_card_says_what_was_trained(tiny_mode
     assert saved["patience"] == 1 and saved["extra"]["task"] == "sst2" and saved["extra"]["data"] == str(data)
 
 
+def test_the_adaptive_recipe_stops_early_by_default_where_it_runs_many_epochs(tiny_model, tmp_path):
+    """40 examples: the adaptive recipe's 20 epochs, and its patience of 3; lr 0 keeps the first evaluation the
+    best, so the run ends at the fourth, the best model kept."""
+    data = require_shared("data", "glue", "SST-2")
+    result = run("sst2", tiny_model, data, tmp_path / "run", recipe="adaptive", lr=0.0, max_train_examples=40,
+                 epochs=None, batch_size=None)
+    saved = json.loads((tmp_path / "run" / "args.json").read_text())
+    assert saved["patience"] == 3 and saved["extra"]["epochs"] == 20.0
+    assert len(result["history"]) == 4 and result["epoch_of_best"] == 1
+    assert (tmp_path / "run" / "best" / "model.safetensors").is_file()
+
+
 def sizes(folder) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -400,7 +412,9 @@ def test_the_recipe_s_settings_by_the_number_of_training_examples(recipe, exampl
     from bertforge.finetuning.finetune import recipe_settings
 
     settings, why = recipe_settings(recipe, examples)
-    assert settings == {"warmup": 0.1, "weight_decay": 0.01, **expected} and why
+    patience = 3 if settings["epochs"] > 5 else 0  # early stopping where the recipe runs more than a few epochs
+    assert settings == {"warmup": 0.1, "weight_decay": 0.01, "patience": patience, **expected} and why
+    assert ("stopping after 3 without a better dev score" in why) == bool(patience)
 
 
 def test_without_rate_batch_or_epochs_the_run_adapts_and_says_so(tiny_model, tmp_path, caplog):
@@ -409,8 +423,8 @@ def test_without_rate_batch_or_epochs_the_run_adapts_and_says_so(tiny_model, tmp
             "--max-eval-examples", "16", "--no-progress"]
     with caplog.at_level(logging.INFO, logger="bertforge"):
         assert main([*argv, "--out", str(tmp_path / "adaptive"), "--lr", "3e-4"]) == 0
-    said = ("fine-tuning with lr 0.0003, batch 16, 20 epochs, warm-up 0.1, weight decay 0.01 (batch_size, warmup, "
-            "weight_decay, epochs from 40 training examples")
+    said = ("fine-tuning with lr 0.0003, batch 16, 20 epochs, warm-up 0.1, weight decay 0.01, patience 3 (batch_size, "
+            "warmup, weight_decay, patience, epochs from 40 training examples")
     assert said in caplog.text
     saved = json.loads((tmp_path / "adaptive" / "args.json").read_text())
     assert (saved["lr"], saved["batch_size"], saved["steps"]) == (3e-4, 16, 60)  # 3 steps an epoch, 20 epochs
