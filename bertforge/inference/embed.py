@@ -194,7 +194,9 @@ def embed_corpus(corpus, out, model, revision: str | None = None, text_column: s
             manifest = read_manifest(out, "--out")
             check_resumable(out, manifest, settings)
             if manifest["complete"]:
-                log.info(f"{out}: already complete ({manifest['rows']} passages in {len(manifest['shards'])} shards)")
+                shards = len(manifest["shards"])
+                log.info(f"{out}: already complete ({manifest['rows']} passages in {shards} "
+                         f"shard{'s' * (shards != 1)})")
                 return manifest
         for stale in out.glob(".shard-*.tmp"):  # a write cut short by a kill
             stale.unlink(missing_ok=True)
