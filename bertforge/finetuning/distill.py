@@ -236,7 +236,7 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     those its args.json records."""
     import torch
 
-    from ..inference.batches import PerToken
+    from ..inference.batches import PerToken, is_nested
     from .distill_data import default_cache
 
     started = time.perf_counter()
@@ -302,8 +302,9 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     encoded, cached = distill_rows(family, splits.train, tokenizer, teacher, teacher_dir, augment, unlabelled,
                                    regression, cache, train_options)
     if epochs is None or train_options["patience"] is None:
+        sequences = sum(len(ids) if is_nested({"input_ids": ids}) else 1 for ids in encoded["input_ids"])
         chosen_epochs, patience, epochs_why = distill_epochs(recipe, len(encoded["labelled"]),
-                                                             train_options["batch_size"])
+                                                             train_options["batch_size"], sequences)
         epochs = chosen_epochs if epochs is None else epochs
         train_options["patience"] = patience if train_options["patience"] is None else train_options["patience"]
         why = "; ".join(filter(None, (why, epochs_why)))

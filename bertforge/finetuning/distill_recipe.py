@@ -94,13 +94,18 @@ def distill_settings(recipe: str, examples: int, start: str, augmentable: bool, 
     return {"lr": lr, "augment": augment}, "; ".join(why)
 
 
-def distill_epochs(recipe: str, row_count: int, batch_size: int) -> tuple[float, int, str]:
+def distill_epochs(recipe: str, row_count: int, batch_size: int,
+                   sequences: int | None = None) -> tuple[float, int, str]:
     """The epochs and the patience (0: none) `recipe` gives for `row_count` rows (the examples, their variants,
-    unlabelled text) at `batch_size`, and why."""
+    unlabelled text) at `batch_size`, and why. `sequences`: the sequences the rows hold (a multiple-choice row has
+    one per choice; default: one a row): the step floor counts a step over rows of k sequences as k steps."""
     if recipe == "fixed":
         return FIXED["epochs"], FIXED["patience"], "--recipe fixed"
     per_epoch = math.ceil(row_count / batch_size)
-    epochs = max(1, min(MAX_EPOCHS, math.ceil(MIN_STEPS / per_epoch)))
+    width = (sequences or row_count) / row_count
+    epochs = max(1, min(MAX_EPOCHS, math.ceil(MIN_STEPS / (per_epoch * width))))
     patience = early_stop(epochs)
-    return float(epochs), patience, (f"{epochs} epochs: {epochs * per_epoch:,} steps over {row_count:,} rows (at "
-                                     f"least {MIN_STEPS:,}, at most {MAX_EPOCHS} epochs{early_stop_why(patience)})")
+    rows = f"{row_count:,} rows" + (f" of {width:.3g} choices each" if width != 1 else "")
+    floor = f"{MIN_STEPS:,}" + (", a step over rows of k choices counting k" if width != 1 else "")
+    return float(epochs), patience, (f"{epochs} epochs: {epochs * per_epoch:,} steps over {rows} (at least {floor}, "
+                                     f"at most {MAX_EPOCHS} epochs{early_stop_why(patience)})")

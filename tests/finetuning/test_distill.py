@@ -849,6 +849,14 @@ def test_epochs_make_the_step_floor_over_all_rows(rows, epochs):
     assert distill_epochs("fixed", rows, 32)[0] == FIXED["epochs"]
 
 
+def test_the_step_floor_counts_multiple_choice_sequences():
+    """ARC-Easy's 2,251 questions of 4 choices at batch 32: 71 steps an epoch, each over 128 sequences, so the
+    floor takes 15 epochs (14 make 3,976 sequence-steps), not the 30 (the cap) that counting questions takes."""
+    epochs, patience, why = distill_epochs("adaptive", 2251, 32, sequences=4 * 2251)
+    assert (epochs, patience) == (15, 3) and "2,251 rows of 4 choices each" in why
+    assert distill_epochs("adaptive", 2251, 32)[0] == MAX_EPOCHS
+
+
 def test_the_default_command_says_and_records_its_choices_and_resumes_them(teacher, sst2, tmp_path, capsys,
                                                                             monkeypatch):
     """With no recipe flag, 48 examples (the row count and step floor made small) get variants and epochs; a
