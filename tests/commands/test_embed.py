@@ -31,7 +31,8 @@ def test_embed_command_writes_shards_and_names_bad_input(st_folder, tmp_path, ca
     corpus = corpus_file(tmp_path, sentences(25))
     assert main(["embed", str(corpus), "--model", str(st_folder), "--out", str(tmp_path / "out"), "--shard-rows",
                  "10", "--precision", "ubinary", "--dimensions", "16", "--no-progress"]) == 0
-    assert "25 passages ->" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "25 passages ->" in captured.out and "passage/s" not in captured.err
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert [s["rows"] for s in manifest["shards"]] == [10, 10, 5] and manifest["complete"]
     assert (manifest["dims"], manifest["precision"], manifest["model_dims"]) == (16, "ubinary", 32)
@@ -42,6 +43,9 @@ def test_embed_command_writes_shards_and_names_bad_input(st_folder, tmp_path, ca
     assert main(["embed", str(corpus), "--model", str(st_folder), "--out", str(tmp_path / "o"), "--precision",
                  "int4"]) == 2
     assert "--precision: invalid choice: 'int4'" in capsys.readouterr().err
+    assert main(["embed", str(corpus), "--model", str(st_folder), "--out", str(tmp_path / "bar"), "--bf16"]) == 0
+    assert "passage/s" in capsys.readouterr().err  # the progress bar, which --no-progress hides
+    assert stored(tmp_path / "bar")[0].shape == (25, 32)
 
 
 def test_a_run_killed_with_sigkill_resumes_to_the_uninterrupted_vectors(st_folder, tmp_path):  # noqa: F811
