@@ -8,7 +8,7 @@ import pytest
 
 from bertforge.core.errors import BertforgeError
 from bertforge.inference import embed
-from bertforge.inference.embed import embed_corpus, read_manifest, shard_ids, shard_vectors
+from bertforge.inference.embed import Embedder, embed_corpus, read_manifest, shard_ids, shard_vectors
 from bertforge.model.formats.sentence_folder import ST_CONFIG, write_sentence_folder
 from tests.conftest import one_line_error, require_shared
 
@@ -166,3 +166,20 @@ def test_bad_input_is_one_line(st_folder, hub_bert, tmp_path):
     with pytest.raises(BertforgeError) as e:
         embed_corpus(corpus_file(tmp_path, ["one"], "one.txt"), tmp_path / "o7", st_folder, precision="int8")
     assert "--calibration" in one_line_error(e)
+
+
+def test_a_hub_name_is_recorded_with_its_commit_and_searched_at_it(hub, st_folder, tmp_path):  # noqa: F811
+    from bertforge.inference.search import search
+
+    commit = hub.add("org/st-tiny", st_folder)
+    corpus = corpus_file(tmp_path, sentences(12))
+    manifest = embed_corpus(corpus, tmp_path / "out", "org/st-tiny", prompt="passage")
+    assert manifest["model"] == {"repo_id": "org/st-tiny", "commit": commit} and manifest["model_name"] == "org/st-tiny"
+    hub.add("org/st-tiny", tmp_path / "out")  # main moves on; the folder's queries still use its commit
+    hits = search(tmp_path / "out", ["a good film"], top_k=2)[0]
+    vectors, ids = stored(tmp_path / "out")
+    query = Embedder(st_folder, prompt="query")(["a good film"])[0]
+    assert [h.id for h in hits] == [ids[i] for i in np.argsort(-(vectors @ query))[:2]]
+    with pytest.raises(BertforgeError) as e:
+        embed_corpus(corpus, tmp_path / "out", "org/st-tiny", revision="main", prompt="passage")
+    assert "another model" in one_line_error(e)
