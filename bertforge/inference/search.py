@@ -92,8 +92,8 @@ class Index:
         if self.precision == "float32":
             return queries @ np.asarray(block, dtype=np.float32).T
         if is_scalar(self.precision):
-            q = quantize(queries, self.precision, self.ranges).astype(np.int32)
-            return (q @ np.asarray(block, dtype=np.int32).T).astype(np.float64)
+            q = quantize(queries, self.precision, self.ranges).astype(np.float64)  # integers, exact in float64
+            return q @ np.asarray(block, dtype=np.float64).T
         bits = quantize(queries, self.precision)
         return -np.stack([hamming(b, block, self.precision) for b in bits]).astype(np.float64)
 

@@ -1,6 +1,7 @@
 """core/tables.py: corpora, queries and qrels read as a stream, each bad row named."""
 
 import json
+import sys
 
 import pytest
 
@@ -80,3 +81,11 @@ def test_qrels_beir_and_trec(tmp_path):
     with pytest.raises(BertforgeError) as e:
         qrels(tmp_path / "bad.tsv")
     assert "bad.tsv:1: relevance 'high' is not a number" in one_line_error(e)
+
+
+def test_parquet_without_pyarrow_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # as if pyarrow were not installed
+    (tmp_path / "c.parquet").write_bytes(b"PAR1")
+    with pytest.raises(BertforgeError) as e:
+        list(passages(tmp_path / "c.parquet"))
+    assert "needs pyarrow (pip install pyarrow)" in one_line_error(e, "c.parquet")
