@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
+from itertools import chain, islice
 from pathlib import Path
 
 from .decoding import decoded_blocks
@@ -21,6 +22,7 @@ from .io import parse_json, tsv_quoting
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
 TEXT_COLUMN = "text"  # the text column where none is named
 PARQUET_BATCH = 1024  # rows read from a Parquet file at a time
+QUOTING_LINES = 1000  # the lines of a TSV file that decide whether it quotes (core.io.tsv_quoting)
 
 
 def table_kind(path) -> str:
@@ -76,12 +78,12 @@ def records(path, encoding: str = "utf-8") -> Iterator[tuple[str, dict]]:
 
 def _csv_records(path: Path, kind: str, encoding: str):
     stream = lines(path, encoding)
-    first = next(stream, "")
-    if not first.strip():
+    head = list(islice(stream, QUOTING_LINES))  # how a TSV file quotes is read from its first lines
+    if not head or not head[0].strip():
         raise BertforgeError(f"{path}: empty file (expected a header line naming the columns)")
-    quoting = csv.QUOTE_MINIMAL if kind == "csv" else tsv_quoting(first)  # the header decides TSV's quoting
+    quoting = csv.QUOTE_MINIMAL if kind == "csv" else tsv_quoting("".join(head))
     csv.field_size_limit(2**31 - 1)
-    rows = csv.reader(_chain(first, stream), delimiter="\t" if kind == "tsv" else ",", quoting=quoting)
+    rows = csv.reader(chain(head, stream), delimiter="\t" if kind == "tsv" else ",", quoting=quoting)
     header = next(rows)
     for row in rows:
         if not row:
@@ -90,11 +92,6 @@ def _csv_records(path: Path, kind: str, encoding: str):
         if len(row) != len(header):
             raise BertforgeError(f"{location}: expected {len(header)} columns, found {len(row)}")
         yield location, dict(zip(header, row))
-
-
-def _chain(first: str, rest):
-    yield first
-    yield from rest
 
 
 def _parquet_records(path: Path):

@@ -89,3 +89,11 @@ def test_parquet_without_pyarrow_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(BertforgeError) as e:
         list(passages(tmp_path / "c.parquet"))
     assert "needs pyarrow (pip install pyarrow)" in one_line_error(e, "c.parquet")
+
+
+def test_tsv_quoting_is_read_from_the_first_lines(tmp_path):
+    """GLUE's TSV: quotes are literal text; a spreadsheet's: fields quoted, tabs inside them (core.io.tsv_quoting)."""
+    (tmp_path / "glue.tsv").write_text('id\ttext\n1\t"Hello," she said\n2\tplain\n')
+    (tmp_path / "pandas.tsv").write_text('id\ttext\n1\t"a tab\there"\n2\tplain\n')
+    assert list(passages(tmp_path / "glue.tsv", id_column="id")) == [("1", '"Hello," she said'), ("2", "plain")]
+    assert list(passages(tmp_path / "pandas.tsv", id_column="id")) == [("1", "a tab\there"), ("2", "plain")]
