@@ -94,17 +94,37 @@ def _csv_records(path: Path, kind: str, encoding: str):
         yield location, dict(zip(header, row))
 
 
-def _parquet_records(path: Path):
+def _parquet_records(path: Path, start: int = 0):
+    """A Parquet file's rows from row `start` (a row group's first row: see parquet_start)."""
     pq = pyarrow_parquet(path)
     try:
         table = pq.ParquetFile(path)
     except OSError as e:
         raise BertforgeError(f"{path}: cannot be read as Parquet ({str(e).splitlines()[0]})") from None
-    row = 0
-    for batch in table.iter_batches(batch_size=PARQUET_BATCH):
+    groups, row = [], 0
+    for group in range(table.num_row_groups):
+        if row < start:
+            row += table.metadata.row_group(group).num_rows
+        else:
+            groups.append(group)
+    if not groups:
+        return
+    for batch in table.iter_batches(batch_size=PARQUET_BATCH, row_groups=groups):
         for record in batch.to_pylist():
             yield f"{path} row {row}", record
             row += 1
+
+
+def parquet_start(path, skip: int) -> int:
+    """The first row of the row group that holds row `skip`: where reading past `skip` rows starts, whole row groups
+    skipped unread (a resumed `embed`)."""
+    metadata, row = pyarrow_parquet(path).ParquetFile(path).metadata, 0
+    for group in range(metadata.num_row_groups):
+        size = metadata.row_group(group).num_rows
+        if row + size > skip:
+            return row
+        row += size
+    return row
 
 
 def columns_of(path, encoding: str = "utf-8") -> list[str] | None:
@@ -138,8 +158,9 @@ def passages(path, text_column: str | None = None, id_column: str | None = None,
         for flag, column in (("--text-column", text_column), ("--id-column", id_column)):
             if column is not None and column not in declared:
                 raise BertforgeError(f"{path}: no column {column!r} ({flag}); its columns: {', '.join(declared)}")
-    row = 0
-    for location, record in records(path, encoding):
+    row = parquet_start(path, skip) if kind == "parquet" and skip else 0
+    stream = _parquet_records(path, row) if kind == "parquet" else records(path, encoding)
+    for location, record in stream:
         if row >= skip:
             text = record.get(text_column)
             if text_column not in record:

@@ -37,10 +37,17 @@ def test_parquet_is_read_in_batches(tmp_path, monkeypatch):
     from bertforge.core import tables
 
     monkeypatch.setattr(tables, "PARQUET_BATCH", 3)
-    pq.write_table(pa.table({"id": list(range(10, 20)), "text": [f"passage {i}" for i in range(10)]}),
-                   tmp_path / "c.parquet")
+    texts = [f"passage {i}" for i in range(10)]
+    pq.write_table(pa.table({"id": list(range(10, 20)), "text": texts}), tmp_path / "c.parquet", row_group_size=3)
     assert list(passages(tmp_path / "c.parquet", id_column="id", skip=8)) == [("18", "passage 8"),
                                                                              ("19", "passage 9")]
+    assert [key for key, _ in passages(tmp_path / "c.parquet")] == [str(i) for i in range(10)]
+    texts[1] = None  # in the first row group, which a resumed run skips unread
+    pq.write_table(pa.table({"text": texts}), tmp_path / "gap.parquet", row_group_size=3)
+    assert list(passages(tmp_path / "gap.parquet", skip=4)) == [(str(i), f"passage {i}") for i in range(4, 10)]
+    with pytest.raises(BertforgeError) as e:
+        list(passages(tmp_path / "gap.parquet"))
+    assert "gap.parquet row 1: 'text' is empty" in one_line_error(e)
     assert count_rows(tmp_path / "c.parquet") == 10
     with pytest.raises(BertforgeError) as e:
         list(passages(tmp_path / "c.parquet", text_column="body"))
