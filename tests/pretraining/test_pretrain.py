@@ -430,3 +430,33 @@ def test_a_start_with_nan_weights_fails_at_the_end_without_any_checkpoint(data_d
     assert not list(run.glob("step-*")) and not (run / "final").exists()
     assert main(["pretrain", *cli(data_dir, run, "--init-from", str(broken), "--resume", steps=6)]) == 2
     assert "nothing to resume" in capsys.readouterr().err
+
+
+def test_an_mpnet_config_pre_trains_on_data_of_an_mpnet_tokenizer_that_transformers_reads(data_dir, tmp_path, capsys):
+    """MPNet's positions skip the padding id 1 (transformers' padding_idx, whatever pad_token_id says): data made
+    with a tokenizer laid out as MPNet's (<pad> at 1) pre-trains its masked LM, which transformers loads with the
+    same logits; data of a BERT vocabulary (its [PAD] at 0) is refused in one line before anything is built."""
+    transformers = pytest.importorskip("transformers")
+    from tests.conftest import mpnet_tokenizer
+
+    tokenizer = mpnet_tokenizer(tmp_path / "tokenizer")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"The film number {i} was a gripping story of people and places in Zürich.\n\n"
+                              for i in range(100)))
+    create_pretraining_data([corpus], tokenizer, tmp_path / "rows", max_seq_length=32, max_predictions=5,
+                            dupe_factor=1, mask=False, eval_docs=0, seed=1)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mpnet", **SMALL, "max_position_embeddings": 130}))
+    flags = ["--config", str(tmp_path / "config.json"), "--objective", "mlm", "--steps", "4", "--batch-size", "8",
+             "--no-progress", "--lr", "1e-3"]
+    assert main(["pretrain", "--data", str(data_dir), *flags, "--out", str(tmp_path / "bert-vocab")]) == 2
+    err = capsys.readouterr().err
+    assert "pad_token_id 0 is not supported: MPNet counts positions from the padding id 1 + 1" in err
+    assert main(["pretrain", "--data", str(tmp_path / "rows"), *flags, "--out", str(tmp_path / "run")]) == 0
+    final = tmp_path / "run" / "final"
+    assert json.loads((final / "config.json").read_text())["architectures"] == ["MPNetForMaskedLM"]
+    import bertforge
+
+    ids = torch.tensor([[0, 40, 50, 60, 2]])
+    ours = bertforge.AutoModelForMaskedLM.from_pretrained(final)(input_ids=ids).logits
+    theirs = transformers.MPNetForMaskedLM.from_pretrained(final).eval()(input_ids=ids).logits
+    assert torch.allclose(ours, theirs, atol=1e-4)
