@@ -21,7 +21,11 @@ SERVED = {route.task: route for route in (
         "pooling": (str, "mean, cls, max, lasttoken, mean_sqrt_len_tokens or weightedmean (default: the model "
                          "folder's, else mean)"),
         "normalize": (bool, "unit-length vectors (default: the model folder's, else true)"),
-        "dimensions": (int, "Matryoshka: the first N values of each vector (then normalised)")}, tei="embedding"),
+        "dimensions": (int, "Matryoshka: the first N values of each vector (then normalised)"),
+        "precision": (str, "float32, int8, uint8, binary or ubinary: the vectors quantized as sentence-transformers' "
+                           "quantize_embeddings (int8 ranges from the request's own vectors)"),
+        "prompt_name": (str | None, "one of the model folder's prompts (config_sentence_transformers.json), put "
+                                    "before each text (default: the folder's default one)")}, tei="embedding"),
     Route("fill-mask", "fill-mask", "a text with [MASK] or a list of them",
           {"top_k": (int, "tokens per [MASK] (default 5)")}),
     Route("classify", "text-classification", 'a text, a list of texts, or of [text, text_pair] / {"text", "text_pair"}',

@@ -181,6 +181,11 @@ def test_options_of_another_type_are_a_422_naming_them(servers, endpoint, body, 
 
 def test_options_of_their_own_type_are_answered(servers):
     assert len(servers["embed"].post("embed", {"inputs": "a", "dimensions": 8, "normalize": False}).json()[0]) == 8
+    packed = servers["embed"].post("embed", {"inputs": ["a", "b c"], "precision": "ubinary", "dimensions": 16})
+    assert packed.status_code == 200 and [len(v) for v in packed.json()] == [2, 2]
+    assert all(isinstance(x, int) and 0 <= x < 256 for v in packed.json() for x in v)
+    unknown = servers["embed"].post("embed", {"inputs": "a", "prompt_name": "query"})
+    assert unknown.status_code == 422 and "prompt_name 'query'" in unknown.json()["error"]
     assert servers["qa"].post("qa", {"inputs": QA, "null_threshold": 1}).status_code == 200  # a whole number is a float
 
 
