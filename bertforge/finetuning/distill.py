@@ -53,8 +53,8 @@ from .soft_targets import (  # noqa: F401 (PER_EXAMPLE, soft_target_loss, rows, 
 from .distill_embeddings import add_embedding_arguments, embedding_task, run_distill_embeddings
 from .distill_recipe import (
     AUGMENT_ROWS, DISTILL_DEFAULTS, DISTILL_RECIPES, FIXED, MAX_AUTO_AUGMENT, MAX_EPOCHS, MIN_STEPS, RANDOM_LR,
-    SMALL_AUGMENT, SMALL_STUDENT, TRAINED_LR, distill_epochs, distill_settings, encoder_share, student_folder,
-    student_start
+    SMALL_AUGMENT, SMALL_STUDENT, TRAINED_LR, distill_epochs, distill_settings, encoder_share, matched_epochs,
+    student_folder, student_start
 )
 
 # --representations: the terms of general distillation (training/representation_loss.py) each choice trains on
@@ -224,49 +224,26 @@ def make_distiller(student, temperature: float, alpha: float, regression: bool, 
 def distill(task: str, teacher_dir, student: str | None, data, out, temperature: float = 2.0, alpha: float = 0.5,
             augment: int | None = None, unlabelled: list | None = None, student_layers: list[int] | None = None,
             student_embeddings: str | None = None, prune: bool = False, prune_from=None,
-            representations: str | None = None,
-            representation_weight: float = 1.0, cache_dir=None, epochs: float | None = None,
+            representations: str | None = None, representation_weight: float = 1.0, cache_dir=None,
+            epochs: float | None = None,
             max_length: int | None = None, max_train_examples: int | None = None, max_eval_examples: int | None = None,
             group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
             recipe: str = "adaptive", revision: str | None = None, **options) -> dict:
     """Distil `teacher_dir` (fine-tuned on the task: a folder, or a Hub model's name at `revision`) into a
-    student; the run folder and the results are
-    `finetune`'s. `options`: TrainArgs fields (defaults DISTILL_DEFAULTS) and the task family's options; the lr,
-    `augment` and `epochs` not given are the `recipe`'s (`distill_settings`, `distill_epochs`), a resumed run's
-    those its args.json records."""
+    student; the run folder and the results are `finetune`'s. `options`: TrainArgs fields (defaults
+    DISTILL_DEFAULTS) and the task family's options; the lr, `augment` and `epochs` not given are the `recipe`'s
+    (`distill_settings`, `distill_epochs`), a resumed run's those its args.json records. `alpha` 1 trains on the
+    labels alone, a distillation's control: the teacher's outputs are never computed, and the epochs make the steps
+    the distillation would (`matched_epochs`)."""
     import torch
 
-    from ..inference.batches import PerToken, is_nested
-    from .distill_data import default_cache
-
-    started = time.perf_counter()
-    prune = prune or prune_from is not None
+    started, prune = time.perf_counter(), prune or prune_from is not None
     check_distill_options(temperature, alpha, student, student_layers, representations, representation_weight, prune,
                           augment, recipe)
+    targets = task_targets(task, alpha, augment, unlabelled, representations)
     train_options = task_training_options(options, DISTILL_DEFAULTS)
-    head = head_name(TASKS[task]) if task in TASKS else None
-    if head not in SOFT_TARGETS and task in TASKS:
-        raise BertforgeError(f"distill {task}: task distillation covers the heads of {', '.join(SOFT_TARGETS)}, "
-                             f"not {head}")
-    targets = SOFT_TARGETS.get(head)
-    if augment and not (targets and (targets.text_inputs or targets.questions)):
-        raise BertforgeError(f"--augment: only for text, text-pair and question-answering tasks, not {task}")
-    if unlabelled and not (targets and (targets.text_inputs or targets.questions)):
-        raise BertforgeError(f"--unlabelled: only for text, text-pair and question-answering tasks, not {task}")
-    if representations and not (targets and targets.text_inputs):
-        raise BertforgeError(f"--representations: only for text and text-pair tasks, not {task}")
     family = make_family(task, data, max_length, options, reading=True)
-    augmentable = bool(targets and targets.text_inputs and alpha < 1)  # a question's variants: given only
-    record = Path(out) / "args.json"
-    began_why = None  # resumed: why the run's settings are what they are, as its first part said
-    if train_options.get("resume") and record.is_file():  # what the run being resumed chose
-        began = read_json(record)
-        began_why = began["extra"].get("chosen_by")
-        train_options["lr"] = began["lr"] if train_options["lr"] is None else train_options["lr"]
-        train_options["patience"] = began["patience"] if train_options["patience"] is None else \
-            train_options["patience"]
-        augment = began["extra"]["augment"] if augment is None else augment
-        epochs = began["extra"]["epochs"] if epochs is None else epochs
+    augment, epochs, began_why = resumed_choices(out, train_options, augment, epochs)
     teacher_dir = model_folder(teacher_dir, revision)
     run = {"task": task, "model": student if student_layers is None else
            f"{teacher_dir} layers {','.join(map(str, student_layers))}", "prune": prune,
@@ -281,39 +258,118 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
            "group_by_length": group_by_length, "command": command, "arguments": arguments, "recipe": recipe,
            "chosen_by": None}
     check_resume(TrainArgs(out=Path(out), **{**train_options, "extra": run}), DISTILL_FIXED)
+    tokenizer, splits, teacher = read_teacher(family, teacher_dir, max_train_examples, max_eval_examples)
+    torch.manual_seed(train_options["seed"])
+    cut_from = None if prune_from is None else load_teacher(  # a model of the task with the teacher's tokens, labels
+        family, student_folder(str(prune_from), tokenizer, "--prune-from"), "--prune-from")
+    model = build_student(student, student_layers, teacher, teacher_dir, tokenizer, family, student_embeddings,
+                          prune_sample(splits.train.encoded, train_options["seed"]) if prune else None, cut_from)
+    model.config.extra.update(family.config_entries())
+    regression = family.model_class.__name__ == "BertForSequenceClassification" and teacher.config.num_labels == 1
+    plan = dict(recipe=recipe, start=student_start(student, student_layers, prune), share=encoder_share(model, teacher),
+                labels_only=alpha == 1, augmentable=bool(targets.text_inputs), augment=augment, epochs=epochs,
+                began_why=began_why)
+    encoded, cached, augment, epochs, why = distill_plan(family, splits.train, tokenizer, teacher, teacher_dir, plan,
+                                                         unlabelled, regression, cache_dir, train_options)
+    run.update(distill_rows=len(encoded["labelled"]), teacher_outputs_cached=cached, augment=augment, epochs=epochs,
+               chosen_by=why or "given")
+    teacher_scores = evaluate_splits(family, teacher, splits.evaluated, train_options["batch_size"] * 2,
+                                     tokenizer.pad_token_id, train_options.get("bf16", False))
+    trained, batch_keys, loss_units = trained_module(model, teacher, family, targets, temperature, alpha, regression,
+                                                     representations, representation_weight)
+    del teacher
+    return report(family.best_metric, teacher_scores, train_on_task(
+        family, trained, tokenizer, splits, encoded, out, train_options, run, started, batch_keys=batch_keys,
+        loss_units=loss_units, teacher=teacher_scores))
+
+
+def read_teacher(family: TaskFamily, teacher_dir: Path, max_train_examples, max_eval_examples) -> tuple:
+    """The teacher's tokenizer, the task's splits in its tokens, and the teacher."""
     if not (teacher_dir / "config.json").is_file():
         raise BertforgeError(f"--teacher {teacher_dir}: not a model folder (no config.json)")
     tokenizer = BertTokenizer.from_pretrained(teacher_dir)
     splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
-    teacher = load_teacher(family, teacher_dir)
-    torch.manual_seed(train_options["seed"])
-    cut_from = None
-    if prune_from is not None:  # a model of the task with the teacher's vocabulary and labels
-        cut_from = load_teacher(family, student_folder(str(prune_from), tokenizer, "--prune-from"), "--prune-from")
-    model = build_student(student, student_layers, teacher, teacher_dir, tokenizer, family, student_embeddings,
-                          prune_sample(splits.train.encoded, train_options["seed"]) if prune else None, cut_from)
-    model.config.extra.update(family.config_entries())
-    chosen, why = distill_settings(recipe, len(splits.train.examples), student_start(student, student_layers, prune),
-                                   augmentable, {"lr": train_options["lr"], "augment": augment},
-                                   encoder_share(model, teacher))
-    train_options["lr"], augment = chosen["lr"], chosen["augment"]
-    regression = head == "BertForSequenceClassification" and teacher.config.num_labels == 1
-    cache = Path(cache_dir) if cache_dir else default_cache()
-    encoded, cached = distill_rows(family, splits.train, tokenizer, teacher, teacher_dir, augment, unlabelled,
-                                   regression, cache, train_options)
+    return tokenizer, splits, load_teacher(family, teacher_dir)
+
+
+def task_targets(task: str, alpha: float, augment: int | None, unlabelled, representations):
+    """The task's soft targets (soft_targets.SOFT_TARGETS) once the options that need some are checked against it."""
+    head = head_name(TASKS[task]) if task in TASKS else None
+    if head not in SOFT_TARGETS and task in TASKS:
+        raise BertforgeError(f"distill {task}: task distillation covers the heads of {', '.join(SOFT_TARGETS)}, "
+                             f"not {head}")
+    targets = SOFT_TARGETS.get(head, SOFT_TARGETS["BertForSequenceClassification"])  # own data: text classification
+    for flag, given, allowed in (("--augment", augment, targets.text_inputs or targets.questions),
+                                 ("--unlabelled", unlabelled, targets.text_inputs or targets.questions),
+                                 ("--representations", representations, targets.text_inputs)):
+        if given and not allowed:
+            kinds = "text and text-pair" + (" and question-answering" if flag != "--representations" else "")
+            raise BertforgeError(f"{flag}: only for {kinds} tasks, not {task}")
+        if given and alpha == 1:
+            raise BertforgeError(f"{flag} with --alpha 1: the labels alone are trained on; {flag} adds what only "
+                                 "the teacher's outputs teach")
+    return targets
+
+
+def resumed_choices(out, train_options: dict, augment, epochs) -> tuple:
+    """What a resumed run chose where this call leaves it unsaid (the lr and patience into `train_options`),
+    the augment and epochs, and why it chose them (None unless resumed)."""
+    record = Path(out) / "args.json"
+    if not (train_options.get("resume") and record.is_file()):
+        return augment, epochs, None
+    began = read_json(record)
+    for key in ("lr", "patience"):
+        train_options[key] = began[key] if train_options[key] is None else train_options[key]
+    return (began["extra"]["augment"] if augment is None else augment,
+            began["extra"]["epochs"] if epochs is None else epochs, began["extra"].get("chosen_by"))
+
+
+def distill_plan(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Path, plan: dict, unlabelled,
+                 regression: bool, cache_dir, train_options: dict) -> tuple:
+    """The recipe's lr (into `train_options`) and variants, the rows the student learns from, and the epochs and
+    patience those rows give (`plan`: the recipe, the student's start and share of the teacher, whether the task
+    is augmentable, the labels alone, the augment and epochs given, why a resumed run began as it did): (rows,
+    whether the teacher's outputs were cached, augment, epochs, why)."""
+    from ..inference.batches import is_nested
+    from .distill_data import default_cache
+
+    given = {"lr": train_options["lr"], "augment": plan["augment"]}
+
+    def settings(augmentable: bool) -> tuple[dict, str]:
+        return distill_settings(plan["recipe"], len(train.examples), plan["start"], augmentable, given, plan["share"])
+
+    chosen, why = settings(plan["augmentable"])
+    train_options["lr"], augment, epochs, compared = chosen["lr"], chosen["augment"], plan["epochs"], 0
+    if plan["labels_only"]:  # no variants; `compared`: those of the distillation it is the control of
+        (_, why), augment, compared = settings(False), 0, augment
+    encoded, cached = distill_rows(family, train, tokenizer, teacher, teacher_dir, augment, unlabelled, regression,
+                                   Path(cache_dir) if cache_dir else default_cache(), train_options,
+                                   plan["labels_only"])
     if epochs is None or train_options["patience"] is None:
         sequences = sum(len(ids) if is_nested({"input_ids": ids}) else 1 for ids in encoded["input_ids"])
-        chosen_epochs, patience, epochs_why = distill_epochs(recipe, len(encoded["labelled"]),
-                                                             train_options["batch_size"], sequences)
+        rows, batch = len(encoded["labelled"]), train_options["batch_size"]
+        chosen_epochs, patience, epochs_why = (matched_epochs(plan["recipe"], rows, batch, compared, sequences)
+                                               if plan["labels_only"] else
+                                               distill_epochs(plan["recipe"], rows, batch, sequences))
         epochs = chosen_epochs if epochs is None else epochs
         train_options["patience"] = patience if train_options["patience"] is None else train_options["patience"]
         why = "; ".join(filter(None, (why, epochs_why)))
-    why = why or began_why
-    print(f"distilling at lr {train_options['lr']:g}, batch {train_options['batch_size']}, --augment {augment}, "
+    why = why or plan["began_why"]
+    what = "training on the labels alone" if plan["labels_only"] else "distilling"
+    print(f"{what} at lr {train_options['lr']:g}, batch {train_options['batch_size']}, --augment {augment}, "
           f"{epochs:g} epochs" + (f", patience {train_options['patience']}" if train_options["patience"] else "")
           + (f" ({why})" if why else ""), file=sys.stderr)
-    run.update(distill_rows=len(encoded["labelled"]), teacher_outputs_cached=cached, augment=augment, epochs=epochs,
-               chosen_by=why or "given")
+    return encoded, cached, augment, epochs, why
+
+
+def trained_module(model, teacher, family: TaskFamily, targets, temperature: float, alpha: float, regression: bool,
+                   representations: str | None, representation_weight: float) -> tuple:
+    """What the loop trains (the student, or the distiller around it), the batch keys it reads beyond the family's,
+    and its loss terms' units; the student alone, its own loss, with --alpha 1."""
+    from ..inference.batches import PerToken
+
+    if alpha == 1:
+        return model, None, None
     loss_units = {"distill_loss": targets.units, "label_loss": targets.label_units}
     matcher = None
     if representations:
@@ -321,14 +377,13 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
 
         matcher = RepresentationMatch(teacher.base_model, model.config.hidden_size, REPRESENTATIONS[representations])
         loss_units.update(dict.fromkeys(matcher.terms, real_tokens))
-    teacher_scores = evaluate_splits(family, teacher, splits.evaluated, train_options["batch_size"] * 2,
-                                     tokenizer.pad_token_id, train_options.get("bf16", False))
-    del teacher
-    distiller = make_distiller(model, temperature, alpha, regression, matcher, representation_weight)
-    results = train_on_task(family, distiller, tokenizer, splits, encoded, out, train_options, run, started,
-                            batch_keys={"teacher_logits": PerToken() if family.per_token_outputs else None,
-                                        "labelled": None}, loss_units=loss_units, teacher=teacher_scores)
-    metric = family.best_metric
+    batch_keys = {"teacher_logits": PerToken() if family.per_token_outputs else None, "labelled": None}
+    return (make_distiller(model, temperature, alpha, regression, matcher, representation_weight), batch_keys,
+            loss_units)
+
+
+def report(metric: str, teacher_scores: dict, results: dict) -> dict:
+    """The student's `results`, said beside the teacher's score."""
     if metric in results and metric in teacher_scores:
         kept = results.get("of_teacher")
         print(f"student {metric} {results[metric]:.4f}, teacher {teacher_scores[metric]:.4f}"
@@ -345,9 +400,10 @@ def prune_sample(encoded: dict, seed: int) -> dict:
 
 
 def distill_rows(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Path, augment: int, unlabelled,
-                 regression: bool, cache: Path, train_options: dict) -> tuple[dict, bool]:
+                 regression: bool, cache: Path, train_options: dict, labels_only: bool = False) -> tuple[dict, bool]:
     """The rows the student learns from (the training split's, then the augmented and unlabelled ones), each with
-    the teacher's outputs and whether it is labelled; and whether the teacher's outputs came from the cache."""
+    the teacher's outputs and whether it is labelled; and whether the teacher's outputs came from the cache.
+    `labels_only`: the training split's rows alone, without the teacher's outputs (never computed)."""
     from ..inference.batches import row_lengths
     from .distill_data import augmented, read_unlabelled, read_unlabelled_questions, teacher_outputs
 
@@ -363,6 +419,8 @@ def distill_rows(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Pat
                       read_unlabelled(unlabelled, family, pairs=train.examples[0].text_b is not None), False))
     encoded = {k: list(v) for k, v in train.encoded.items()}
     labelled = [1] * len(encoded["input_ids"])
+    if labels_only:
+        return {**encoded, "labelled": labelled}, False
     for examples, has_labels in extra:  # an unlabelled row's labels are placeholders, never read
         more = family.encode("extra", examples, tokenizer).encoded
         added = len(more["input_ids"])  # rows: a question may make several windows

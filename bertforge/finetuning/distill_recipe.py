@@ -109,3 +109,17 @@ def distill_epochs(recipe: str, row_count: int, batch_size: int,
     floor = f"{MIN_STEPS:,}" + (", a step over rows of k choices counting k" if width != 1 else "")
     return float(epochs), patience, (f"{epochs} epochs: {epochs * per_epoch:,} steps over {rows} (at least {floor}, "
                                      f"at most {MAX_EPOCHS} epochs{early_stop_why(patience)})")
+
+
+def matched_epochs(recipe: str, row_count: int, batch_size: int, augment: int,
+                   sequences: int | None = None) -> tuple[float, int, str]:
+    """--alpha 1, the labels alone (a distillation's control): the epochs over `row_count` rows that make the
+    steps the distillation would make over them and their `augment` variants each (its epochs by
+    `distill_epochs`), the patience those epochs give, and why."""
+    rows = row_count * (1 + augment)
+    epochs, _, _ = distill_epochs(recipe, rows, batch_size, sequences and sequences * (1 + augment))
+    steps = round(epochs * math.ceil(rows / batch_size))
+    matched = steps / math.ceil(row_count / batch_size)
+    patience = early_stop(matched)
+    return matched, patience, (f"{matched:g} epochs: the {steps:,} steps a distillation with --augment {augment} "
+                               f"makes over {rows:,} rows{early_stop_why(patience)}")

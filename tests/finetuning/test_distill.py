@@ -897,6 +897,35 @@ def test_the_default_command_says_and_records_its_choices_and_resumes_them(teach
     assert final[0].read_bytes() == final[1].read_bytes()
 
 
+def test_the_labels_alone_never_run_the_teacher_on_training_rows_and_match_the_distillations_steps(
+        teacher, sst2, tmp_path, capsys, monkeypatch):
+    """--alpha 1, the control of a distillation: no teacher outputs computed or cached, the training rows alone,
+    and the epochs that make the steps the distillation makes with its variants (48 examples and 1 variant each:
+    2 epochs of 12 steps; the labels alone: 4 epochs of 6); --augment with it refused in one line."""
+    from bertforge.finetuning import distill_recipe as module
+
+    monkeypatch.setattr(module, "AUGMENT_ROWS", 96)
+    monkeypatch.setattr(module, "MIN_STEPS", 20)
+
+    def run(out, *extra):
+        return main(["distill", "sst2", "--teacher", str(teacher), "--student", "tiny", "--prune", "--data",
+                     str(sst2), "--out", str(out), "--max-train-examples", "48", "--max-eval-examples", "16",
+                     "--batch-size", "8", "--no-progress", "--cache-dir", str(tmp_path / f"cache-{out.name}"), *extra])
+
+    assert run(tmp_path / "distilled") == 0 and run(tmp_path / "labels", "--alpha", "1") == 0
+    said = capsys.readouterr().err
+    assert "training on the labels alone at lr 0.0001, batch 8, --augment 0, 4 epochs (lr 0.0001: a student that " \
+           "starts trained; 4 epochs: the 24 steps a distillation with --augment 1 makes over 96 rows)" in said
+    distilled, labels = (json.loads((tmp_path / name / "args.json").read_text()) for name in ("distilled", "labels"))
+    assert distilled["steps"] == labels["steps"] == 24
+    assert (labels["extra"]["distill_rows"], labels["extra"]["augment"], labels["extra"]["epochs"]) == (48, 0, 4)
+    assert list((tmp_path / "cache-distilled").glob("*.npy")) and not list((tmp_path / "cache-labels").glob("*"))
+    logged = [json.loads(line) for line in (tmp_path / "labels" / "metrics.jsonl").read_text().splitlines()]
+    assert all("distill_loss" not in row for row in logged)  # the student's own loss
+    assert run(tmp_path / "refused", "--alpha", "1", "--augment", "2") == 2
+    assert "--augment with --alpha 1: the labels alone are trained on" in capsys.readouterr().err
+
+
 def test_a_student_with_nan_weights_stops_the_run_without_best(teacher, sst2, tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["distill", "sst2", "--teacher", str(teacher), "--student", str(nan_weights(teacher, tmp_path / "s")),
