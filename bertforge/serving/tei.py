@@ -92,7 +92,8 @@ class TeiRequest(BaseModel):
 
 class EmbedRequest(TeiRequest):
     inputs: Any = Field(..., description="a text, token ids, or a list of them")
-    prompt_name: None = Field(None, description="not supported: no prompts")
+    prompt_name: str | None = Field(None, description="one of the model folder's prompts "
+                                                      "(config_sentence_transformers.json), put before each text")
     normalize: bool = True
     dimensions: int | None = Field(None, description="Matryoshka: the first N values (then normalised)")
 
@@ -136,7 +137,7 @@ def not_empty(values, name: str):
 async def embed(server, body: EmbedRequest, receive):
     require(server, "/embed")
     not_empty(body.inputs, "inputs")
-    options = {"normalize": body.normalize, "dimensions": body.dimensions}
+    options = {"normalize": body.normalize, "dimensions": body.dimensions, "prompt_name": body.prompt_name}
 
     def finish(prepared, outputs):
         return result_bytes(server.pipe.postprocess(prepared, outputs)), {}  # a list, even of one input

@@ -94,6 +94,8 @@ def test_embed_dimensions_and_normalize(servers, minilm):
     assert cut.shape == (3, 64) and np.abs(cut - first).max() < 1e-5
     too_many = post(servers["embedding"], "/embed", {"inputs": texts, "dimensions": 385})
     assert too_many.status_code == 422 and "dimensions 385 is over the model's 384" in too_many.json()["error"]
+    no_prompt = post(servers["embedding"], "/embed", {"inputs": texts, "prompt_name": "query"})
+    assert no_prompt.status_code == 422 and "prompt_name 'query'" in no_prompt.json()["error"]
 
 
 def test_embed_all_is_transformers_last_hidden_state(servers, minilm):
