@@ -31,12 +31,11 @@ import sys
 import time
 from pathlib import Path
 
-from ..model.architectures.registry import architecture, head_of, load_config, model_class
-from ..model.architectures.config import SIZES, BertConfig
+from ..model.architectures.config import SIZES
 from ..core.errors import BertforgeError
 from .evaluate import evaluate_splits
 from .finetune import (
-    EARLY_EPOCHS, PATIENCE, add_task_run_arguments, family_record, read_splits, task_run_options,
+    EARLY_EPOCHS, PATIENCE, add_task_run_arguments, family_record, task_run_options,
     task_training_options, train_on_task
 )
 from ..core.io import check_output, read_json
@@ -44,12 +43,12 @@ from ..core.flags import add_revision_argument, count, positive, share
 from ..core.hub import hub_origin, model_folder
 from ..tasks import TASKS, make_family
 from ..tasks.base import TaskFamily, head_name
-from ..text.tokenizer import BertTokenizer
 from ..training.options import TrainArgs
 from ..training.resume import DISTILL_FIXED, check_resume
 from .soft_targets import (  # noqa: F401 (PER_EXAMPLE, soft_target_loss, rows, labelled_rows: distill's names too)
-    PER_EXAMPLE, SOFT_TARGETS, labelled_rows, rows, soft_target_loss
+    PER_EXAMPLE, SOFT_TARGETS, labelled_rows, make_distiller, rows, soft_target_loss
 )
+from .distill_student import build_student, load_teacher, prune_sample, read_teacher
 from .distill_embeddings import add_embedding_arguments, embedding_task, run_distill_embeddings
 from .distill_recipe import (
     AUGMENT_ROWS, DISTILL_DEFAULTS, DISTILL_RECIPES, FIXED, MAX_AUTO_AUGMENT, MAX_EPOCHS, MIN_STEPS, RANDOM_LR,
@@ -75,150 +74,6 @@ def layer_list(text: str) -> list[int]:
     if any(i < 0 for i in layers) or len(set(layers)) != len(layers):
         raise argparse.ArgumentTypeError(f"expected distinct layer numbers from 0, not {text!r}")
     return layers
-
-
-def load_teacher(family: TaskFamily, folder: Path, flag: str = "--teacher"):
-    """The teacher (or the model --prune-from names): a model fine-tuned for the task (its head trained), with the
-    data's labels."""
-    from .evaluate import check_model
-
-    if not (folder / "config.json").is_file():
-        raise BertforgeError(f"{flag} {folder}: not a model folder (no config.json)")
-    teacher = family.model_class.from_pretrained(folder)
-    check_model(family, teacher, folder, fine_tuned=True)
-    config = teacher.config
-    if SOFT_TARGETS[family.model_class.__name__].own_labels:
-        names = [str(config.id2label[i]) for i in range(config.num_labels)]
-        if family.model_order(config) != list(range(len(family.labels))):  # its outputs are the data's labels
-            raise BertforgeError(f"{flag} {folder}: its labels ({', '.join(names)}) are not the data's "
-                                 f"({', '.join(map(str, family.labels))})")
-    return teacher
-
-
-def build_student(spec: str | None, layers: list[int] | None, teacher, teacher_dir: Path, tokenizer,
-                  family: TaskFamily, embeddings: str | None = None, prune_on: dict | None = None, cut_from=None):
-    """The student model (see the module docstring); random weights are drawn from the current torch seed.
-    `prune_on`: encoded training rows to rank the parts of the model cut on: `cut_from` (--prune-from's), or the
-    teacher."""
-    head = family.head_config()
-    source = cut_from if cut_from is not None and prune_on is not None else teacher
-    depth = source.config.num_hidden_layers
-    if layers is not None and max(layers) >= depth:
-        raise BertforgeError(f"--student-layers {','.join(map(str, layers))}: the "
-                             f"{'teacher ' + str(teacher_dir) if source is teacher else '--prune-from model'} has "
-                             f"{depth} layers (0 to {depth - 1})")
-    if prune_on is not None:
-        return cut_from_teacher(source, spec, layers, family, prune_on, tokenizer.pad_token_id,
-                                "the teacher" if source is teacher else "the --prune-from model")
-    if layers is not None:
-        return teacher_layers(teacher, teacher_dir, layers, spec, tokenizer, family)
-    if spec in SIZES:
-        from ..model.student import start_embeddings, student_config
-
-        config = student_config(teacher.config, spec, pad_token_id=tokenizer.pad_token_id)
-        config = type(config).from_dict({**config.to_dict(), **head})
-        student = model_class(head_of(family.model_class.architecture()), config)(config)
-        start_embeddings(student, teacher, embeddings)
-        return student
-    return family.model_class.from_pretrained(student_folder(spec, tokenizer), new_head=True, **head)
-
-
-def teacher_layers(teacher, teacher_dir: Path, layers: list[int], spec: str | None, tokenizer, family: TaskFamily):
-    """A student of the teacher's `layers` (renumbered from 0) with its embeddings, pooler and head."""
-    import torch
-
-    width = teacher.config.hidden_size
-    if spec is not None:
-        config = BertConfig.from_name(spec) if spec in SIZES else load_config(student_folder(spec, tokenizer))
-        if config.hidden_size != width or config.num_hidden_layers != len(layers):
-            raise BertforgeError(f"--student-layers: the student {spec} has {config.num_hidden_layers} layers of "
-                                 f"{config.hidden_size}, the teacher's layers are {width} wide: give "
-                                 f"{len(layers)} layers of that width, or leave --student out")
-    config = type(teacher.config).from_dict({**teacher.config.to_dict(), "num_hidden_layers": len(layers),
-                                             **family.head_config()})
-    student = model_class(head_of(family.model_class.architecture()), config)(config)
-    arch = architecture(teacher.config)  # its layers: BERT's encoder.layer.I, DistilBERT's transformer.layer.I
-    renumbered = {str(i): str(k) for k, i in enumerate(layers)}
-    weights = {}
-    for key, value in teacher.state_dict().items():
-        layer = arch.layer_of(key)
-        if layer is None:
-            weights[key] = value
-        elif layer in renumbered:
-            weights[key.replace(f"{arch.layers}.{layer}.", f"{arch.layers}.{renumbered[layer]}.", 1)] = value
-    with torch.no_grad():
-        student.load_state_dict(weights, strict=True)
-    return student
-
-
-def cut_from_teacher(teacher, spec: str, layers: list[int] | None, family: TaskFamily, sample: dict, pad_id: int,
-                     named: str = "the teacher"):
-    """--prune: a student of the size `spec` cut from the teacher's `layers` (default: evenly spaced), keeping the
-    hidden channels, heads and feed-forward neurons the teacher uses most on the encoded rows `sample`
-    (model/student.py); `named`: what the printed line calls the model cut (--prune-from's)."""
-    from ..inference.batches import padding, run_model
-    from ..model.student import activation_ranks, cut_config, evenly_spaced, pruned_student, task_head
-
-    size = BertConfig.from_name(spec)
-    if layers is None:
-        layers = evenly_spaced(teacher.config.num_hidden_layers, size.num_hidden_layers)
-    elif len(layers) != size.num_hidden_layers:
-        raise BertforgeError(f"--student-layers {','.join(map(str, layers))}: the student {spec} has "
-                             f"{size.num_hidden_layers} layers")
-    config = cut_config(teacher.config, size, spec, layers)
-    ranks = activation_ranks(teacher, lambda: run_model(teacher, sample, padding(family.inputs, pad_id),
-                                                             family.output_keys), task_head(teacher))
-    print(f"student cut from {named}'s layers {','.join(map(str, layers))}: {config.hidden_size} wide, "
-          f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}", file=sys.stderr)
-    return pruned_student(teacher, config, layers, ranks)
-
-
-def make_distiller(student, temperature: float, alpha: float, regression: bool, representations=None,
-                   representation_weight: float = 1.0):
-    """The module the training loop trains: the student, whose losses in training are the distillation's, as
-    soft_targets.SOFT_TARGETS has them for its head. `representations`: a representation_loss.RepresentationMatch of
-    the teacher's encoder to this student, or None."""
-    from torch import nn
-
-    targets = SOFT_TARGETS[head_of(type(student).__name__)]
-    own_loss = targets.label_loss is None
-
-    class Distiller(nn.Module):
-        """With `teacher_logits` in the batch: {"distill_loss": (1 - alpha) x the soft-target loss,
-        "label_loss": alpha x the task loss on the labelled rows}, and with `representations` its terms (per real
-        token) x `representation_weight`; without: the student's own outputs."""
-
-        def __init__(self):
-            super().__init__()
-            self.student, self.representations = student, representations
-
-        def forward(self, teacher_logits=None, labelled=None, **batch):
-            if teacher_logits is None:
-                return self.student(**batch)
-            given = batch if own_loss else {k: v for k, v in batch.items() if k not in targets.label_keys}
-            out = self.student(**given, output_hidden_states=self.representations is not None)
-            label_loss = out["loss"] if own_loss else targets.label_loss(out, batch, labelled.bool(), regression)
-            losses = {"distill_loss": (1 - alpha) * targets.soft_loss(out, teacher_logits, batch, temperature,
-                                                                      regression),
-                      "label_loss": alpha * label_loss}
-            if self.representations is not None:
-                states = out["hidden_states"]
-                matched = self.representations(given, self.student.base_model, states[-2], states[-1])
-                losses.update({k: representation_weight * v for k, v in matched.items()})
-            return losses
-
-        def save_pretrained(self, folder, tokenizer=None):
-            self.student.save_pretrained(folder, tokenizer=tokenizer)
-            if self.representations is not None:
-                self.representations.save_projection(folder)
-
-        def load_weights(self, folder, **options):
-            report = self.student.load_weights(folder, **options)
-            if self.representations is not None:
-                self.representations.load_projection(folder)
-            return report
-
-    return Distiller()
 
 
 def distill(task: str, teacher_dir, student: str | None, data, out, temperature: float = 2.0, alpha: float = 0.5,
@@ -281,15 +136,6 @@ def distill(task: str, teacher_dir, student: str | None, data, out, temperature:
     return report(family.best_metric, teacher_scores, train_on_task(
         family, trained, tokenizer, splits, encoded, out, train_options, run, started, batch_keys=batch_keys,
         loss_units=loss_units, teacher=teacher_scores))
-
-
-def read_teacher(family: TaskFamily, teacher_dir: Path, max_train_examples, max_eval_examples) -> tuple:
-    """The teacher's tokenizer, the task's splits in its tokens, and the teacher."""
-    if not (teacher_dir / "config.json").is_file():
-        raise BertforgeError(f"--teacher {teacher_dir}: not a model folder (no config.json)")
-    tokenizer = BertTokenizer.from_pretrained(teacher_dir)
-    splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
-    return tokenizer, splits, load_teacher(family, teacher_dir)
 
 
 def task_targets(task: str, alpha: float, augment: int | None, unlabelled, representations):
@@ -389,14 +235,6 @@ def report(metric: str, teacher_scores: dict, results: dict) -> dict:
         print(f"student {metric} {results[metric]:.4f}, teacher {teacher_scores[metric]:.4f}"
               + (f": the student keeps {kept:.1%}" if kept is not None else ""), file=sys.stderr)
     return results
-
-
-def prune_sample(encoded: dict, seed: int) -> dict:
-    """The training rows --prune ranks the teacher's parts on (model/student.py's ranking_rows)."""
-    from ..model.student import ranking_rows
-
-    picked = ranking_rows(len(encoded["input_ids"]), seed)
-    return {key: [values[i] for i in picked] for key, values in encoded.items()}
 
 
 def distill_rows(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Path, augment: int, unlabelled,

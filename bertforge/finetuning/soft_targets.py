@@ -1,6 +1,7 @@
 """What a student learns from its teacher's outputs in task distillation, by head (`SOFT_TARGETS`, keyed by the
 model class's name): the loss on the teacher's outputs (`teacher_logits` in a batch), the loss on the labels, and
-the units each is a mean over (train.TrainingJob's loss_units).
+the units each is a mean over (train.TrainingJob's loss_units); and the module the training loop trains, the
+student with these losses (`make_distiller`).
 
 The soft-target loss is Hinton et al.'s (2015): T^2 KL(softmax(teacher / T) || softmax(student / T)), T^2 so that
 its gradients keep their size as T changes.
@@ -125,3 +126,53 @@ SOFT_TARGETS = {
                                             ("start_positions", "end_positions"), questions=True),
 }
 PER_EXAMPLE = tuple(head for head, targets in SOFT_TARGETS.items() if targets.soft_loss is example_loss)
+
+
+def make_distiller(student, temperature: float, alpha: float, regression: bool, representations=None,
+                   representation_weight: float = 1.0):
+    """The module the training loop trains: the student, whose losses in training are the distillation's, as
+    soft_targets.SOFT_TARGETS has them for its head. `representations`: a representation_loss.RepresentationMatch of
+    the teacher's encoder to this student, or None."""
+    from torch import nn
+
+    from ..model.architectures.registry import head_of
+
+    targets = SOFT_TARGETS[head_of(type(student).__name__)]
+    own_loss = targets.label_loss is None
+
+    class Distiller(nn.Module):
+        """With `teacher_logits` in the batch: {"distill_loss": (1 - alpha) x the soft-target loss,
+        "label_loss": alpha x the task loss on the labelled rows}, and with `representations` its terms (per real
+        token) x `representation_weight`; without: the student's own outputs."""
+
+        def __init__(self):
+            super().__init__()
+            self.student, self.representations = student, representations
+
+        def forward(self, teacher_logits=None, labelled=None, **batch):
+            if teacher_logits is None:
+                return self.student(**batch)
+            given = batch if own_loss else {k: v for k, v in batch.items() if k not in targets.label_keys}
+            out = self.student(**given, output_hidden_states=self.representations is not None)
+            label_loss = out["loss"] if own_loss else targets.label_loss(out, batch, labelled.bool(), regression)
+            losses = {"distill_loss": (1 - alpha) * targets.soft_loss(out, teacher_logits, batch, temperature,
+                                                                      regression),
+                      "label_loss": alpha * label_loss}
+            if self.representations is not None:
+                states = out["hidden_states"]
+                matched = self.representations(given, self.student.base_model, states[-2], states[-1])
+                losses.update({k: representation_weight * v for k, v in matched.items()})
+            return losses
+
+        def save_pretrained(self, folder, tokenizer=None):
+            self.student.save_pretrained(folder, tokenizer=tokenizer)
+            if self.representations is not None:
+                self.representations.save_projection(folder)
+
+        def load_weights(self, folder, **options):
+            report = self.student.load_weights(folder, **options)
+            if self.representations is not None:
+                self.representations.load_projection(folder)
+            return report
+
+    return Distiller()

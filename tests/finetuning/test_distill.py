@@ -18,9 +18,8 @@ from bertforge import (
     BertForTokenClassification, BertTokenizer
 )
 from bertforge.cli import main
-from bertforge.finetuning.distill import (
-    build_student, distill, distill_rows, load_teacher, make_distiller, soft_target_loss
-)
+from bertforge.finetuning.distill import distill, distill_rows, make_distiller, soft_target_loss
+from bertforge.finetuning.distill_student import build_student, load_teacher
 from bertforge.finetuning.distill_recipe import (
     AUGMENT_ROWS, FIXED, MAX_AUTO_AUGMENT, MAX_EPOCHS, MIN_STEPS, RANDOM_LR, SMALL_AUGMENT, SMALL_STUDENT,
     TRAINED_LR, distill_epochs, distill_settings, encoder_share, student_start
