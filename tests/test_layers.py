@@ -48,6 +48,43 @@ def upward_imports(package: Path = PACKAGE) -> list[str]:
     return found
 
 
+def forwarded_imports(package: Path = PACKAGE) -> list[str]:
+    """Imports inside the package of an old path that moved.py forwards: a module that no file is now."""
+    from bertforge.moved import MOVED
+
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        here = ("bertforge",) + path.relative_to(package).with_suffix("").parts[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join((list(here[:len(here) - node.level + 1]) if node.level else [])
+                                + ([node.module] if node.module else []))
+                named = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            else:
+                named = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{module_name(path, package)} -> {name}" for name in named if name.startswith("bertforge.")
+                      and name.removeprefix("bertforge.") in MOVED and not exists(name, package)]
+    return found
+
+
+def exists(module: str, package: Path) -> bool:
+    path = package.parent.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or path.is_dir()
+
+
+def test_the_package_imports_no_old_path():
+    assert forwarded_imports() == []
+
+
+def test_an_old_path_imported_is_found(tmp_path):
+    (tmp_path / "commands").mkdir()
+    (tmp_path / "model" / "formats").mkdir(parents=True)
+    (tmp_path / "model" / "formats" / "google_checkpoint.py").write_text("")
+    (tmp_path / "commands" / "info.py").write_text("import io\n\ndef f():\n    from ..model import google_checkpoint\n"
+                                                   "    from ..model.formats import google_checkpoint\n")
+    assert forwarded_imports(tmp_path) == ["bertforge.commands.info -> bertforge.model.google_checkpoint"]
+
+
 def test_every_folder_is_a_layer():
     assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"} == set(LAYERS) - {""}
 

@@ -62,7 +62,7 @@ def vocabulary_case(folder: Path) -> str:
 
 def describe(folder: Path) -> list[str]:
     """The lines `bertforge info` prints."""
-    from ..model import google_checkpoint  # here, not at the top: the command's --help does not load torch
+    from ..model.formats import google_checkpoint  # here, not at the top: the command's --help does not load torch
     from ..model.architectures.registry import PARTS, model_class, read_config
     from ..model.formats.checkpoint import check_header, normalise_keys, part_name, weight_files
 

@@ -68,7 +68,7 @@ def evaluate_splits(family: TaskFamily, model, splits: list[Split], batch_size: 
 
 def weights_bytes(folder) -> int:
     """The size on disk of the files a model folder's weights are read from (a Google checkpoint's: its own)."""
-    from ..model import google_checkpoint  # torch: not at the top
+    from ..model.formats import google_checkpoint  # torch: not at the top
     from ..model.formats.checkpoint import weight_files
 
     google = google_checkpoint.find(folder)
