@@ -68,7 +68,7 @@ def forwarded_imports(package: Path = PACKAGE) -> list[str]:
 
 
 def exists(module: str, package: Path) -> bool:
-    path = package.parent.joinpath(*module.split("."))
+    path = package.joinpath(*module.split(".")[1:])
     return path.with_suffix(".py").is_file() or path.is_dir()
 
 
