@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from . import answer_spans
 from ..model.architectures import bert, task_heads
@@ -27,6 +28,7 @@ from .quantize import check_precision, quantize
 from .runtime import head_for, load_runtime
 from ..model.formats.sentence_folder import (ST_CONFIG, SentencePooling, apply_dense, check_pooling, load_dense,
                                              normalized, pool, read_prompts, read_sentence_folder)
+from ..model.formats.sparse_folder import SparseDeclaration, is_sparse_folder, read_sparse_folder
 from ..text.tokenizer import BertTokenizer
 from .windows import TextWindows
 
@@ -350,6 +352,79 @@ class SentenceEmbedding(FeatureExtraction):
         return (vectors if precision == "float32" else quantize(vectors, precision)).tolist()
 
 
+def splade(logits, counts: list[int], pooling: str = "max", activation: str = "relu"):
+    """SPLADE's vectors [rows, V] from a masked-LM head's scores at each row's real tokens ([tokens, V], row-major,
+    `counts` per row): log(1 + ReLU(x)) (log1p_relu: log1p twice), pooled over each row's tokens (max or sum), as
+    sentence-transformers' SpladePooling."""
+    weights = logits.relu().log1p_()
+    if activation == "log1p_relu":
+        weights = weights.log1p_()
+    reduce = (lambda part: part.amax(0)) if pooling == "max" else (lambda part: part.sum(0))
+    return torch.stack([reduce(part) for part in weights.split(counts)])
+
+
+class SparseEmbedding(Pipeline):
+    """A SPLADE vector per text, as sentence-transformers' SparseEncoder computes it (sparse_folder.py): the
+    masked-LM head's scores at each token, log(1 + ReLU(x)), max-pooled over the text's tokens ([CLS] and [SEP]
+    included): per text {token id: weight} of its non-zero weights, largest first; with `top_k`, the k largest only.
+    The folder's declaration gives the pooling, activation, max_seq_length and default prompt; `prompt_name` picks
+    another of its prompts (SparseEncoder's "query" and "document"). Torch backend only."""
+
+    task = "sparse-embedding"
+    model_class = bert.BertForMaskedLM
+
+    def __init__(self, runtime, tokenizer, config, folder, *args, **kwargs):
+        self.declared = read_sparse_folder(folder) or SparseDeclaration()
+        self.prompts = read_prompts(folder)
+        self.defaults = {"top_k": None, "prompt_name": None}
+        self.default_max_length = self.declared.max_seq_length
+        super().__init__(runtime, tokenizer, config, folder, *args, **kwargs)
+        if not hasattr(runtime, "token_logits"):
+            raise BertforgeError("sparse-embedding runs on the torch backend (its ONNX export scores the [MASK] "
+                                 "positions only)")
+
+    def check_options(self, options):
+        if options["top_k"] is not None:
+            check_count(options, "top_k")
+        name = options["prompt_name"]
+        if name is not None and name not in self.prompts:
+            raise BertforgeError(f"prompt_name {name!r}: {self.folder / ST_CONFIG} names no such prompt "
+                                 f"({'its prompts: ' + ', '.join(self.prompts) if self.prompts else 'it names none'})")
+
+    def encode(self, items, prepared, truncate):
+        name = prepared.options["prompt_name"]
+        declared = self.declared if name is None else replace(self.declared, prompt=self.prompts[name])
+        return super().encode([declared.text(x) for x in items], prepared, truncate)
+
+    def forward(self, batch):
+        """Per row its non-zero weights: (token ids ascending, int64; weights, float32)."""
+        counts = batch["attention_mask"].sum(1).tolist()
+        pooled = splade(self.runtime.token_logits(batch), counts, self.declared.pooling, self.declared.activation)
+        rows = []
+        for vector in pooled.cpu():
+            ids = vector.nonzero().squeeze(1)
+            rows.append((ids.numpy(), vector[ids].numpy()))
+        return rows
+
+    def sparse(self, prepared, outputs) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each text's (token ids ascending, weights), with top_k its k largest weights only."""
+        k = prepared.options["top_k"]
+        if k is None:
+            return list(outputs)
+        kept = []
+        for ids, values in outputs:
+            best = np.sort(np.argsort(-values, kind="stable")[:k])
+            kept.append((ids[best], values[best]))
+        return kept
+
+    def postprocess(self, prepared, outputs):
+        results = []
+        for ids, values in self.sparse(prepared, outputs):
+            order = np.argsort(-values, kind="stable")
+            results.append({int(ids[i]): float(values[i]) for i in order})
+        return results
+
+
 class MultipleChoice(Pipeline):
     """{"question", "choices"} -> {"choice": index, "score", "scores"}: [CLS] question [SEP] choice [SEP] each."""
 
@@ -389,14 +464,16 @@ class MultipleChoice(Pipeline):
 
 
 TASKS = {p.task: p for p in (FillMask, TextClassification, TokenClassification, QuestionAnswering,
-                             FeatureExtraction, SentenceEmbedding, MultipleChoice)}
+                             FeatureExtraction, SentenceEmbedding, SparseEmbedding, MultipleChoice)}
 ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification",
-           "embedding": "sentence-embedding"}
+           "embedding": "sentence-embedding", "splade": "sparse-embedding"}
 
 
 def head_task(config: BertConfig, folder: Path) -> str:
     """The task of the checkpoint's head, from config.json `architectures`; a sentence-transformers folder's is
-    sentence-embedding."""
+    sentence-embedding, a SparseEncoder one's (SPLADE) sparse-embedding."""
+    if is_sparse_folder(folder):
+        return "sparse-embedding"
     if read_sentence_folder(folder) is not None:
         return "sentence-embedding"
     heads = config.extra.get("architectures") or []

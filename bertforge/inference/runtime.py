@@ -106,6 +106,18 @@ class TorchRuntime:
         return {k: result[k].float() for k in self.outputs}
 
 
+    def token_logits(self, batch: dict) -> torch.Tensor:
+        """A masked-LM model's vocabulary scores at every real token of the batch (attention mask 1), [tokens, V] in
+        row-major order: what a SPLADE vector is pooled from (pipelines.SparseEmbedding)."""
+        if self.architecture != "BertForMaskedLM":
+            raise BertforgeError(f"token scores need a masked-LM head, not {self.architecture}")
+        batch = {k: v.to(self.device) for k, v in batch.items() if k != "choice_mask"}
+        ids = batch["input_ids"]
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            logits = self.model(**batch, labels=ids.masked_fill(batch["attention_mask"] == 0, -100)).logits
+        return logits.float()
+
+
 class OnnxRuntime:
     """An exported model (see export.py) in an ONNX Runtime session."""
 

@@ -26,6 +26,10 @@ SERVED = {route.task: route for route in (
                            "quantize_embeddings (int8 ranges from the request's own vectors)"),
         "prompt_name": (str | None, "one of the model folder's prompts (config_sentence_transformers.json), put "
                                     "before each text (default: the folder's default one)")}, tei="embedding"),
+    Route("embed-sparse", "sparse-embedding", "a text or a list of texts", {
+        "top_k": (int | None, "the k largest weights of each text (default: all its non-zero ones)"),
+        "prompt_name": (str | None, "one of the model folder's prompts (config_sentence_transformers.json: a "
+                                    "SparseEncoder's query or document), put before each text")}, tei="splade"),
     Route("fill-mask", "fill-mask", "a text with [MASK] or a list of them",
           {"top_k": (int, "tokens per [MASK] (default 5)")}),
     Route("classify", "text-classification", 'a text, a list of texts, or of [text, text_pair] / {"text", "text_pair"}',
@@ -39,6 +43,8 @@ SERVED = {route.task: route for route in (
         "max_answer_len": (int, "tokens")}),
     Route("multiple-choice", "multiple-choice", '{"question", "choices": [...]} or a list of them'),
 )}
+# tasks a folder's declaration serves, whatever its head: a SparseEncoder folder (modules.json) is sparse-embedding
+DECLARED = ("sparse-embedding",)
 # a head's pipeline task -> the task it is served as, where not its own
 SERVED_AS = {"feature-extraction": "sentence-embedding"}
 

@@ -1,11 +1,12 @@
 """text-embeddings-inference's HTTP API on `bertforge serve` (serve.py), beside bertforge's /v1/... routes.
 
-The request and response shapes are TEI's (router/src/http/types.rs): POST /embed, /embed_all, /predict,
-/rerank, /tokenize and /decode, and its fields added to GET /info. Which routes a model answers follows from its
-head, as TEI's model types: an embedding model (served as sentence-embedding: an encoder alone, or any model with
---task sentence-embedding) /embed, /embed_all and OpenAI's /v1/embeddings (openai_api.py); a sequence
-classifier /predict; a one-output sequence classifier (a pair scorer, TEI's reranker) /rerank and /predict; every
-model /tokenize and /decode. Another route answers TEI's 424 naming those that fit.
+The request and response shapes are TEI's (router/src/http/types.rs): POST /embed, /embed_all, /embed_sparse,
+/predict, /rerank, /tokenize and /decode, and its fields added to GET /info. Which routes a model answers follows
+from its head, as TEI's model types: an embedding model (served as sentence-embedding: an encoder alone, or any
+model with --task sentence-embedding) /embed, /embed_all and OpenAI's /v1/embeddings (openai_api.py); a SPLADE
+model (a SparseEncoder folder, served as sparse-embedding; TEI's embedding model with splade pooling)
+/embed_sparse; a sequence classifier /predict; a one-output sequence classifier (a pair scorer, TEI's reranker)
+/rerank and /predict; every model /tokenize and /decode. Another route answers TEI's 424 naming those that fit.
 
 Errors are TEI's {"error", "error_type"}, its types spelt as TEI writes them ("Validation", "Backend", ...), with
 its status codes: 400 an empty batch, 413 over a size limit, 422 malformed input, 424 a model failure or a route
@@ -27,7 +28,7 @@ from .routes import SERVED
 from .guard import REQUEST, Refused, json_bytes, result_bytes
 
 MODEL_ROUTES = {"embedding": ("/embed", "/embed_all", "/v1/embeddings"), "classifier": ("/predict",),
-                "reranker": ("/rerank", "/predict"), None: ()}
+                "reranker": ("/rerank", "/predict"), "splade": ("/embed_sparse",), None: ()}
 EVERY_MODEL = ("/tokenize", "/decode")
 TYPES = {"validation": "Validation", "too_large": "Validation", "empty": "Empty", "tokenizer": "Tokenizer",
          "backend": "Backend", "internal": "Backend", "overloaded": "Overloaded", "loading": "Unhealthy"}
@@ -66,11 +67,13 @@ def tei_info(server) -> dict:
     pipe, kind = server.pipe, model_type(server.pipe)
     labels = {"id2label": {str(i): pipe.labels[i] for i in range(pipe.config.num_labels)},
               "label2id": {pipe.labels[i]: i for i in range(pipe.config.num_labels)}}
-    types = {"embedding": {"pooling": pipe.defaults.get("pooling")}, "classifier": labels, "reranker": labels}
+    types = {"embedding": {"pooling": pipe.defaults.get("pooling")}, "classifier": labels, "reranker": labels,
+             "splade": {"pooling": "splade"}}
     name = server.model_name
     return {"model_id": name, "model_sha": server.model_sha, "model_dtype": "int8" if server.options.get("int8") else
             "bfloat16" if server.options.get("bf16") else "float32",
-            "served_model_name": name, "model_type": {kind: types[kind]} if kind else None,
+            "served_model_name": name,
+            "model_type": {"embedding" if kind == "splade" else kind: types[kind]} if kind else None,
             "max_concurrent_requests": server.max_concurrent, "max_input_length": pipe.max_length,
             "max_batch_tokens": server.max_batch_tokens, "max_batch_requests": None,
             "max_client_batch_size": server.max_client_batch, "auto_truncate": server.auto_truncate,
@@ -96,6 +99,12 @@ class EmbedRequest(TeiRequest):
                                                       "(config_sentence_transformers.json), put before each text")
     normalize: bool = True
     dimensions: int | None = Field(None, description="Matryoshka: the first N values (then normalised)")
+
+
+class EmbedSparseRequest(TeiRequest):
+    inputs: Any = Field(..., description="a text or a list of texts")
+    prompt_name: str | None = Field(None, description="one of the model folder's prompts "
+                                                      "(config_sentence_transformers.json), put before each text")
 
 
 class EmbedAllRequest(TeiRequest):
@@ -143,6 +152,19 @@ async def embed(server, body: EmbedRequest, receive):
         return result_bytes(server.pipe.postprocess(prepared, outputs)), {}  # a list, even of one input
 
     return await server.compute("/embed", body.inputs, body.truncation(server), options, receive, finish)
+
+
+async def embed_sparse(server, body: EmbedSparseRequest, receive):
+    """A SPLADE model's vectors: per input its non-zero weights, [{"index": token id, "value"}, ...] by index."""
+    require(server, "/embed_sparse")
+    not_empty(body.inputs, "inputs")
+
+    def finish(prepared, outputs):
+        return result_bytes([[{"index": int(i), "value": float(v)} for i, v in zip(ids, values)]
+                             for ids, values in server.pipe.sparse(prepared, outputs)]), {}
+
+    return await server.compute("/embed_sparse", body.inputs, body.truncation(server),
+                                {"prompt_name": body.prompt_name}, receive, finish)
 
 
 async def embed_all(server, body: EmbedAllRequest, receive):
@@ -274,6 +296,7 @@ async def decode(server, body: DecodeRequest, receive):
 
 
 ANSWERS = {"/embed": (EmbedRequest, embed), "/embed_all": (EmbedAllRequest, embed_all),
+           "/embed_sparse": (EmbedSparseRequest, embed_sparse),
            "/predict": (PredictRequest, predict), "/rerank": (RerankRequest, rerank),
            "/tokenize": (TokenizeRequest, tokenize), "/decode": (DecodeRequest, decode)}
 

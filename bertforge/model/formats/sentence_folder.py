@@ -156,6 +156,9 @@ def module_paths(folder: Path) -> list[tuple[str, str]]:
     Normalize (their files read by the rule of every model file, `core.io.model_file`: inside the folder)."""
     file = folder / MODULES
     modules = read_model_json(file, folder, expect=list)
+    if any(isinstance(m, dict) and str(m.get("type", "")).endswith("SpladePooling") for m in modules):
+        raise BertforgeError(f"{file}: a SPLADE (SparseEncoder) folder: its vectors are the sparse-embedding "
+                             f"pipeline's (sparse_folder.py), not a sentence embedding")
     found = []
     for i, module in enumerate(modules):
         if not isinstance(module, dict) or not isinstance(module.get("type"), str) \

@@ -1,0 +1,113 @@
+"""SPLADE: the sparse-embedding pipeline on sentence-transformers' SparseEncoder folders (model/formats/
+sparse_folder.py), against `SparseEncoder.encode` on the same folder; folders bertforge writes loaded by
+sentence-transformers; TEI's /embed_sparse. The folders are built here, offline, from the tiny random masked LM
+transformers writes (conftest.hub_bert)."""
+
+import json
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+import bertforge
+from bertforge.core.errors import BertforgeError
+from bertforge.model.formats.sparse_folder import read_sparse_folder, write_sparse_folder
+
+TEXTS = ["the good film", "it was not bad at all", "a", "the the the film film of and to in is was",
+         "Good, bad? It was the film of films!"]
+
+
+@pytest.fixture(scope="module")
+def splade_folder(hub_bert, tmp_path_factory):
+    """A SparseEncoder folder written by sentence-transformers itself (its current layout), with a query prompt."""
+    st = pytest.importorskip("sentence_transformers")
+    if not hasattr(st, "SparseEncoder"):
+        pytest.skip("needs sentence-transformers >= 5 (SparseEncoder)")
+    from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling  # 5.0's names
+
+    folder = tmp_path_factory.mktemp("splade")
+    model = st.SparseEncoder(modules=[MLMTransformer(str(hub_bert)), SpladePooling("max")],
+                             prompts={"query": "is it ", "document": ""})
+    model.save(str(folder))
+    return folder
+
+
+def dense(results, size: int) -> np.ndarray:
+    out = np.zeros((len(results), size), dtype=np.float32)
+    for row, weights in zip(out, results):
+        for token, weight in weights.items():
+            row[token] = weight
+    return out
+
+
+def reference(folder, texts, **kwargs) -> np.ndarray:
+    from sentence_transformers import SparseEncoder
+
+    return SparseEncoder(str(folder), device="cpu").encode(texts, convert_to_tensor=True, **kwargs).to_dense().numpy()
+
+
+def test_the_pipeline_is_sentence_transformers_sparse_encoder(splade_folder):
+    embed = bertforge.pipeline(model=splade_folder)  # the folder's modules.json says sparse-embedding
+    assert embed.task == "sparse-embedding"
+    results = embed(TEXTS)
+    expected = reference(splade_folder, TEXTS)
+    ours = dense(results, expected.shape[1])
+    assert np.abs(ours - expected).max() < 1e-4
+    assert ((ours > 0) == (expected > 0)).all()
+    for weights in results:  # largest first, all positive
+        values = list(weights.values())
+        assert values == sorted(values, reverse=True) and min(values) > 0
+    queries = dense(embed(TEXTS, prompt_name="query"), expected.shape[1])
+    assert np.abs(queries - reference(splade_folder, TEXTS, prompt_name="query")).max() < 1e-4
+
+
+def test_top_k_keeps_the_largest_weights(splade_folder):
+    embed = bertforge.pipeline("sparse-embedding", model=splade_folder)
+    full, best = embed(TEXTS[1]), embed(TEXTS[1], top_k=3)
+    assert list(best.items()) == list(full.items())[:3]
+    with pytest.raises(BertforgeError, match="prompt_name 'nope'"):
+        embed(TEXTS, prompt_name="nope")
+
+
+def test_a_folder_bertforge_writes_is_loaded_by_sparse_encoder(hub_bert, tmp_path):
+    pytest.importorskip("sentence_transformers")
+    folder = shutil.copytree(hub_bert, tmp_path / "splade")
+    write_sparse_folder(folder, max_seq_length=32)
+    assert read_sparse_folder(folder).max_seq_length == 32
+    expected = reference(folder, TEXTS)
+    assert np.abs(dense(bertforge.pipeline(model=folder)(TEXTS), expected.shape[1]) - expected).max() < 1e-4
+
+
+def test_a_splade_folder_is_not_read_as_a_sentence_embedding_one(splade_folder):
+    with pytest.raises(BertforgeError, match="SPLADE"):
+        bertforge.pipeline("sentence-embedding", model=splade_folder)
+
+
+def test_tei_embed_sparse(splade_folder):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    from fastapi.testclient import TestClient
+
+    from bertforge.serving.serve import Server, create_app
+
+    expected = reference(splade_folder, TEXTS)
+    with TestClient(create_app(Server(splade_folder))) as client:
+        for _ in range(300):  # the model loads in the background
+            if client.get("/health").status_code == 200:
+                break
+            time.sleep(0.1)
+        answer = client.post("/embed_sparse", json={"inputs": TEXTS})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert len(body) == len(TEXTS)
+        for row, values in zip(expected, body):
+            assert [v["index"] for v in values] == np.flatnonzero(row).tolist()  # by index, TEI's order
+            assert np.allclose([v["value"] for v in values], row[row > 0], atol=1e-4)
+        one = client.post("/embed_sparse", json={"inputs": TEXTS[0], "prompt_name": "query"}).json()
+        query = reference(splade_folder, [TEXTS[0]], prompt_name="query")[0]
+        assert np.allclose([v["value"] for v in one[0]], query[query > 0], atol=1e-4)
+        assert client.post("/embed", json={"inputs": TEXTS[0]}).status_code == 424  # TEI's: not this model's route
+        assert client.get("/info").json()["model_type"] == {"embedding": {"pooling": "splade"}}
+        mine = client.post("/v1/embed-sparse", json={"inputs": [TEXTS[0]], "top_k": 2}).json()
+        assert len(mine[0]) == 2 and json.dumps(mine)
