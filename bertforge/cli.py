@@ -40,12 +40,16 @@ COMMANDS = {
 }
 # Modules whose command function is named after the module rather than the command.
 FUNCTION_NAMES = {"data": "data_create"}
+# (command, its first word) -> (module, function name): a command of its own under another's name, with its own flags
+SUBCOMMANDS = {("distill", word): ("finetuning.distill_embeddings", "distill_embeddings")
+               for word in ("embeddings", "sentence-embedding")}
 
 
-def command_functions(command: str):
-    module_name, _ = COMMANDS[command]
+def command_functions(command: str, word: str | None = None):
+    """The command's add_..._arguments and run_... (a subcommand's where `word`, its first word, names one)."""
+    module_name, name = SUBCOMMANDS.get((command, word)) or (
+        COMMANDS[command][0], FUNCTION_NAMES.get(command, command.replace("-", "_")))
     module = importlib.import_module(f"bertforge.{module_name}")
-    name = FUNCTION_NAMES.get(command, command.replace("-", "_"))
     return getattr(module, f"add_{name}_arguments"), getattr(module, f"run_{name}")
 
 
@@ -106,14 +110,16 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser(command: str | None) -> argparse.ArgumentParser:
+def build_parser(command: str | None, word: str | None = None) -> argparse.ArgumentParser:
+    """The parser of `command` (None: of none), whose first word is `word`."""
     parser = Parser(prog="bertforge", description="BERT from raw text to a served model.")
     parser.add_argument("--version", action="version", version=f"bertforge {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        own = {"prog": f"bertforge {name} {word}"} if name == command and (name, word) in SUBCOMMANDS else {}
+        p = sub.add_parser(name, help=help_text, description=help_text, **own)
         if name == command:  # import only the module of the command being run
-            command_functions(name)[0](p if name != "data" else _data_subcommand(p))
+            command_functions(name, word)[0](p if name != "data" else _data_subcommand(p))
     return parser
 
 
@@ -140,7 +146,8 @@ def main(argv=None) -> int:
         print(f"bertforge: error: argument {bad} ({shown}) is not valid UTF-8 text", file=sys.stderr)
         return 2
     command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(command if command in COMMANDS else None)
+    word = argv[argv.index(command) + 1] if command in COMMANDS and argv.index(command) + 1 < len(argv) else None
+    parser = build_parser(command if command in COMMANDS else None, word)
     parser.set_defaults(command_line=["bertforge", *argv])  # what a run records as its command
     try:
         args = parser.parse_args(argv)
@@ -152,7 +159,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         with progress_bars(getattr(args, "progress", True)):  # a model named on the Hub downloads with bars
-            return command_functions(args.command)[1](args) or 0
+            return command_functions(args.command, word)[1](args) or 0
     except BertforgeError as e:
         print(f"bertforge: error: {e}", file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ import argparse
 import os
 from pathlib import Path
 
-from bertforge.cli import COMMANDS, build_parser
+from bertforge.cli import COMMANDS, SUBCOMMANDS, build_parser
 
 PAGE = Path(__file__).with_name("cli.md")
 WIDTH = 110  # help columns: fixed, so that the page does not depend on the terminal that wrote it
@@ -38,7 +38,8 @@ def parser_for(words) -> argparse.ArgumentParser | None:
     command = next((w for w in words if not w.startswith("-")), None)
     if command not in COMMANDS:
         return None
-    parser = subparsers(build_parser(command))[command]
+    after = words[words.index(command) + 1:]
+    parser = subparsers(build_parser(command, after[0] if after else None))[command]
     rest = iter(w for w in words[words.index(command) + 1:] if not w.startswith("-"))
     while (choices := subparsers(parser)) and (word := next(rest, None)) in choices:
         parser = choices[word]
@@ -52,8 +53,13 @@ def commands():
         for name, sub in subparsers(parser).items():
             yield from walk([*words, name], sub)
 
+    named = set()
     for name in COMMANDS:
         yield from walk([name], parser_for([name]))
+        for (command, word), target in SUBCOMMANDS.items():  # a command under another's name, once
+            if command == name and target not in named:
+                named.add(target)
+                yield [command, word], parser_for([command, word])
 
 
 def page() -> str:

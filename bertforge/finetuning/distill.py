@@ -49,7 +49,6 @@ from .soft_targets import (  # noqa: F401 (PER_EXAMPLE, soft_target_loss, rows, 
     PER_EXAMPLE, SOFT_TARGETS, labelled_rows, make_distiller, rows, soft_target_loss
 )
 from .distill_student import build_student, load_teacher, prune_sample, read_teacher
-from .distill_embeddings import add_embedding_arguments, embedding_task, run_distill_embeddings
 from .distill_recipe import (
     AUGMENT_ROWS, DISTILL_DEFAULTS, DISTILL_RECIPES, FIXED, MAX_AUTO_AUGMENT, MAX_EPOCHS, MIN_STEPS, RANDOM_LR,
     SMALL_AUGMENT, SMALL_STUDENT, TRAINED_LR, distill_epochs, distill_settings, encoder_share, matched_epochs,
@@ -305,7 +304,8 @@ def check_distill_options(temperature: float, alpha: float, student, layers, rep
 
 
 def add_distill_arguments(p):
-    p.add_argument("task", help=f"one of {', '.join(t for t, f in TASKS.items() if head_name(f) in SOFT_TARGETS)}")
+    p.add_argument("task", help=f"one of {', '.join(t for t, f in TASKS.items() if head_name(f) in SOFT_TARGETS)} "
+                   "(a sentence-embedding student: `bertforge distill embeddings --help`)")
     p.add_argument("--teacher", required=True, help="a model fine-tuned on the task (bertforge's or transformers' "
                    "folder, or a Hub model's name, org/name)")
     add_revision_argument(p, "--teacher")
@@ -359,12 +359,9 @@ def add_distill_arguments(p):
                         f"{EARLY_EPOCHS}; fixed: lr {FIXED['lr']:g}, {FIXED['epochs']:g} epochs, no variants")
     add_task_run_arguments(p, DISTILL_DEFAULTS, None,
                            notes=dict.fromkeys(("lr", "epochs", "patience"), " (default: the --recipe's)"))
-    add_embedding_arguments(p)
 
 
 def run_distill(args) -> int:
-    if embedding_task(args):  # distill embeddings: a sentence-embedding student, its own module
-        return run_distill_embeddings(args)
     check_output(args.out, "--out", inputs=[p for p in (args.teacher, args.student, args.data) if p])
     results = distill(args.task, args.teacher, args.student, args.data, args.out, temperature=args.temperature,
                       alpha=args.alpha, augment=args.augment, unlabelled=args.unlabelled,

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import BertforgeError
-from ..core.flags import probability
+from ..core.flags import add_revision_argument, probability
 from ..core.hub import hub_origin, model_folder
 from ..core.io import atomic_path, check_output, read_json_lines, read_records, read_text, text_files, write_json
 from ..model.architectures.registry import load_config
@@ -42,7 +42,7 @@ from ..text.tokenizer import BertTokenizer
 from ..training.options import TrainArgs
 from ..training.resume import EMBEDDINGS_FIXED, check_resume, run_wall_seconds
 
-TASKS = ("embeddings", "sentence-embedding")  # the task names of `distill` that this module serves
+TASKS = ("embeddings", "sentence-embedding")  # `distill embeddings` and its other name (cli.SUBCOMMANDS)
 HELD_OUT, MAX_HELD_OUT = 0.05, 2000  # --held-out's default share, and the most texts it keeps aside
 EPOCHS = 3.0  # passes over the texts where --epochs is not given
 DEFAULT_LENGTH = 256  # tokens per text where the teacher's folder declares none (all-MiniLM-L6-v2 declares 256)
@@ -51,10 +51,6 @@ TEXT_COLUMNS = ("text", "sentence", "sentence1", "sentence2", "question", "quest
                 "hypothesis", "query", "passage", "context")
 TABLES = (".csv", ".tsv", ".jsonl", ".json")
 TEACHER_CHUNK = 2048  # texts per call of the teacher's pipeline (its vectors kept as float32 arrays between calls)
-# distill's flags that are a task's, not this one's (dest -> flag)
-TASK_FLAGS = {"data": "--data", "student_layers": "--student-layers", "prune_from": "--prune-from",
-              "representations": "--representations", "unlabelled": "--unlabelled", "augment": "--augment",
-              "train": "--train", "dev": "--dev", "test": "--test", "dataset": "--dataset"}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -280,7 +276,7 @@ def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: boo
     from .finetune import task_training_options
 
     started = time.perf_counter()
-    train_options = task_training_options(options, DISTILL_DEFAULTS)
+    train_options = task_training_options(options, {**DISTILL_DEFAULTS, "patience": 0})  # 3 epochs: no stopping
     if train_options["lr"] is None:  # the rate of task distillation's recipe for this start
         train_options["lr"] = start_lr(student_start(student, None, prune))
     if not inputs:
@@ -382,50 +378,51 @@ def train_student(model, job: EmbeddingJob, out, train_options: dict, run: dict,
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The command line: `distill`'s, whose task names TASKS are dispatched here
+# The command line: `bertforge distill embeddings` (cli.SUBCOMMANDS), its own flags
 
 
-def add_embedding_arguments(p):
-    group = p.add_argument_group(
-        "distill embeddings", "a sentence-embedding student: distill embeddings --teacher FOLDER --student SIZE "
-        "[--prune] --input FILE... --out RUN (with --student-embeddings, --cache-dir, --max-length, "
-        "--max-train-examples, --max-eval-examples and the training options)")
-    group.add_argument("--input", nargs="+", type=Path, metavar="FILE",
-                       help="distill embeddings: the texts, a text a line of each text file (a folder: its .txt "
-                            "files), the text columns of a table (.csv, .tsv, .jsonl, .json: the text column option's, "
-                            f"else those named {', '.join(TEXT_COLUMNS[:4])}, ...) or a SQuAD file's questions and "
-                            "paragraphs; each distinct text once")
-    group.add_argument("--held-out", type=probability, default=HELD_OUT, metavar="SHARE",
-                       help=f"distill embeddings: the share of the texts kept aside and scored each epoch (MSE and "
-                            f"mean cosine to the teacher's vectors; at most --max-eval-examples, else {MAX_HELD_OUT}; "
-                            "0: none, and no best/)")
+def add_distill_embeddings_arguments(p):
+    from .distill_recipe import DISTILL_DEFAULTS, RANDOM_LR, TRAINED_LR
+    from .finetune import add_run_arguments
 
-
-def embedding_task(args) -> bool:
-    """Whether the command line is `distill embeddings` (a task's flags refused); --input is for it only."""
-    if args.task not in TASKS:
-        if getattr(args, "input", None):
-            raise BertforgeError(f"--input: the texts of distill embeddings; distill {args.task} reads --data or "
-                                 "--train")
-        return False
-    for dest, flag in TASK_FLAGS.items():
-        if getattr(args, dest, None):
-            raise BertforgeError(f"{flag}: a task's, not distill {args.task}'s (its texts are --input's)")
-    return True
+    p.add_argument("task", choices=TASKS, help="embeddings (or sentence-embedding): a sentence-embedding student")
+    p.add_argument("--teacher", required=True, help="a sentence-embedding model: a sentence-transformers folder, any "
+                   "BERT folder (mean pooling, unit length), or a Hub model's name (org/name)")
+    add_revision_argument(p, "--teacher")
+    p.add_argument("--student", help=f"a size ({', '.join(SIZES)}: its layers random, its embeddings the teacher's "
+                   "projected onto its width; with --prune the teacher cut to it) or a checkpoint folder (or a Hub "
+                   "model's name) with the teacher's vocabulary")
+    p.add_argument("--prune", action="store_true", help="the student of the size --student names starts as the "
+                   "teacher cut to that size: its layers evenly spaced, in each the channels, heads and neurons most "
+                   "active on the texts")
+    p.add_argument("--student-embeddings", choices=("teacher", "random"),
+                   help="a student of a size name starts with the teacher's embeddings projected onto its width, or "
+                        "random ones (default: the teacher's, unless the student is wider)")
+    p.add_argument("--input", nargs="+", type=Path, metavar="FILE",
+                   help="the texts: a text a line of each text file (a folder: its .txt files), the text columns of "
+                        f"a table (.csv, .tsv, .jsonl, .json: --text-column's, else those named "
+                        f"{', '.join(TEXT_COLUMNS[:4])}, ...) or a SQuAD file's questions and paragraphs; each "
+                        "distinct text once")
+    p.add_argument("--text-column", default="text", help="a table's column of texts")
+    p.add_argument("--text-pair-column", help="a table's second column of texts, read as texts too")
+    p.add_argument("--held-out", type=probability, default=HELD_OUT, metavar="SHARE",
+                   help=f"the share of the texts kept aside and scored each epoch (MSE and mean cosine to the "
+                        f"teacher's vectors; at most --max-eval-examples, else {MAX_HELD_OUT}; 0: none, and no best/)")
+    p.add_argument("--cache-dir", type=Path, help="where the teacher's vectors are kept (default: "
+                   "$BERTFORGE_CACHE/teacher-outputs, or ~/.cache/bertforge/teacher-outputs)")
+    add_run_arguments(p, {**DISTILL_DEFAULTS, "patience": 0}, EPOCHS,
+                      f"the teacher folder's max_seq_length, else {DEFAULT_LENGTH}",
+                      notes={"lr": f" (default: {TRAINED_LR:g} for a student that starts trained: --prune, a "
+                                   f"folder; {RANDOM_LR:g} for random layers)"})
 
 
 def run_distill_embeddings(args) -> int:
-    from ..tasks import family_options
-    from .finetune import task_run_options
+    from .finetune import run_options
 
     check_output(args.out, "--out", inputs=[p for p in (args.teacher, args.student) if p])
-    options = task_run_options(args)
-    for name in family_options(args):  # the tasks' options; a table's text columns are the ones read here
-        value = options.pop(name)
-        if name in ("text_column", "text_pair_column"):
-            options[name] = value
     results = distill_embeddings(args.teacher, args.student, args.input, args.out, prune=args.prune,
                                  student_embeddings=args.student_embeddings, held_out=args.held_out,
-                                 cache_dir=args.cache_dir, revision=args.revision, **options)
+                                 cache_dir=args.cache_dir, revision=args.revision, text_column=args.text_column,
+                                 text_pair_column=args.text_pair_column, **run_options(args))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0

@@ -350,24 +350,35 @@ def add_task_run_arguments(p, defaults: dict, epochs: float | None, notes: dict 
     model it starts from (finetune, distill). A default of None is decided elsewhere, as `notes` say."""
     p.add_argument("--data", help="the task's data folder (or file); "
                                   "your own data: --train/--dev/--test or --dataset instead")
+    add_run_arguments(p, defaults, epochs, "the task's, 128 to 384", notes)
+    add_family_arguments(p)
+
+
+def add_run_arguments(p, defaults: dict, epochs: float | None, length: str, notes: dict | None = None):
+    """The run folder, the epochs, the lengths and counts of the data read, and the training options: what a run
+    on examples takes (finetune, distill and distill embeddings); `length`: what --max-length defaults to."""
     p.add_argument("--out", required=True, help="run folder: best/, eval_results.json, metrics.jsonl")
     p.add_argument("--epochs", type=positive, default=epochs,
                    help="passes over the training data" + (notes or {}).get("epochs", ""))
-    p.add_argument("--max-length", type=count(3), help="tokens per input (default: the task's, 128 to 384)")
+    p.add_argument("--max-length", type=count(3), help=f"tokens per input (default: {length})")
     p.add_argument("--max-train-examples", type=count(1), help="use only the first N training examples")
     p.add_argument("--max-eval-examples", type=count(1), help="evaluate on only the first N examples")
     p.add_argument("--no-length-grouping", action="store_true",
                    help="batches of a plain shuffle (default: batches of similar lengths, little padding)")
-    add_family_arguments(p)
     add_training_arguments(p, defaults, skip=EPOCH_RUN, notes=notes)
 
 
 def task_run_options(args) -> dict:
     """The keywords of `finetune`/`distill` that `add_task_run_arguments` declares."""
+    return {**run_options(args), **family_options(args)}
+
+
+def run_options(args) -> dict:
+    """The keywords that `add_run_arguments` declares."""
     return dict(epochs=args.epochs, max_length=args.max_length, max_train_examples=args.max_train_examples,
                 max_eval_examples=args.max_eval_examples, group_by_length=not args.no_length_grouping,
                 command=args.command_line, arguments=recorded_arguments(args),
-                **family_options(args), **training_options(args, skip=EPOCH_RUN))
+                **training_options(args, skip=EPOCH_RUN))
 
 
 def run_finetune(args) -> int:
