@@ -29,6 +29,9 @@ def add_embed_arguments(parser):
     parser.add_argument("--prompt", help="the name of a prompt the model folder declares (its "
                         "config_sentence_transformers.json \"prompts\"), put before each passage (default: the "
                         "folder's own choice, if it makes one)")
+    parser.add_argument("--sparse", action="store_true", help="a SPLADE model (a sentence-transformers "
+                        "SparseEncoder folder): a weight per vocabulary token, stored as CSR shards (indptr, indices, "
+                        "values .npy)")
     parser.add_argument("--bf16", action="store_true", help="run the encoder under bfloat16 autocast")
     parser.add_argument("--batch-tokens", type=count(1), default=BATCH_TOKENS,
                         help="padded tokens per forward pass (passages of similar lengths are batched together)")
@@ -45,8 +48,10 @@ def run_embed(args) -> int:
                             id_column=args.id_column, encoding=args.encoding, dimensions=args.dimensions,
                             precision=args.precision, calibration=args.calibration, prompt=args.prompt, bf16=args.bf16,
                             batch_tokens=args.batch_tokens, shard_rows=args.shard_rows, formats=[args.format],
-                            device=args.device, progress=args.progress)
+                            device=args.device, progress=args.progress, sparse=args.sparse)
     shards = len(manifest["shards"])
-    print(f"{manifest['rows']} passages -> {args.out}: {shards} shard{'s' * (shards != 1)} of {manifest['dims']}-value "
-          f"{manifest['precision']} vectors ({time.time() - t0:.1f} s)")
+    kind = (f"sparse vectors over {manifest['dims']} tokens" if manifest.get("sparse") else
+            f"{manifest['dims']}-value {manifest['precision']} vectors")
+    print(f"{manifest['rows']} passages -> {args.out}: {shards} shard{'s' * (shards != 1)} of {kind} "
+          f"({time.time() - t0:.1f} s)")
     return 0

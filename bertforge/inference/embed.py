@@ -19,6 +19,14 @@ straddle a shard, so a resumed run batches each shard's rows as an uninterrupted
 vectors. int8/uint8 ranges come from `calibration` embeddings, else from the first shard's vectors (the whole
 corpus's where it fits in one shard, as sentence-transformers computes them), and are kept in the manifest so that
 queries are quantized the same way (search.py).
+
+With `sparse` (`bertforge embed --sparse`), a SPLADE model's vectors (SparseEmbedder: the sparse-embedding pipeline
+on a SparseEncoder folder), a weight per vocabulary entry, most of them 0, are stored as CSR, the manifest saying
+so ("sparse": true, "layout": "csr", "dims": the vocabulary's size):
+
+    out/shard-00000.indptr.npy     [rows + 1] int64: row i's weights are at indptr[i]:indptr[i + 1]
+    out/shard-00000.indices.npy    [nnz] int32: their token ids, ascending within a row
+    out/shard-00000.values.npy     [nnz] float32: the weights
 """
 
 from __future__ import annotations
@@ -93,6 +101,53 @@ class Embedder:
         return pipe.vectors(prepared, outputs).astype(np.float32, copy=False).reshape(len(texts), self.dims)
 
 
+    def join(self, chunks: list) -> np.ndarray:
+        """A shard's vectors from its chunks'."""
+        return np.concatenate(chunks)
+
+
+class SparseEmbedder:
+    """Texts to SPLADE vectors as `bertforge embed --sparse` and `bertforge search` make them: the sparse-embedding
+    pipeline (pipelines.SparseEmbedding) on a SparseEncoder folder, with the prompt named `prompt`. Called, a list of
+    (token ids ascending, weights) per text; with `dense_queries`, [texts, vocabulary] float32 rows (a search's
+    queries)."""
+
+    normalized = False
+
+    def __init__(self, model, revision: str | None = None, device: str | None = None, bf16: bool = False,
+                 batch_tokens: int = BATCH_TOKENS, prompt: str | None = None, folder: Path | None = None,
+                 dense_queries: bool = False):
+        from .pipelines import pipeline
+
+        self.folder = folder or model_folder(model, revision)
+        self.pipe = pipeline("sparse-embedding", self.folder, device=device, bf16=bf16, batch_size=CHUNK_ROWS,
+                             max_batch_tokens=batch_tokens)
+        self.prompts, self.prompt_name, self.dense_queries = self.pipe.prompts, prompt, dense_queries
+        if prompt is not None and prompt not in self.prompts:
+            known = f"its prompts: {', '.join(self.prompts)}" if self.prompts else "it names none"
+            raise BertforgeError(f"--prompt {prompt}: {self.folder / ST_CONFIG} names no such prompt ({known})")
+        self.dims = self.model_dims = self.pipe.config.vocab_size
+        self.cut = 0
+
+    def __call__(self, texts: list[str]):
+        from .batches import run
+
+        pipe = self.pipe
+        prepared = pipe.prepare(texts, prompt_name=self.prompt_name)
+        self.cut += len(prepared.extra.get("cut", ()))
+        outputs = run(pipe.forward, prepared.rows, pipe.batch_size, pipe.max_batch_tokens, pipe.tokenizer.pad_token_id,
+                      None, pipe.runtime.call_tokens)
+        if not self.dense_queries:
+            return outputs
+        vectors = np.zeros((len(texts), self.dims), dtype=np.float32)
+        for row, (ids, values) in zip(vectors, outputs):
+            row[ids] = values
+        return vectors
+
+    def join(self, chunks: list) -> list:
+        return [row for chunk in chunks for row in chunk]
+
+
 def model_identity(folder: Path) -> dict:
     """What names a model in a manifest: its Hub repository and commit for a cache folder, else its path."""
     origin = hub_origin(folder)
@@ -120,8 +175,9 @@ def read_manifest(folder, flag: str = "DIR") -> dict:
 SETTINGS = {  # manifest key -> the flag that sets it, compared when a run resumes
     "corpus": "CORPUS", "text_column": "--text-column", "id_column": "--id-column", "dimensions": "--dimensions",
     "precision": "--precision", "calibration": "--calibration", "prompt": "--prompt", "bf16": "--bf16",
-    "shard_rows": "--shard-rows", "formats": "--format",
+    "shard_rows": "--shard-rows", "formats": "--format", "sparse": "--sparse",
 }
+OLDER = {"sparse": False}  # a setting's value in a manifest written before it existed
 
 
 def check_resumable(out: Path, found: dict, settings: dict) -> None:
@@ -134,7 +190,7 @@ def check_resumable(out: Path, found: dict, settings: dict) -> None:
         return "(none)" if value is None else ",".join(value) if isinstance(value, list) else str(value)
 
     for key, flag in SETTINGS.items():
-        if found.get(key) != settings[key]:
+        if found.get(key, OLDER.get(key)) != settings[key]:
             raise BertforgeError(f"--out {out}: its {MANIFEST} was written with {flag} {shown(found.get(key))}, not "
                                  f"{shown(settings[key])}; resume with the same flags or write to a new folder")
 
@@ -165,10 +221,15 @@ def embed_corpus(corpus, out, model, revision: str | None = None, text_column: s
                  id_column: str | None = None, encoding: str = "utf-8", dimensions: int | None = None,
                  precision: str = "float32", calibration=None, prompt: str | None = None, bf16: bool = False,
                  batch_tokens: int = BATCH_TOKENS, shard_rows: int = SHARD_ROWS, formats=("npy",),
-                 device: str | None = None, progress: bool = False, embedder: Embedder | None = None) -> dict:
+                 device: str | None = None, progress: bool = False, embedder: Embedder | None = None,
+                 sparse: bool = False) -> dict:
     """Embed the passages of `corpus` into shards under `out` (see the module docstring), resuming a run of the
-    same settings that stopped; the manifest."""
+    same settings that stopped; the manifest. `sparse`: a SPLADE model's vectors (SparseEmbedder), stored as CSR
+    shards."""
     check_precision(precision)
+    if sparse and (precision != "float32" or dimensions is not None or "parquet" in formats):
+        raise BertforgeError("--sparse stores float32 weights in CSR shards: not with --precision, --dimensions or "
+                             "--format parquet")
     formats = sorted(set(formats) | {"npy"})
     for name in formats:
         if name not in FORMATS:
@@ -187,7 +248,7 @@ def embed_corpus(corpus, out, model, revision: str | None = None, text_column: s
     settings = {"model": model_identity(folder), "corpus": str(corpus.resolve()), "text_column": text_column,
                 "id_column": id_column, "dimensions": dimensions, "precision": precision,
                 "calibration": None if calibration is None else str(Path(calibration).resolve()), "prompt": prompt,
-                "bf16": bf16, "shard_rows": shard_rows, "formats": formats}
+                "bf16": bf16, "shard_rows": shard_rows, "formats": formats, "sparse": sparse}
     with exclusive(out, "--out"):
         manifest = None
         if (out / MANIFEST).exists():
@@ -200,6 +261,9 @@ def embed_corpus(corpus, out, model, revision: str | None = None, text_column: s
                 return manifest
         for stale in out.glob(".shard-*.tmp"):  # a write cut short by a kill
             stale.unlink(missing_ok=True)
+        if embedder is None and sparse:
+            embedder = SparseEmbedder(model, device=device, bf16=bf16, batch_tokens=batch_tokens, prompt=prompt,
+                                      folder=folder)
         embedder = embedder or Embedder(model, device=device, bf16=bf16, batch_tokens=batch_tokens, prompt=prompt,
                                         dimensions=dimensions, folder=folder)
         if manifest is None:
@@ -207,11 +271,14 @@ def embed_corpus(corpus, out, model, revision: str | None = None, text_column: s
             manifest = {"kind": KIND, "version": VERSION, "model_name": str(model), "revision": revision,
                         **settings, "dims": embedder.dims, "model_dims": embedder.model_dims,
                         "normalized": embedder.normalized, "pooling": embedder.pipe.declared.pooling,
-                        "prompt_text": embedder.pipe.prompted({"prompt_name": prompt}).prompt,
+                        "prompt_text": (embedder.pipe.prompts.get(prompt, "") if sparse and prompt else
+                                        embedder.pipe.declared.prompt if sparse else
+                                        embedder.pipe.prompted({"prompt_name": prompt}).prompt),
                         "query_prompt": query_prompt,
                         "max_length": embedder.pipe.max_length,
                         "ranges": None if calibration is None else
                         read_calibration(calibration, embedder.dims).tolist(),
+                        **({"layout": "csr", "activation": embedder.pipe.declared.activation} if sparse else {}),
                         "shards": [], "rows": 0, "complete": False}
         _embed_shards(corpus, out, manifest, embedder, text_column, id_column, encoding, progress)
     if embedder.cut:
@@ -236,19 +303,21 @@ def _embed_shards(corpus: Path, out: Path, manifest: dict, embedder: Embedder, t
                 bar.update(len(texts))
                 texts = []
                 if len(ids) == shard_rows:
-                    write_shard(out, manifest, ids, np.concatenate(vectors))
+                    write_shard(out, manifest, ids, embedder.join(vectors))
                     ids, vectors = [], []
         if texts:
             vectors.append(embedder(texts))
             bar.update(len(texts))
         if ids:
-            write_shard(out, manifest, ids, np.concatenate(vectors))
+            write_shard(out, manifest, ids, embedder.join(vectors))
     manifest["complete"] = True
     write_manifest(out, manifest)
 
 
-def write_shard(out: Path, manifest: dict, ids: list[str], floats: np.ndarray) -> None:
+def write_shard(out: Path, manifest: dict, ids: list[str], floats) -> None:
     """One shard's files, then the manifest listing it."""
+    if manifest.get("sparse"):
+        return write_sparse_shard(out, manifest, ids, floats)
     precision = manifest["precision"]
     if is_scalar(precision) and manifest["ranges"] is None:
         manifest["ranges"] = ranges_of(floats, f"the first shard ({len(floats)} passage(s); give --calibration "
@@ -264,6 +333,25 @@ def write_shard(out: Path, manifest: dict, ids: list[str], floats: np.ndarray) -
     if "parquet" in manifest["formats"]:
         entry["parquet"] = f"{name}.parquet"
         write_parquet(out / entry["parquet"], ids, values)
+    manifest["shards"].append(entry)
+    manifest["rows"] += len(ids)
+    write_manifest(out, manifest)
+
+
+def write_sparse_shard(out: Path, manifest: dict, ids: list[str], rows: list) -> None:
+    """A shard of sparse vectors in CSR: indptr [rows + 1] int64, indices [nnz] int32 (token ids, ascending within a
+    row), values [nnz] float32 (scipy.sparse.csr_matrix((values, indices, indptr), (rows, vocabulary)) reads them)."""
+    name = shard_name(len(manifest["shards"]))
+    indptr = np.concatenate([[0], np.cumsum([len(i) for i, _ in rows])]).astype(np.int64)
+    arrays = {"indptr": indptr,
+              "indices": np.concatenate([i for i, _ in rows] or [[]]).astype(np.int32),
+              "values": np.concatenate([v for _, v in rows] or [[]]).astype(np.float32)}
+    entry = {**{key: f"{name}.{key}.npy" for key in arrays}, "ids": f"{name}.ids.json", "rows": len(ids),
+             "nnz": int(indptr[-1]), "first_row": manifest["rows"], "first_id": ids[0], "last_id": ids[-1]}
+    for key, values in arrays.items():
+        with atomic_path(out / entry[key]) as tmp, open(tmp, "wb") as f:
+            np.save(f, values)
+    write_text_atomic(out / entry["ids"], json.dumps(ids, ensure_ascii=False))
     manifest["shards"].append(entry)
     manifest["rows"] += len(ids)
     write_manifest(out, manifest)
@@ -301,6 +389,27 @@ def shard_vectors(folder: Path, entry: dict, manifest: dict) -> np.ndarray:
         raise BertforgeError(f"{file}: holds {values.dtype} {list(values.shape)}; {MANIFEST} lists "
                              f"{np.dtype(DTYPES[manifest['precision']])} {list(expected)}")
     return values
+
+
+def sparse_shard(folder: Path, entry: dict, manifest: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A CSR shard's indptr, indices and values, memory-mapped, checked against its manifest entry."""
+    arrays = []
+    for key, dtype, size in (("indptr", np.int64, entry["rows"] + 1), ("indices", np.int32, entry["nnz"]),
+                             ("values", np.float32, entry["nnz"])):
+        file = Path(folder) / entry[key]
+        try:
+            values = np.load(file, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise BertforgeError(f"{file}: cannot be read ({str(e).splitlines()[0]})") from None
+        if values.shape != (size,) or values.dtype != dtype:
+            raise BertforgeError(f"{file}: holds {values.dtype} {list(values.shape)}; {MANIFEST} lists "
+                                 f"{np.dtype(dtype)} [{size}]")
+        arrays.append(values)
+    indptr, indices, _ = arrays
+    if indptr[0] != 0 or indptr[-1] != entry["nnz"] or (len(indices) and int(indices.max()) >= manifest["dims"]):
+        raise BertforgeError(f"{Path(folder) / entry['indptr']}: not the CSR rows of {entry['nnz']} weights over "
+                             f"{manifest['dims']} tokens that {MANIFEST} lists")
+    return tuple(arrays)
 
 
 def shard_ids(folder: Path, entry: dict) -> list[str]:

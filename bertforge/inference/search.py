@@ -7,7 +7,11 @@ At int8/uint8 precision the query is quantized with the manifest's ranges and sc
 binary/ubinary, by the Hamming distance of its bits (fewer differing bits first). Then, as sentence-transformers'
 quantization guide does, the best `rescore` candidates (at least top_k) are rescored with the float query: its
 inner product with their unpacked bits (0/1) or their dequantized values; the scores shown are those. rescore 0
-keeps the quantized scores (binary: minus the Hamming distance)."""
+keeps the quantized scores (binary: minus the Hamming distance).
+
+A sparse folder (`embed --sparse`: SPLADE vectors in CSR shards) is searched by the inner product of the query's
+SPLADE vector (SparseEmbedder, with the folder's "query" prompt) with each passage's: the query's weights at each
+stored token, summed per row."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import BertforgeError
-from .embed import Embedder, read_manifest, shard_ids, shard_vectors
+from .embed import Embedder, SparseEmbedder, read_manifest, shard_ids, shard_vectors, sparse_shard
 from .quantize import dequantize, hamming, is_binary, is_scalar, quantize, unpack
 
 BLOCK_SCORES = 1 << 22  # scores held at a time: a block of rows x the queries
@@ -40,6 +44,13 @@ def query_embedder(manifest: dict, model=None, device: str | None = None, revisi
     if model is None:
         named = manifest["model"]
         model, revision = (named["repo_id"], named["commit"]) if "repo_id" in named else (named["folder"], None)
+    if manifest.get("sparse"):
+        embedder = SparseEmbedder(model, revision, device, manifest["bf16"], prompt=manifest.get("query_prompt"),
+                                  dense_queries=True)
+        if embedder.dims != manifest["dims"]:
+            raise BertforgeError(f"--model {model}: its vocabulary has {embedder.dims} tokens; the folder's "
+                                 f"{manifest['dims']}")
+        return embedder
     dims = manifest["dims"] if manifest["dims"] != manifest["model_dims"] else None
     embedder = Embedder(model, revision, device, manifest["bf16"], prompt=manifest.get("query_prompt"),
                         dimensions=dims)
@@ -102,12 +113,9 @@ class Index:
         best_scores = np.full((len(queries), 0), -np.inf)
         best_rows = np.full((len(queries), 0), -1, dtype=np.int64)
         for n, entry in enumerate(self.manifest["shards"]):
-            values = shard_vectors(self.folder, entry, self.manifest)
-            step = max(256, BLOCK_SCORES // len(queries))
-            for start in range(0, len(values), step):
-                block = values[start:start + step]
-                scores = self._block_scores(queries, block)
-                rows = np.broadcast_to(np.arange(len(block), dtype=np.int64) + self.starts[n] + start, scores.shape)
+            for start, scores in self._shard_scores(queries, entry):
+                rows = np.broadcast_to(np.arange(scores.shape[1], dtype=np.int64) + self.starts[n] + start,
+                                       scores.shape)
                 best_scores = np.concatenate([best_scores, scores], 1)
                 best_rows = np.concatenate([best_rows, rows], 1)
                 if best_scores.shape[1] > keep:
@@ -115,6 +123,32 @@ class Index:
                     best_scores = np.take_along_axis(best_scores, top, 1)
                     best_rows = np.take_along_axis(best_rows, top, 1)
         return best_scores, best_rows
+
+    def _shard_scores(self, queries: np.ndarray, entry: dict):
+        """(first row, [q, rows] scores) of a shard's blocks of rows."""
+        if self.manifest.get("sparse"):
+            yield from self._sparse_scores(queries, entry)
+            return
+        values = shard_vectors(self.folder, entry, self.manifest)
+        step = max(256, BLOCK_SCORES // len(queries))
+        for start in range(0, len(values), step):
+            yield start, self._block_scores(queries, values[start:start + step])
+
+    def _sparse_scores(self, queries: np.ndarray, entry: dict):
+        """A CSR shard's inner products with dense queries [q, vocabulary], by blocks of rows whose weights times
+        the queries hold about BLOCK_SCORES values."""
+        indptr, indices, values = sparse_shard(self.folder, entry, self.manifest)
+        per_row = max(1.0, entry["nnz"] / max(entry["rows"], 1))
+        step = max(1, int(BLOCK_SCORES // (len(queries) * per_row)))
+        for start in range(0, entry["rows"], step):
+            stop = min(start + step, entry["rows"])
+            lo, hi = int(indptr[start]), int(indptr[stop])
+            rows = np.repeat(np.arange(stop - start), np.diff(indptr[start:stop + 1]))
+            products = queries[:, indices[lo:hi]] * values[lo:hi]  # [q, nnz of the block]
+            scores = np.zeros((len(queries), stop - start), dtype=np.float64)
+            for q in range(len(queries)):
+                scores[q] = np.bincount(rows, weights=products[q], minlength=stop - start)
+            yield start, scores
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
         """The stored vectors of corpus rows (any order)."""

@@ -111,3 +111,39 @@ def test_tei_embed_sparse(splade_folder):
         assert client.get("/info").json()["model_type"] == {"embedding": {"pooling": "splade"}}
         mine = client.post("/v1/embed-sparse", json={"inputs": [TEXTS[0]], "top_k": 2}).json()
         assert len(mine[0]) == 2 and json.dumps(mine)
+
+
+def test_embed_sparse_writes_csr_shards_and_search_ranks_by_dot_product(splade_folder, tmp_path, capsys):
+    from bertforge.cli import main
+    from bertforge.inference.embed import read_manifest, sparse_shard
+    from bertforge.inference.search import search
+
+    corpus = tmp_path / "passages.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n")
+    out = tmp_path / "vectors"
+    assert main(["embed", str(corpus), "--model", str(splade_folder), "--out", str(out), "--sparse",
+                 "--shard-rows", "2", "--no-progress"]) == 0
+    manifest = read_manifest(out)
+    assert manifest["sparse"] and manifest["layout"] == "csr" and manifest["complete"]
+    assert [s["rows"] for s in manifest["shards"]] == [2, 2, 1]
+    expected = reference(splade_folder, TEXTS, prompt_name="document")
+    rows = []
+    for entry in manifest["shards"]:
+        indptr, indices, values = sparse_shard(out, entry, manifest)
+        for i in range(entry["rows"]):
+            row = np.zeros(manifest["dims"], dtype=np.float32)
+            row[indices[indptr[i]:indptr[i + 1]]] = values[indptr[i]:indptr[i + 1]]
+            rows.append(row)
+    assert np.abs(np.stack(rows) - expected).max() < 1e-4
+    # a finished folder is left as it is; another setting is refused by name
+    assert main(["embed", str(corpus), "--model", str(splade_folder), "--out", str(out), "--sparse",
+                 "--shard-rows", "2", "--no-progress"]) == 0
+    assert main(["embed", str(corpus), "--model", str(splade_folder), "--out", str(out), "--shard-rows", "2"]) == 2
+    assert "written with --sparse True" in capsys.readouterr().err
+    # search: the query's SPLADE vector (its "query" prompt) dotted with each passage's
+    query = "was the film good"
+    hits = search(out, [query], top_k=3)[0]
+    scores = expected @ reference(splade_folder, [query], prompt_name="query")[0]
+    best = np.argsort(-scores, kind="stable")[:3]
+    assert [h.row for h in hits] == best.tolist()
+    assert np.allclose([h.score for h in hits], scores[best], atol=1e-4)
