@@ -22,7 +22,8 @@ from pathlib import Path
 from benchmarks import common  # first: it sets the OpenMP wait policy before torch loads
 
 BASE = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12)
-FAMILIES = {  # head, the test suite's folder writer, the released model's shape
+FAMILIES = {  # head, the folder writer (the test suite's, or this file's), the released model's shape
+    "bert": ("BertForSequenceClassification", "bert_folder", BASE),  # bert-base: the baseline the others meet
     "roberta": ("RobertaForSequenceClassification", "roberta_folder", {**BASE, "max_position_embeddings": 514}),
     "xlm-roberta": ("XLMRobertaForSequenceClassification", "roberta_folder",
                     {**BASE, "max_position_embeddings": 514}),
@@ -34,6 +35,18 @@ FAMILIES = {  # head, the test suite's folder writer, the released model's shape
     "mpnet": ("MPNetForSequenceClassification", "mpnet_folder",  # mpnet-base, all-mpnet-base-v2
               {**BASE, "max_position_embeddings": 514, "relative_attention_num_buckets": 32}),
 }
+
+
+def bert_folder(folder: Path, head: str, **config) -> Path:
+    """A BERT checkpoint as transformers writes one, random weights, the test suite's WordPiece tokenizer."""
+    import transformers
+
+    import tests.conftest as builders
+
+    builders.distilbert_tokenizer(folder, 512)
+    vocab = len(transformers.AutoTokenizer.from_pretrained(folder))
+    getattr(transformers, head)(transformers.BertConfig(vocab_size=vocab, **config)).save_pretrained(folder)
+    return folder
 
 
 def texts(count: int, max_words: int, seed: int = 0) -> list[str]:
@@ -102,7 +115,7 @@ def main():
     for family in args.families:
         head, writer, shape = FAMILIES[family]
         with tempfile.TemporaryDirectory() as tmp:
-            folder = getattr(builders, writer)(Path(tmp) / family, head, **shape)
+            folder = (globals().get(writer) or getattr(builders, writer))(Path(tmp) / family, head, **shape)
             runs = steps(folder, inputs[:args.batch_size]) if args.step else pipelines(folder, inputs, args.batch_size)
             times = common.interleaved(runs, args.reps)
         a, b = common.median(times["bertforge"]), common.median(times["transformers"])
