@@ -16,13 +16,16 @@ from pathlib import Path
 
 from ..model.architectures.registry import load_config
 from ..data.create import create_pretraining_data
-from ..core.io import check_output
+from ..core.io import check_output, read_json_lines
 from .objectives import OBJECTIVES
 from ..core.flags import add_device_argument, count, old_spellings, positive_duration
 from .recipe import RECIPES, resolve
 from ..text.tokenizer import BertTokenizer
 from ..text.wordpiece import train_vocab
 
+# The steps behind the README's held-out figure: a run on two idle cores made 2,307 in its 200 seconds (32.7%, Zen 3;
+# BENCHMARKS.md, "Short rows"); a slower or busier machine makes fewer and ends lower, which the demo says.
+README_STEPS = 2_300
 SKIP_PARTS = {"test", "tests", "idlelib", "site-packages", "lib2to3", "turtledemo", "__pycache__"}
 CODE_LINE = re.compile(r"^\s*(>>>|\.\.\.|\$ |[-=~*]{3,}|:\w+:|\|)")
 
@@ -151,6 +154,9 @@ def run_demo(args) -> int:
     step("held-out documents (15% of their tokens masked)", f"tail -n 1 {run / 'metrics.jsonl'}")
     print(f"   masked-LM accuracy {result['eval_mlm_accuracy']:.1%}  (most frequent token: "
           f"{result['mlm_most_frequent_token_accuracy']:.1%}), perplexity {result['eval_mlm_perplexity']:.1f}")
+    steps = read_json_lines(run / "metrics.jsonl")[-1]["step"]
+    print(f"   after {steps:,} steps in {args.time_budget:g} s (the README's figure: about {README_STEPS:,} steps; a "
+          f"slower or busier machine makes fewer{' and ends lower' if steps < 0.8 * README_STEPS else ''})")
     if "eval_nsp_accuracy" in result:
         print(f"   next-sentence accuracy {result['eval_nsp_accuracy']:.1%}  "
               f"(majority: {result['nsp_majority_accuracy']:.1%})")

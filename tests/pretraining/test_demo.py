@@ -1,6 +1,7 @@
 """`bertforge demo` end to end at a small size: every step runs and the model it reports is saved."""
 
 import itertools
+import json
 
 from bertforge.cli import main
 from bertforge.pretraining import demo
@@ -12,6 +13,9 @@ def test_the_demo_runs_end_to_end(tmp_path, capsys):
                  "--batch-size", "8"]) == 0
     printed, err = capsys.readouterr()
     assert "masked-LM accuracy" in printed and "sentences hold the masked word in their top 5" in printed
+    steps = json.loads((out / "run" / "metrics.jsonl").read_text().splitlines()[-1])["step"]
+    assert f"after {steps:,} steps in 2 s (the README's figure: about 2,300 steps; a slower or busier machine makes " \
+           "fewer and ends lower)" in printed  # a run's figure read beside the steps behind the README's
     assert (out / "run" / "final" / "model.safetensors").is_file()
     assert "--device cpu" in printed or "--device cuda" in printed  # the hint names the device as typed
     assert "s of training [" in err and "s/s" not in err  # the time budget's bar counts seconds, not a rate
