@@ -202,7 +202,8 @@ def scrub(message: str) -> str:
 
 class Guard:
     """ASGI middleware, before the application: the Host header among `hosts` (a 421 otherwise, against DNS
-    rebinding; None: any), `Authorization: Bearer KEY` on every route but /health where there is a `key` (a 401,
+    rebinding; None: any), `Authorization: Bearer KEY` on every route but /health (and a model's
+    /models/NAME/health) where there is a `key` (a 401,
     also for a request with more than one Authorization header),
     and the request body read here as it arrives, whatever its transfer encoding, with a 413 once it passes
     MAX_BODY (or declares more), without reading the rest, or a 408 where it has not arrived whole `body_timeout`
@@ -241,8 +242,8 @@ class Guard:
                                               "only (--allowed-hosts)")
 
     def check_key(self, path: str, headers: list):
-        if self.key is None or path == "/health":
-            return
+        if self.key is None or path == "/health" or (path.startswith("/models/") and path.endswith("/health")):
+            return  # a model's own /models/NAME/health too
         given = [value for name, value in headers if name == b"authorization"]
         if len(given) > 1:  # which one would count is the server's guess: none does
             raise Refused(401, "unauthorized", f"{len(given)} Authorization headers: send one, Authorization: "

@@ -6,8 +6,10 @@ embedding model (see tei.py for which models are).
 "usage": {"prompt_tokens", "total_tokens"}}: unit-length vectors (Matryoshka `dimensions`: the first N values,
 normalised again), base64 being the little-endian float32 bytes (what OpenAI's client asks for and decodes by
 default); token ids are the model's input as given. Inputs over --max-input-tokens are cut with --auto-truncate,
-else refused, the 413 saying so (the API has no field for it). `model` is not checked (one model is served), as
-TEI does not.
+else refused, the 413 saying so (the API has no field for it). `model` is not checked where one model is served
+(`bertforge serve MODEL`, and on a model's own /models/NAME/v1/embeddings), as TEI does not; of several models
+(models.Fleet) it picks one, None the default, and an unknown name is OpenAI's 404 (code model_not_found).
+GET /v1/models lists the models served, in OpenAI's shape (a model that failed to load left out).
 
 Errors are OpenAI's {"error": {"message", "type", "param", "code"}}, with the status codes of TEI's route: the
 model runs as for every route (Server.compute: the same limits, batcher and client hang-up), and the Guard's
@@ -69,9 +71,27 @@ async def embeddings(server, body: EmbeddingsRequest, receive):
     return await server.compute("/v1/embeddings", body.input, server.auto_truncate, options, receive, finish, CUT)
 
 
-ROUTES = ("/v1/embeddings", "/embeddings")  # the second as TEI and Infinity also answer it
+EMBEDDINGS = ("/v1/embeddings", "/embeddings")  # the second as TEI and Infinity also answer it
+ROUTES = (*EMBEDDINGS, "/v1/models")
 
 
-def add_routes(app, server):
-    for path in ROUTES:
-        add_route(app, server, path, EmbeddingsRequest, embeddings)
+def model_list(servers) -> dict:
+    """OpenAI's list of models (GET /v1/models): those loaded or loading."""
+    return {"object": "list", "data": [{"id": server.model_name, "object": "model", "created": server.created,
+                                        "owned_by": "bertforge"}
+                                       for server in servers if server.state()["status"] != "failed"]}
+
+
+def add_routes(app, server, prefix: str = "", fleet=None):
+    """/v1/embeddings (and /embeddings) answered by `server`, or by the model a request names among `fleet`'s
+    (models.Fleet), and GET /v1/models, all under `prefix` (a model's /models/NAME)."""
+    from .guard import json_response
+
+    async def routed(_, body: EmbeddingsRequest, receive):
+        return await embeddings(fleet.for_model(body.model), body, receive)
+
+    for path in EMBEDDINGS:
+        add_route(app, server, path, EmbeddingsRequest, embeddings if fleet is None else routed, prefix)
+    servers = list(fleet) if fleet is not None else [server]
+    app.get(prefix + "/v1/models", summary="OpenAI's list of the models served", include_in_schema=not prefix)(
+        lambda: json_response(model_list(servers)))

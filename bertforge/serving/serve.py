@@ -18,7 +18,9 @@ that could never answer (no weights, no model.onnx for --backend onnx, the port 
 (start.py). SIGTERM stops accepting requests and finishes those in flight.
 """
 
+import argparse
 import asyncio
+import json
 import logging
 import os
 import threading
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .batcher import Batcher, Overloaded
+from .models import PREFIX, Fleet, ModelSpec, model_specs
 from ..model.architectures.registry import read_config
 from ..core.errors import BertforgeError
 from .prometheus import Registry
@@ -51,22 +54,14 @@ log = logging.getLogger("bertforge")
 ROUTES = {f"/v1/{route.name}" for route in SERVED.values()} | {"/health", "/info", "/metrics"}
 BUCKETS = {"latency": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
            "rows": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512), "tokens": (64, 256, 1024, 4096, 16384, 65536)}
+TORCH_THREADS = {}  # "start": torch's threads before a model's --workers divided them (Server.load)
 RETRY_AFTER = "1"  # seconds: the Retry-After of a 429 (queue full; a 503 over --max-connections says the same)
 
 
-class Server:
-    """The model (loaded in the background), its batcher and metrics."""
+class Shared:
+    """What the models of one server share: the metrics, the tokenising threads, each route's error form."""
 
-    def __init__(self, model_dir, task=None, max_batch_tokens=8192, max_concurrent=512, max_wait_ms=2.0,
-                 max_client_batch=64, workers=1, auto_truncate=False, **pipeline_options):
-        self.model_dir, self.task, self.options = Path(model_dir), task, pipeline_options
-        origin = hub_origin(self.model_dir)  # a Hub model is named by its repository, and its commit is told
-        self.model_name, self.model_sha = (origin["repo_id"], origin["commit"]) if origin else (self.model_dir.name,
-                                                                                               None)
-        self.max_batch_tokens, self.max_concurrent, self.max_wait = max_batch_tokens, max_concurrent, max_wait_ms / 1e3
-        self.max_client_batch, self.workers, self.auto_truncate = max_client_batch, workers, auto_truncate
-        self.limits = Limits(max_client_batch, max_batch_tokens)
-        self.pipe = self.batcher = self.load_error = None
+    def __init__(self):
         self.forms = {}  # route -> its protocol's error body (status, kind, message) -> (status, body); see error
         self.tokenizing_threads = min(4, os.cpu_count() or 1)
         self.tokenizing = ThreadPoolExecutor(self.tokenizing_threads, "bertforge-tokenize")
@@ -82,14 +77,43 @@ class Server:
                  BUCKETS["latency"])]:
             self.metrics.define(name, kind, text, buckets)
 
+
+class Server:
+    """The model (loaded in the background), its batcher and metrics. One of several (models.Fleet) has a `name`,
+    which its metrics and errors carry, and `shared` with the others; `load_error`: a model that is not loaded,
+    and why (its checks failed), which answers 503 saying so."""
+
+    def __init__(self, model_dir, task=None, max_batch_tokens=8192, max_concurrent=512, max_wait_ms=2.0,
+                 max_client_batch=64, workers=1, auto_truncate=False, name: str | None = None,
+                 shared: Shared | None = None, load_error: str | None = None, **pipeline_options):
+        self.model_dir, self.task, self.options = Path(model_dir), task, pipeline_options
+        origin = None if load_error else hub_origin(self.model_dir)  # a Hub model: its repository, and commit
+        self.model_name, self.model_sha = (origin["repo_id"], origin["commit"]) if origin else (self.model_dir.name,
+                                                                                               None)
+        self.name, self.labels = name, {"model": name} if name else {}
+        self.created = int(time.time())  # OpenAI's `created` of /v1/models
+        if name:
+            self.model_name = name
+        self.max_batch_tokens, self.max_concurrent, self.max_wait = max_batch_tokens, max_concurrent, max_wait_ms / 1e3
+        self.max_client_batch, self.workers, self.auto_truncate = max_client_batch, workers, auto_truncate
+        self.limits = Limits(max_client_batch, max_batch_tokens)
+        self.pipe = self.batcher = None
+        self.load_error = load_error
+        self.shared = shared = shared or Shared()
+        self.forms, self.metrics = shared.forms, shared.metrics
+        self.tokenizing, self.tokenizing_threads = shared.tokenizing, shared.tokenizing_threads
+
     def load(self):
         from ..inference.pipelines import pipeline
 
+        if self.load_error is not None:  # its checks failed: it is not loaded, and says why
+            return
         try:
             if self.workers > 1:  # the workers share the cores: torch's threads are divided between them
                 import torch
 
-                torch.set_num_threads(max(1, torch.get_num_threads() // self.workers))
+                base = TORCH_THREADS.setdefault("start", torch.get_num_threads())  # not divided again per model
+                torch.set_num_threads(max(1, base // self.workers))
             pipe = pipeline(self.task, model=self.model_dir, **self.options)
             self.batcher = Batcher(pipe.forward, pipe.tokenizer.pad_token_id, self.max_batch_tokens,
                                    self.max_concurrent, self.max_wait, self.on_batch, self.workers,
@@ -97,20 +121,30 @@ class Server:
             self.pipe = pipe
             from .tei import model_routes
 
-            log.info(f"bertforge: serving {pipe.task} from {self.model_dir} on /v1/{self.endpoint}, and as "
+            where = f" as {PREFIX}{self.name}/..." if self.name else ""
+            log.info(f"bertforge: serving {pipe.task} from {self.model_dir}{where} on /v1/{self.endpoint}, and as "
                      f"text-embeddings-inference on {', '.join(model_routes(pipe))}")
         except Exception as e:  # reported by /health and every request
             self.load_error = str(e)
             log.error(f"bertforge: cannot load {self.model_dir}: {e}")
 
     def on_batch(self, rows: int, tokens: int):
-        self.metrics.observe("bertforge_batch_size", rows)
-        self.metrics.observe("bertforge_batch_tokens", tokens)
+        self.metrics.observe("bertforge_batch_size", rows, **self.labels)
+        self.metrics.observe("bertforge_batch_tokens", tokens, **self.labels)
 
     def ready(self):
         if self.pipe is None:
-            raise Refused(503, "loading", f"the model cannot be loaded: {self.load_error}" if self.load_error
-                          else "the model is loading")
+            what = f"the model {self.name!r}" if self.name else "the model"
+            raise Refused(503, "loading", f"{what} cannot be loaded: {self.load_error}" if self.load_error
+                          else f"{what} is loading")
+
+    def state(self) -> dict:
+        """/health's word on this model: ok, loading, or failed with its error."""
+        if self.pipe is not None:
+            return {"status": "ok"}
+        if self.load_error is None:
+            return {"status": "loading"}
+        return {"status": "failed", "error": scrub(f"cannot be loaded: {self.load_error}")}
 
     async def answer(self, endpoint: str, body, receive) -> tuple[bytes, dict]:
         """The JSON of the results of a request to /v1/ENDPOINT, in input order, and the response's headers (see
@@ -223,12 +257,14 @@ async def client_left(receive):
         pass
 
 
-def create_app(server: Server, hosts=None, key: str | None = None, body_timeout: float | None = None,
+def create_app(server: "Server | Fleet", hosts=None, key: str | None = None, body_timeout: float | None = None,
                max_body: int = MAX_BODY):
     """The FastAPI application around a Server (whose model loads in a thread when the app starts), answering the
     Host names `hosts` (None: any) and, with a `key`, requests that send it, their body of at most `max_body`
     bytes whole within `body_timeout` seconds (guard.Guard); bertforge's routes, text-embeddings-inference's
-    (tei.py) and OpenAI's /v1/embeddings (openai_api.py)."""
+    (tei.py) and OpenAI's /v1/embeddings and /v1/models (openai_api.py). Given a Fleet (models.py), the same for
+    each of its models under /models/NAME, the default's on the unprefixed routes too, OpenAI's /v1/embeddings
+    routed by the request's `model`, and /health, /info and /v1/models telling every model."""
     try:
         from contextlib import asynccontextmanager
 
@@ -236,16 +272,22 @@ def create_app(server: Server, hosts=None, key: str | None = None, body_timeout:
         from fastapi.exceptions import RequestValidationError
         from starlette.exceptions import HTTPException
 
-        from . import openai_api as serve_openai, tei as serve_tei
+        from . import openai_api, tei  # noqa: F401 (they import FastAPI and pydantic: checked here)
     except ImportError:
         raise BertforgeError("bertforge serve needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
 
+    fleet = server if isinstance(server, Fleet) else None
+    servers = list(fleet) if fleet else [server]
+    server = fleet.default if fleet else server
+
     @asynccontextmanager
     async def lifespan(app):
-        threading.Thread(target=server.load, name="bertforge-load", daemon=True).start()
+        for each in servers:  # a thread each: a model slow to load (or stuck) holds up no other
+            threading.Thread(target=each.load, name="bertforge-load", daemon=True).start()
         yield
-        if server.batcher is not None:
-            server.batcher.close()  # uvicorn has let the requests in flight finish first
+        for each in servers:
+            if each.batcher is not None:
+                each.batcher.close()  # uvicorn has let the requests in flight finish first
         server.tokenizing.shutdown()
 
     app = FastAPI(title="bertforge", description=__doc__.split("\n\n")[1], lifespan=lifespan)
@@ -255,6 +297,10 @@ def create_app(server: Server, hosts=None, key: str | None = None, body_timeout:
 
     async def unanswered(request, exc: HTTPException):  # no such route, or a body FastAPI could not parse
         e = http_refusal(exc, request.method, request.url.path)
+        unknown = fleet.unknown_prefix(request.url.path) if fleet and e.status == 404 else None
+        if unknown is not None:
+            e = Refused(404, "model_not_found", f"{PREFIX}{unknown}: no such model on this server, which serves "
+                                                f"{fleet.names()} (GET /v1/models)")
         return server.refusal(e.status, e.kind, str(e), request.url.path, exc.headers)
 
     async def failed(request, exc: Exception):  # a bug: JSON like every error (Starlette logs the traceback)
@@ -265,27 +311,52 @@ def create_app(server: Server, hosts=None, key: str | None = None, body_timeout:
     app.add_exception_handler(Exception, failed)
     app.add_middleware(Guard, refused=server.count_refusal, max_body=max_body, hosts=hosts, key=key,
                        body_timeout=body_timeout, render=server.error)
-    for route in SERVED.values():
-        app.post(f"/v1/{route.name}", summary=f"{route.name}: {route.inputs}")(endpoint_handler(server, route))
-    for protocol in (serve_tei, serve_openai):
-        server.forms.update(dict.fromkeys(protocol.ROUTES, protocol.error_body))
-        protocol.add_routes(app, server)
-    add_status_routes(app, server)
+    add_model_routes(app, server, "", fleet)
+    for each in servers if fleet else ():  # each model alone under /models/NAME, as a one-model server
+        add_model_routes(app, each, f"{PREFIX}{each.name}", None)
+    add_status_routes(app, server, fleet)
     return app
 
 
-def endpoint_handler(server: Server, route: Route):
-    """The handler of POST /v1/NAME, with its request body's model (for validation and /docs): inputs, truncate
-    and the route's options (routes.Route)."""
+def add_model_routes(app, server: Server, prefix: str, fleet: "Fleet | None"):
+    """The routes of one model, each under `prefix` ("" or /models/NAME; those prefixed are left out of /docs):
+    bertforge's, TEI's, OpenAI's (its /v1/embeddings routed by `model` through `fleet`, where given), /health and
+    /info (the unprefixed ones are add_status_routes')."""
+    from . import openai_api, tei
+
+    for route in SERVED.values():
+        path = f"{prefix}/v1/{route.name}"
+        server.forms[path] = error_body
+        app.post(path, summary=f"{route.name}: {route.inputs}", include_in_schema=not prefix)(
+            endpoint_handler(server, route, path))
+    for protocol in (tei, openai_api):
+        server.forms.update({prefix + path: protocol.error_body for path in protocol.ROUTES})
+    tei.add_routes(app, server, prefix)
+    openai_api.add_routes(app, server, prefix, fleet)
+    if prefix:
+        server.forms.update({f"{prefix}/health": error_body, f"{prefix}/info": error_body})
+        app.get(f"{prefix}/health", include_in_schema=False)(lambda: health_response(server))
+        app.get(f"{prefix}/info", include_in_schema=False)(lambda: info_response(server, f"{prefix}/info"))
+
+
+REQUEST_MODELS = {}  # route name -> the pydantic model of its request body, made once
+
+
+def endpoint_handler(server: Server, route: Route, path: str | None = None):
+    """The handler of POST /v1/NAME (at `path`: under a model's prefix), with its request body's model (for
+    validation and /docs): inputs, truncate and the route's options (routes.Route)."""
     from fastapi import Request
     from pydantic import Field, create_model
 
-    fields = {"inputs": (Any, Field(..., description=route.inputs)),
-              "truncate": (bool, Field(False, description="cut inputs over --max-input-tokens instead of a 413"))}
-    fields.update({name: (kind | None, Field(None, description=text))
-                   for name, (kind, text) in route.options.items()})
-    body_model = create_model(f"{route.name.title().replace('-', '')}Request", **fields, __config__=REQUEST)
-    path = f"/v1/{route.name}"
+    if route.name not in REQUEST_MODELS:
+        fields = {"inputs": (Any, Field(..., description=route.inputs)),
+                  "truncate": (bool, Field(False, description="cut inputs over --max-input-tokens instead of a 413"))}
+        fields.update({name: (kind | None, Field(None, description=text))
+                       for name, (kind, text) in route.options.items()})
+        REQUEST_MODELS[route.name] = create_model(f"{route.name.title().replace('-', '')}Request", **fields,
+                                                  __config__=REQUEST)
+    body_model = REQUEST_MODELS[route.name]
+    path = path or f"/v1/{route.name}"
 
     async def handle(request: Request, body: body_model):  # type: ignore[valid-type]
         return await server.respond(path, lambda: server.answer(route.name, body, request.receive))
@@ -293,37 +364,71 @@ def endpoint_handler(server: Server, route: Route):
     return handle
 
 
-def add_status_routes(app, server: Server):
-    """GET /health, /info and /metrics."""
+def health_response(server: Server):
+    try:
+        server.ready()
+    except Refused as e:
+        return json_response({"status": e.kind, "error": scrub(str(e))}, 503)
+    return json_response({"status": "ok"})
+
+
+def info_response(server: Server, path: str):
+    from .tei import tei_info
+
+    try:
+        server.ready()
+    except Refused as e:
+        return server.refusal(e.status, e.kind, str(e), path)
+    return json_response({**server.info(), **tei_info(server)})
+
+
+def model_entry(server: Server) -> dict:
+    """A model in a Fleet's /info: its name, where it is served, its state, and its /info once loaded."""
+    from .tei import tei_info
+
+    entry = {"name": server.name, "prefix": f"{PREFIX}{server.name}", **server.state()}
+    return {**entry, **server.info(), **tei_info(server)} if server.pipe is not None else entry
+
+
+def add_status_routes(app, server: Server, fleet: "Fleet | None" = None):
+    """GET /health, /info and /metrics; of a Fleet, /health tells each model (models.Fleet.health) and /info
+    holds each model's (`models`) beside the default's."""
     from fastapi.responses import PlainTextResponse
 
     @app.get("/health")
     async def health():
-        try:
-            server.ready()
-        except Refused as e:
-            return json_response({"status": e.kind, "error": scrub(str(e))}, 503)
-        return {"status": "ok"}
+        if fleet is None:
+            return health_response(server)
+        status, body = fleet.health()
+        return json_response(body, status)
 
     @app.get("/info")
     async def info():
-        from .tei import tei_info
-
-        try:
-            server.ready()
-        except Refused as e:
-            return server.refusal(e.status, e.kind, str(e), "/info")
-        return json_response({**server.info(), **tei_info(server)})
+        if fleet is None:
+            return info_response(server, "/info")
+        default = info_response(server, "/info") if server.pipe is not None else None
+        known = json.loads(default.body) if default is not None else {}
+        return json_response({**known, "default": server.name, "models": [model_entry(each) for each in fleet]})
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics():
-        server.metrics.set("bertforge_queue_depth", server.batcher.pending if server.batcher else 0)
+        for each in fleet or [server]:
+            server.metrics.set("bertforge_queue_depth", each.batcher.pending if each.batcher else 0, **each.labels)
         return PlainTextResponse(server.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
 def add_serve_arguments(p):
-    p.add_argument("model", help="a checkpoint folder (fine-tuned, pre-trained, or exported with `export onnx`), or "
-                   "a Hub model's name (org/name)")
+    p.add_argument("model", nargs="?", help="a checkpoint folder (fine-tuned, pre-trained, or exported with `export "
+                   "onnx`), or a Hub model's name (org/name); several models: --model or --models instead")
+    p.add_argument("--model", action="append", dest="models_given", metavar="[NAME=]MODEL",
+                   help="a model to serve, again for each (the first is the default, which also answers the "
+                        "unprefixed routes), by its name (default: the folder's or the Hub model's): on "
+                        "/models/NAME/..., and as OpenAI's `model`; the flags below are every model's")
+    p.add_argument("--models", type=Path, dest="models_file", metavar="FILE",
+                   help="the models to serve, a JSON list of {\"name\", \"model\", \"revision\", \"task\", "
+                        "\"default\": true, and any of max_input_tokens, max_batch_tokens, max_concurrent, "
+                        "max_client_batch, max_wait_ms, workers, auto_truncate, backend, int8, bf16: that model's own "
+                        "value of the flag}")
     add_revision_argument(p)
     p.add_argument("--task", help=f"one of {', '.join(SERVED)} (default: the checkpoint's head's; an encoder "
                                   f"alone serves sentence-embedding)")
@@ -370,34 +475,100 @@ def add_serve_arguments(p):
 def served_model(args) -> tuple[Path, str]:
     """The model folder (a Hub name's at --revision, in the Hugging Face cache) and the task a command line serves,
     its files and limits checked."""
-    from ..inference.pipelines import ALIASES, head_task
-
-    folder = model_folder(args.model, args.revision)
-    if not folder.is_dir():
-        raise BertforgeError(f"{folder}: no such model folder")
+    if args.model is None:
+        raise BertforgeError("serve: no model: give MODEL, --model MODEL (again for each of several) or --models "
+                             "FILE")
+    folder = served_folder(args.model, args.revision)
     config = read_config(folder / "config.json")
-    task = ALIASES.get(args.task, args.task) or head_task(config, folder)
-    task = served_task(task)  # an encoder's feature-extraction is served as sentence-embedding
-    if task not in SERVED:
-        raise BertforgeError(f"--task {task!r}: serve answers {', '.join(SERVED)}")
+    task = task_served(args.task, config, folder)
     check_limits(args, config, task)
     check_model(folder, args.backend, args.int8, args.bf16)
     return folder, task
 
 
+def served_folder(model: str, revision: str | None) -> Path:
+    folder = model_folder(model, revision)
+    if not folder.is_dir():
+        raise BertforgeError(f"{folder}: no such model folder")
+    return folder
+
+
+def task_served(given: str | None, config=None, folder=None) -> str:
+    """The task a model is served as: `given` (--task), else its head's; a one-line error for one not served."""
+    from ..inference.pipelines import ALIASES, head_task
+
+    task = ALIASES.get(given, given) or head_task(config, folder)
+    task = served_task(task)  # an encoder's feature-extraction is served as sentence-embedding
+    if task not in SERVED:
+        raise BertforgeError(f"--task {task!r}: serve answers {', '.join(SERVED)}")
+    return task
+
+
+def fleet_servers(args, shared: Shared) -> list[Server]:
+    """A Server per model of --model / --models (models.model_specs), with its own settings over the flags'. What
+    is wrong with the command line or the file (a setting, a task, a limit) stops the command with one line; a
+    model whose folder is missing or cannot be served (no weights, ...) is kept as a failure that answers 503,
+    while the others serve; where none can be served, that stops the command too."""
+    servers, failures = [], []
+    for spec in model_specs(args):
+        settings = argparse.Namespace(**{**vars(args), **spec.settings})
+        try:
+            if settings.task is not None:
+                task_served(settings.task)  # a task no route answers: the command line's mistake
+        except BertforgeError as e:
+            raise BertforgeError(f"{spec.source}: {e}") from None
+        try:
+            folder = served_folder(spec.model, settings.revision)
+            config = read_config(folder / "config.json")
+            task = task_served(settings.task, config, folder)
+        except BertforgeError as e:
+            servers.append(fleet_server(spec, settings, shared, spec.model, None, str(e)))
+            failures.append(f"{spec.source}: {e}")
+            continue
+        try:
+            check_limits(settings, config, task)
+        except BertforgeError as e:
+            raise BertforgeError(f"{spec.source}: {e}") from None
+        try:
+            check_model(folder, settings.backend, settings.int8, settings.bf16)
+        except BertforgeError as e:
+            servers.append(fleet_server(spec, settings, shared, folder, task, str(e)))
+            failures.append(f"{spec.source}: {e}")
+            continue
+        servers.append(fleet_server(spec, settings, shared, folder, task))
+    if len(failures) == len(servers):
+        raise BertforgeError(f"no model can be served: {'; '.join(failures)}")
+    for failure in failures:
+        log.error(f"bertforge: {failure} (it answers 503; the other models serve)")
+    return servers
+
+
+def fleet_server(spec: ModelSpec, settings, shared: Shared, folder, task, load_error: str | None = None):
+    return Server(folder, task, settings.max_batch_tokens, settings.max_concurrent, settings.max_wait_ms,
+                  settings.max_client_batch, settings.workers, settings.auto_truncate, name=spec.name, shared=shared,
+                  load_error=load_error, device=settings.device, backend=settings.backend, int8=settings.int8,
+                  bf16=settings.bf16, max_length=settings.max_input_tokens, threads=settings.threads, batch_size=None)
+
+
 def run_serve(args) -> int:
     """Check what can be checked before listening (the model's files, the limits, the address), then serve."""
-    folder, task = served_model(args)
+    several = bool(args.models_given or args.models_file)
+    if several:
+        served = Fleet(fleet_servers(args, Shared()))
+        server = served.default
+    else:
+        folder, task = served_model(args)
     key, hosts = api_key(args), allowed_hosts(args)
     try:
         import uvicorn
     except ImportError:
         raise BertforgeError("bertforge serve needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
-    server = Server(folder, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
-                    args.max_client_batch, args.workers, args.auto_truncate, device=args.device, backend=args.backend,
-                    int8=args.int8, bf16=args.bf16, max_length=args.max_input_tokens, threads=args.threads,
-                    batch_size=None)
-    app = create_app(server, hosts, key, args.body_timeout, args.payload_limit)
+    if not several:
+        server = served = Server(folder, task, args.max_batch_tokens, args.max_concurrent, args.max_wait_ms,
+                                args.max_client_batch, args.workers, args.auto_truncate, device=args.device,
+                                backend=args.backend, int8=args.int8, bf16=args.bf16, max_length=args.max_input_tokens,
+                                threads=args.threads, batch_size=None)
+    app = create_app(served, hosts, key, args.body_timeout, args.payload_limit)
     sock = listening_socket(args.host, args.port)
     warn_if_open(args.host, key, hosts)
     raise_file_limit(args.max_connections)

@@ -304,14 +304,17 @@ ANSWERS = {"/embed": (EmbedRequest, embed), "/embed_all": (EmbedAllRequest, embe
 ROUTES = tuple(ANSWERS)
 
 
-def add_routes(app, server):
-    """TEI's POST routes on `app`, answered by `server` (a serve.Server)."""
+def add_routes(app, server, prefix: str = ""):
+    """TEI's POST routes on `app`, answered by `server` (a serve.Server), under `prefix` (a model's /models/NAME)."""
     for path, (body_model, answer) in ANSWERS.items():
-        add_route(app, server, path, body_model, answer)
+        add_route(app, server, path, body_model, answer, prefix)
 
 
-def add_route(app, server, path: str, body_model, answer):
+def add_route(app, server, path: str, body_model, answer, prefix: str = ""):
+    """POST `prefix + path` (a prefixed route left out of /docs)."""
+    path, summary = prefix + path, f"text-embeddings-inference's {path}"
+
     async def handle(request: Request, body: body_model):  # type: ignore[valid-type]
         return await server.respond(path, lambda: answer(server, body, request.receive))
 
-    app.post(path, summary=f"text-embeddings-inference's {path}")(handle)
+    app.post(path, summary=summary, include_in_schema=not prefix)(handle)
