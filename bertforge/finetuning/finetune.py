@@ -132,7 +132,7 @@ class FinetuneJob:
 def finetune(task: str, model_dir, data, out, epochs: float | None = None, max_length: int | None = None,
              max_train_examples: int | None = None, max_eval_examples: int | None = None,
              group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
-             recipe: str = "paper", revision: str | None = None, **options) -> dict:
+             recipe: str = "adaptive", revision: str | None = None, **options) -> dict:
     """Fine-tune `model_dir` (a folder, or a Hub model's name at `revision`) on a task; writes RUN/best/,
     RUN/eval_results.json (and, where the family predicts a test split, its predictions by the best model) and
     returns the best metrics.

@@ -222,7 +222,7 @@ def suite(model: str, tasks: list[str], seeds: list[int], out, data, points: lis
             model_dir = random_model(model, vocab, seed, out / "init" / f"seed-{seed}") if start is None else start
             began = time.perf_counter()
             finetune(task, model_dir, data, folder, **{**training, **point}, max_train_examples=max_train_examples,
-                     max_eval_examples=max_eval_examples, seed=seed, progress=False)
+                     max_eval_examples=max_eval_examples, seed=seed, progress=False, recipe="paper")
             spent, fresh = spent + time.perf_counter() - began, fresh + 1
             if seed == seeds[0] and (folder / "best").is_dir():
                 write_json(folder / "cost.json", model_cost(task, folder / "best", data, max_eval_examples, device))
