@@ -12,6 +12,7 @@ from ..core.flags import add_revision_argument
 from ..core.hub import hub_origin, model_folder
 from ..core.io import has_model_file, read_model_json, read_model_text
 from ..model.formats.sentence_folder import read_sentence_folder
+from ..model.formats.sparse_folder import read_sparse_folder
 from ..model.formats.sizes import read_header
 from ..text.tokenizer import looks_uncased
 
@@ -62,47 +63,24 @@ def vocabulary_case(folder: Path) -> str:
 
 def describe(folder: Path) -> list[str]:
     """The lines `bertforge info` prints."""
-    from ..model.formats import google_checkpoint  # here, not at the top: the command's --help does not load torch
-    from ..model.architectures.registry import PARTS, model_class, read_config
-    from ..model.formats.checkpoint import check_header, normalise_keys, part_name, weight_files
+    from ..model.architectures.registry import PARTS
+    from ..model.formats.checkpoint import part_name
 
     folder = Path(folder)
     if not folder.is_dir():
         raise BertforgeError(f"{folder}: no such checkpoint folder")
-    google = google_checkpoint.find(folder)
-    if google is not None:  # Google's TensorFlow checkpoint: the index alone is read
-        config, header, files = google_checkpoint.header(google)
-    else:
-        config = read_config(folder / "config.json")
-        files = weight_files(folder)
-        if files[0].suffix == ".bin":
-            raise BertforgeError(f"{files[0]}: info reads safetensors headers only; convert a pickle you trust "
-                                 f"first (`bertforge convert {folder} OUT`)")
-        header = read_header(files)
-    # the encoder's tensors by the rules every command loads them by (the heads are read as they are)
-    check_header(model_class("BertModel", config), config, folder, ignore_mismatched_sizes=False)
-    # Without the prefix, the position-ids buffer, and the reference's second names for the tied decoder.
-    header = normalise_keys(header, config, wants_prefix=False)
+    config, header, files = checked_header(folder)
     dtypes = sorted({dtype for _, dtype in header.values()})
-
     counts = {"embeddings": 0, "encoder": 0, "heads": 0}
     for key, (shape, _) in header.items():
         group = "heads" if part_name(key) in PARTS.values() else "embeddings" if key.startswith("embeddings.") \
             else "encoder"
         counts[group] += prod(shape)
-    parts = {part_name(key) for key in header}
-    untrained = config.extra.get("untrained_heads") or []
-    heads = [part + (" (untrained)" if part in untrained else "") for part in dict.fromkeys(PARTS.values())
-             if part in parts]
-    if "classifier" in parts:
-        last = "classifier.out_proj.bias" if "classifier.out_proj.bias" in header else "classifier.bias"  # RoBERTa's
-        outputs = header[last][0][0]
-        labels = f": {', '.join(config.id2label.values())}" if config.num_labels == outputs else ""
-        heads[heads.index("classifier")] = f"classifier ({outputs} output{'s' if outputs != 1 else ''}{labels})"
-
+    heads = head_names(config, header)
     architecture = ", ".join(config.extra.get("architectures", [])) or "not stated in config.json"
     size = sum(f.stat().st_size for f in files)
-    declared = read_sentence_folder(folder)
+    sparse = read_sparse_folder(folder)
+    declared = None if sparse else read_sentence_folder(folder)
     lines = [
         f"folder:        {folder}",
         f"architecture:  {architecture}",
@@ -125,10 +103,51 @@ def describe(folder: Path) -> list[str]:
                         f"{config.rope_theta('full_attention'):g} / {config.rope_theta('sliding_attention'):g})")
     if declared:
         lines.append(f"embedding:     sentence-transformers folder: {declared.summary()}")
+    if sparse:
+        lines.append(f"embedding:     SPLADE (sentence-transformers SparseEncoder folder): {sparse.summary()}")
     origin = hub_origin(folder)
     if origin:
         lines.insert(1, f"hub:           {origin['repo_id']}, commit {origin['commit']}")
     return lines
+
+
+def checked_header(folder: Path) -> tuple:
+    """The folder's config, its weights' header (names without the prefix, the reference's second names for the
+    tied decoder gone) checked as every command checks the encoder's, and its weight files."""
+    from ..model.architectures.registry import model_class, read_config
+    from ..model.formats import google_checkpoint  # here, not at the top: the command's --help does not load torch
+    from ..model.formats.checkpoint import check_header, normalise_keys, weight_files
+
+    google = google_checkpoint.find(folder)
+    if google is not None:  # Google's TensorFlow checkpoint: the index alone is read
+        config, header, files = google_checkpoint.header(google)
+    else:
+        config = read_config(folder / "config.json")
+        files = weight_files(folder)
+        if files[0].suffix == ".bin":
+            raise BertforgeError(f"{files[0]}: info reads safetensors headers only; convert a pickle you trust "
+                                 f"first (`bertforge convert {folder} OUT`)")
+        header = read_header(files)
+    check_header(model_class("BertModel", config), config, folder, ignore_mismatched_sizes=False)
+    return config, normalise_keys(header, config, wants_prefix=False), files
+
+
+def head_names(config, header: dict) -> list[str]:
+    """The heads the weights hold, in the order reports list them: untrained ones marked, a classifier with its
+    outputs (and labels, where the config names as many)."""
+    from ..model.architectures.registry import PARTS
+    from ..model.formats.checkpoint import part_name
+
+    parts = {part_name(key) for key in header}
+    untrained = config.extra.get("untrained_heads") or []
+    heads = [part + (" (untrained)" if part in untrained else "") for part in dict.fromkeys(PARTS.values())
+             if part in parts]
+    if "classifier" in parts:
+        last = "classifier.out_proj.bias" if "classifier.out_proj.bias" in header else "classifier.bias"  # RoBERTa's
+        outputs = header[last][0][0]
+        labels = f": {', '.join(config.id2label.values())}" if config.num_labels == outputs else ""
+        heads[heads.index("classifier")] = f"classifier ({outputs} output{'s' if outputs != 1 else ''}{labels})"
+    return heads
 
 
 def run_info(args) -> int:
