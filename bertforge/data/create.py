@@ -44,6 +44,17 @@ KEPT_SHARE = 0.5  # a sentence longer than a row keeps at most this share of its
 log = logging.getLogger("bertforge")
 
 
+def held_out_split(n_docs: int, eval_docs: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The held-out documents (`--eval-docs` of `n_docs`, drawn from the seed) and a mask of them over all."""
+    n_eval = held_out_documents(eval_docs, n_docs)
+    if n_eval >= n_docs:
+        raise BertforgeError(f"--eval-docs {eval_docs}: the corpus has only {n_docs} documents")
+    held_out = np.random.default_rng([seed, 0]).choice(n_docs, n_eval, replace=False)
+    is_eval = np.zeros(n_docs, bool)
+    is_eval[held_out] = True
+    return held_out, is_eval
+
+
 def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128, max_predictions: int = 20,
                             masked_lm_prob: float = 0.15, short_seq_prob: float = 0.1, dupe_factor: int = 10,
                             seed: int = 12345, whole_word_mask: bool = False, mask: bool = True,
@@ -75,13 +86,8 @@ def create_pretraining_data(inputs, tokenizer, out, *, max_seq_length: int = 128
         token_file = out / "corpus-tokens.tmp"
         try:
             corpus, read_stats = read_corpus(inputs, tokenizer, token_file, fmt, encoding, progress)
-            n_docs = corpus.num_documents
-            n_eval = held_out_documents(eval_docs, n_docs)
-            if n_eval >= n_docs:
-                raise BertforgeError(f"--eval-docs {eval_docs}: the corpus has only {n_docs} documents")
-            held_out = np.random.default_rng([seed, 0]).choice(n_docs, n_eval, replace=False)
-            is_eval = np.zeros(n_docs, bool)
-            is_eval[held_out] = True
+            held_out, is_eval = held_out_split(corpus.num_documents, eval_docs, seed)
+            n_eval = len(held_out)
             header = {**vocabulary_header(tokenizer), "max_seq_length": max_seq_length,
                       "short_seq_prob": short_seq_prob, "seed": seed, "masked": mask, "nsp": nsp,
                       "masked_lm_prob": masked_lm_prob, "max_predictions": max_predictions,
