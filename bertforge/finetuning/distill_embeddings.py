@@ -22,7 +22,6 @@ sentence-transformers folders (model/sentence_encoder.py) that `SentenceTransfor
 `pipeline("sentence-embedding")` and `serve` read alike.
 """
 
-import hashlib
 import json
 import math
 import sys
@@ -34,129 +33,18 @@ import numpy as np
 from ..core.errors import BertforgeError
 from ..core.flags import add_revision_argument, probability
 from ..core.hub import hub_origin, model_folder
-from ..core.io import atomic_path, check_output, read_json_lines, read_records, read_text, text_files, write_json
+from ..core.io import check_output, read_json_lines, write_json
 from ..model.architectures.registry import load_config
 from ..model.architectures.config import SIZES, BertConfig
-from ..model.formats.sentence_folder import SentencePooling, declaration_files, read_sentence_folder
+from ..model.formats.sentence_folder import SentencePooling, read_sentence_folder
 from ..text.tokenizer import BertTokenizer
 from ..training.options import TrainArgs
 from ..training.resume import EMBEDDINGS_FIXED, check_resume, run_wall_seconds
+from .embedding_data import HELD_OUT, MAX_HELD_OUT, TEXT_COLUMNS, held_out_rows, read_texts, scores, teacher_embeddings
 
 TASKS = ("embeddings", "sentence-embedding")  # `distill embeddings` and its other name (cli.SUBCOMMANDS)
-HELD_OUT, MAX_HELD_OUT = 0.05, 2000  # --held-out's default share, and the most texts it keeps aside
 EPOCHS = 3.0  # passes over the texts where --epochs is not given
 DEFAULT_LENGTH = 256  # tokens per text where the teacher's folder declares none (all-MiniLM-L6-v2 declares 256)
-# A table's columns read as texts where --text-column names none of its columns: GLUE's, SQuAD's, rerank's
-TEXT_COLUMNS = ("text", "sentence", "sentence1", "sentence2", "question", "question1", "question2", "premise",
-                "hypothesis", "query", "passage", "context")
-TABLES = (".csv", ".tsv", ".jsonl", ".json")
-TEACHER_CHUNK = 2048  # texts per call of the teacher's pipeline (its vectors kept as float32 arrays between calls)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The texts
-
-
-def read_texts(paths, text_column: str = "text", pair_column: str | None = None) -> list[str]:
-    """Every distinct text of `paths`, in the order first met (see the module docstring)."""
-    files, _ = text_files(paths)
-    texts: dict[str, None] = {}
-    for path in files:
-        for text in file_texts(path, text_column, pair_column):
-            text = text.strip()
-            if text:
-                texts.setdefault(text)
-    if not texts:
-        raise BertforgeError(f"--input {' '.join(map(str, paths))}: no text")
-    return list(texts)
-
-
-def file_texts(path: Path, text_column: str, pair_column: str | None):
-    if path.suffix.lower() not in TABLES:
-        return read_text(path).split("\n")
-    records = list(read_records(path))
-    if path.suffix.lower() == ".json" and len(records) == 1 and isinstance(records[0][1].get("data"), list):
-        from ..tasks.squad import read_squad
-
-        return [text for example in read_squad(path) for text in (example.context, example.question)]
-    present = records[0][1] if records else {}
-    columns = [c for c in dict.fromkeys([text_column, pair_column]) if c in present] or \
-        [c for c in TEXT_COLUMNS if c in present]
-    if records and not columns:
-        raise BertforgeError(f"{path}: no text column (its columns: {', '.join(map(str, present))}); name one with "
-                             f"--text-column")
-    texts = []
-    for location, record in records:
-        for column in columns:
-            value = record.get(column)
-            if value is not None and not isinstance(value, str):
-                raise BertforgeError(f"{location}: {column} is {type(value).__name__}, not a text")
-            texts.append(value or "")
-    return texts
-
-
-def held_out_rows(count: int, share: float, most: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The rows trained on and those kept aside (`share` of `count`, at least one where share > 0, at most `most`
-    or MAX_HELD_OUT), drawn by `seed`, each in order."""
-    held = min(round(share * count), most or MAX_HELD_OUT, count - 1)
-    held = max(held, 1) if share > 0 and count > 1 else held
-    order = np.random.default_rng([seed, 45]).permutation(count)
-    return np.sort(order[held:]), np.sort(order[:held])
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The teacher's vectors
-
-
-def cache_path(teacher_dir: Path, encoded: dict, cache: Path) -> Path:
-    """Where the teacher's vectors of these rows are kept: named by a hash of the teacher's files (its
-    sentence-transformers files too) and of the rows' tokens (distill_data.cache_key's), in cache/embeddings/."""
-    from .distill_data import cache_key, file_digest
-
-    digest = hashlib.sha256(b"bertforge teacher embeddings 1\n")
-    digest.update(cache_key(teacher_dir, encoded, ("input_ids", "token_type_ids")).encode())
-    for path in declaration_files(teacher_dir):
-        digest.update(str(path.relative_to(teacher_dir)).encode() + b"\0")
-        file_digest(path, digest)
-    return cache / "embeddings" / f"{digest.hexdigest()[:32]}.npy"
-
-
-def teacher_embeddings(teacher_dir: Path, texts: list[str], encoded: dict, max_length: int, cache: Path,
-                       batch_size: int, device: str | None, progress: bool) -> tuple[np.ndarray, bool]:
-    """The teacher's vector of every text [texts, dimension] (float32), and whether it came from the cache."""
-    path = cache_path(teacher_dir, encoded, cache)
-    if path.is_file():
-        try:
-            vectors = np.load(path, allow_pickle=False)
-            if vectors.ndim == 2 and len(vectors) == len(texts):
-                return vectors, True
-        except (OSError, ValueError):
-            pass  # a torn or foreign file: computed again and replaced
-    from tqdm import tqdm
-
-    from ..inference.pipelines import pipeline
-
-    embed = pipeline("sentence-embedding", model=teacher_dir, device=device, batch_size=batch_size,
-                     max_length=max_length)
-    parts = []
-    with tqdm(total=len(texts), desc="teacher", unit="text", disable=not progress, leave=False) as bar:
-        for start in range(0, len(texts), TEACHER_CHUNK):
-            parts.append(np.asarray(embed(texts[start:start + TEACHER_CHUNK], truncate=True), dtype=np.float32))
-            bar.update(len(parts[-1]))
-    vectors = np.concatenate(parts)
-    try:
-        with atomic_path(path) as tmp, tmp.open("wb") as f:
-            np.save(f, vectors, allow_pickle=False)
-    except BertforgeError as e:
-        raise BertforgeError(f"--cache-dir: {e}") from None
-    return vectors, False
-
-
-def scores(student: np.ndarray, teacher: np.ndarray) -> dict[str, float]:
-    """The held-out figures: the mean squared difference (per value, as the loss) and the mean cosine."""
-    cosine = (student * teacher).sum(1) / np.maximum(np.linalg.norm(student, axis=1) * np.linalg.norm(teacher, axis=1),
-                                                     1e-12)
-    return {"mse": float(((student - teacher) ** 2).mean()), "cosine": float(cosine.mean())}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -268,9 +156,9 @@ def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: boo
                        command: list[str] | None = None, arguments: dict | None = None,
                        revision: str | None = None, **options) -> dict:
     """Distil the sentence-embedding teacher `teacher_dir` (a folder, or a Hub model's name at `revision`) into
-    `student` on the texts of `inputs`; writes the run
-    folder (best/ and final/ sentence-transformers folders, metrics.jsonl, eval_results.json) and returns the best
-    held-out figures. `options`: TrainArgs fields (defaults: distill's, DISTILL_DEFAULTS)."""
+    `student` on the texts of `inputs`; writes the run folder (best/ and final/ sentence-transformers folders,
+    metrics.jsonl, eval_results.json) and returns the best held-out figures. `options`: TrainArgs fields (defaults:
+    distill's, DISTILL_DEFAULTS)."""
     from .distill_recipe import DISTILL_DEFAULTS, start_lr, student_start
     from .distill_data import default_cache
     from .finetune import task_training_options
@@ -279,22 +167,7 @@ def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: boo
     train_options = task_training_options(options, {**DISTILL_DEFAULTS, "patience": 0})  # 3 epochs: no stopping
     if train_options["lr"] is None:  # the rate of task distillation's recipe for this start
         train_options["lr"] = start_lr(student_start(student, None, prune))
-    if not inputs:
-        raise BertforgeError("distill embeddings needs --input: the text files (or tables, SQuAD files, folders) "
-                             "whose texts the student learns the teacher's vectors of")
-    if student is None:
-        raise BertforgeError(f"distill embeddings needs --student: a size ({', '.join(SIZES)}) or a model folder")
-    if prune and student not in SIZES:
-        raise BertforgeError(f"--prune: --student {student} is not a size ({', '.join(SIZES)}) to cut the teacher to")
-    if not 0 <= held_out < 1:
-        raise BertforgeError(f"--held-out {held_out}: must be at least 0 and below 1")
-    teacher_dir = model_folder(teacher_dir, revision)
-    if not (teacher_dir / "config.json").is_file():
-        raise BertforgeError(f"--teacher {teacher_dir}: not a model folder (no config.json)")
-    if prune:  # the cut's shape, before any text is read
-        from ..model.student import cut_config
-
-        cut_config(load_config(teacher_dir), BertConfig.from_name(student), student)
+    teacher_dir = check_options(teacher_dir, revision, student, inputs, prune, held_out)
     declared = read_sentence_folder(teacher_dir) or SentencePooling()
     tokenizer = BertTokenizer.from_pretrained(teacher_dir)
     limit = min(tokenizer.model_max_length, load_config(teacher_dir).max_tokens)
@@ -328,6 +201,27 @@ def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: boo
     return train_student(model, EmbeddingJob(encoded, teacher, train, held, train_options["batch_size"],
                                              train_options["seed"], tokenizer, group_by_length),
                          out, train_options, run, started)
+
+
+def check_options(teacher_dir, revision, student: str | None, inputs, prune: bool, held_out: float) -> Path:
+    """The teacher's folder, once the flags are checked (and --prune's shape, before any text is read)."""
+    if not inputs:
+        raise BertforgeError("distill embeddings needs --input: the text files (or tables, SQuAD files, folders) "
+                             "whose texts the student learns the teacher's vectors of")
+    if student is None:
+        raise BertforgeError(f"distill embeddings needs --student: a size ({', '.join(SIZES)}) or a model folder")
+    if prune and student not in SIZES:
+        raise BertforgeError(f"--prune: --student {student} is not a size ({', '.join(SIZES)}) to cut the teacher to")
+    if not 0 <= held_out < 1:
+        raise BertforgeError(f"--held-out {held_out}: must be at least 0 and below 1")
+    teacher_dir = model_folder(teacher_dir, revision)
+    if not (teacher_dir / "config.json").is_file():
+        raise BertforgeError(f"--teacher {teacher_dir}: not a model folder (no config.json)")
+    if prune:
+        from ..model.student import cut_config
+
+        cut_config(load_config(teacher_dir), BertConfig.from_name(student), student)
+    return teacher_dir
 
 
 def student_model(spec: str, teacher_dir: Path, tokenizer, encoded: dict, teacher: np.ndarray, train: np.ndarray,
