@@ -162,6 +162,20 @@ def init_output_bias(model, counts) -> None:
         model.output_bias.copy_((smoothed / smoothed.sum()).log())
 
 
+def say_settings(recorded: dict, args: TrainArgs, data, no_held_out: bool) -> None:
+    """The run's settings in one line (those left unset by the objective not named), and a warning where the data
+    holds no held-out documents to evaluate on."""
+    shown = {k: v for k, v in recorded.items()
+             if v is not None or k not in ("teacher", "mask_prob", "student_embeddings", "prune", "base_model")}
+    log.info("pre-training: " + ", ".join(f"{k} {v}" for k, v in {
+        **shown, "lr": args.lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": args.batch_size,
+        "bf16": args.bf16,
+        "steps": args.steps if not args.time_budget else f"until the {args.time_budget:g} s budget"}.items()))
+    if args.eval_every and no_held_out:
+        log.warning(f"{data}: no held-out documents, so no held-out figures or baselines; make the data with "
+                    "`bertforge data create --eval-docs N` (auto by default) to have them")
+
+
 def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = None, dropout: float | None = None,
              eval_rows: int = 1024, objective: str | None = None, mask_prob: float | None = None,
              recipe: str | None = None, output_bias: str | None = None, teacher: str | None = None,
@@ -214,15 +228,7 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
     args = TrainArgs(out=Path(out), **{**options, "extra": {**options.get("extra", {}), **recorded}})
     if not ctx.main:
         return fit(model, job, args, ctx)
-    shown = {k: v for k, v in recorded.items()
-             if v is not None or k not in ("teacher", "mask_prob", "student_embeddings", "prune", "base_model")}
-    log.info("pre-training: " + ", ".join(f"{k} {v}" for k, v in {
-        **shown, "lr": args.lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": args.batch_size,
-        "bf16": args.bf16,
-        "steps": args.steps if not args.time_budget else f"until the {args.time_budget:g} s budget"}.items()))
-    if args.eval_every and job.eval is None:
-        log.warning(f"{data}: no held-out documents, so no held-out figures or baselines; make the data with "
-                    "`bertforge data create --eval-docs N` (auto by default) to have them")
+    say_settings(recorded, args, data, job.eval is None)
     baselines = job.baselines()
     with exclusive(args.out, "--out"):  # from the first file written (fit holds it too)
         check_resume(args, job.resume_fixed)  # a refused --resume writes nothing
