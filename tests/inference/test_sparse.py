@@ -147,3 +147,10 @@ def test_embed_sparse_writes_csr_shards_and_search_ranks_by_dot_product(splade_f
     best = np.argsort(-scores, kind="stable")[:3]
     assert [h.row for h in hits] == best.tolist()
     assert np.allclose([h.score for h in hits], scores[best], atol=1e-4)
+
+
+def test_info_describes_a_splade_folder(splade_folder, capsys):
+    from bertforge.cli import main
+
+    assert main(["info", str(splade_folder)]) == 0
+    assert "SPLADE (sentence-transformers SparseEncoder folder): max pooling of log(1 + relu)" in capsys.readouterr().out

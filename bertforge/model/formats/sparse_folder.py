@@ -40,6 +40,15 @@ class SparseDeclaration:
         text = self.prompt + text
         return text.lower() if self.do_lower_case else text
 
+    def summary(self) -> str:
+        """One line for `bertforge info`."""
+        activation = "log(1 + log(1 + relu))" if self.activation == "log1p_relu" else "log(1 + relu)"
+        parts = [f"{self.pooling} pooling of {activation} of the masked-LM logits",
+                 f"max_seq_length {self.max_seq_length or 'of the tokenizer'}"]
+        if self.prompt:
+            parts.append(f"prompt {self.prompt!r}")
+        return ", ".join(parts)
+
 
 def sparse_modules(folder: Path) -> list[tuple[str, str]] | None:
     """(module type, path) of a SparseEncoder's modules.json, None where the folder is not one (no modules.json, or
