@@ -372,6 +372,7 @@ class SparseEmbedding(Pipeline):
 
     task = "sparse-embedding"
     model_class = bert.BertForMaskedLM
+    LOGITS_BUDGET = 1 << 26  # vocabulary scores computed at a time: 256 MiB of float32 (2,198 tokens of 30,522)
 
     def __init__(self, runtime, tokenizer, config, folder, *args, **kwargs):
         self.declared = read_sparse_folder(folder) or SparseDeclaration()
@@ -397,13 +398,22 @@ class SparseEmbedding(Pipeline):
         return super().encode([declared.text(x) for x in items], prepared, truncate)
 
     def forward(self, batch):
-        """Per row its non-zero weights: (token ids ascending, int64; weights, float32)."""
+        """Per row its non-zero weights: (token ids ascending, int64; weights, float32). The batch runs in parts of
+        at most LOGITS_BUDGET vocabulary scores (real tokens x vocabulary), whatever its own size (the server's
+        token budget, embed's --batch-tokens): the scores of every token are the memory a SPLADE model takes."""
         counts = batch["attention_mask"].sum(1).tolist()
-        pooled = splade(self.runtime.token_logits(batch), counts, self.declared.pooling, self.declared.activation)
-        rows = []
-        for vector in pooled.cpu():
-            ids = vector.nonzero().squeeze(1)
-            rows.append((ids.numpy(), vector[ids].numpy()))
+        rows, start, most = [], 0, max(1, self.LOGITS_BUDGET // self.config.vocab_size)
+        while start < len(counts):
+            stop, tokens = start + 1, counts[start]
+            while stop < len(counts) and tokens + counts[stop] <= most:
+                tokens, stop = tokens + counts[stop], stop + 1
+            part = {k: v[start:stop] for k, v in batch.items()}
+            pooled = splade(self.runtime.token_logits(part), counts[start:stop], self.declared.pooling,
+                            self.declared.activation)
+            for vector in pooled.cpu():
+                ids = vector.nonzero().squeeze(1)
+                rows.append((ids.numpy(), vector[ids].numpy()))
+            start = stop
         return rows
 
     def sparse(self, prepared, outputs) -> list[tuple[np.ndarray, np.ndarray]]:

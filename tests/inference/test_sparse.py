@@ -154,3 +154,19 @@ def test_info_describes_a_splade_folder(splade_folder, capsys):
 
     assert main(["info", str(splade_folder)]) == 0
     assert "SPLADE (sentence-transformers SparseEncoder folder): max pooling of log(1 + relu)" in capsys.readouterr().out
+
+
+def test_a_batch_runs_in_parts_of_the_logits_budget(splade_folder, monkeypatch):
+    from bertforge.inference.pipelines import SparseEmbedding
+
+    embed = bertforge.pipeline(model=splade_folder)
+    whole = embed(TEXTS)
+    calls = []
+    token_logits = embed.runtime.token_logits
+    monkeypatch.setattr(embed.runtime, "token_logits", lambda batch: calls.append(len(batch["input_ids"])) or
+                        token_logits(batch))
+    monkeypatch.setattr(SparseEmbedding, "LOGITS_BUDGET", 12 * embed.config.vocab_size)  # 12 tokens at a time
+    parts = embed(TEXTS)
+    assert len(calls) > 1 and sum(calls) == len(TEXTS)
+    for a, b in zip(whole, parts):
+        assert a.keys() == b.keys() and np.allclose(list(a.values()), [b[k] for k in a], atol=1e-5)
