@@ -1,4 +1,5 @@
-"""`bertforge serve MODEL`: the checkpoint's pipeline behind an HTTP JSON API (FastAPI + uvicorn, the `serve` extra).
+"""`bertforge serve MODEL`: the checkpoint's pipeline behind an HTTP JSON API (FastAPI + uvicorn, the `serve` extra);
+`bertforge serve --model A --model B` (or --models FILE): several, each under /models/NAME (models.py).
 
 Endpoints, with request bodies as text-embeddings-inference spells them ({"inputs": ...} plus options):
 POST /v1/classify, /v1/embed, /v1/fill-mask, /v1/ner, /v1/qa, /v1/multiple-choice (a route per pipeline task,
