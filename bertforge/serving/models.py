@@ -47,9 +47,10 @@ def model_specs(args) -> list[ModelSpec]:
                              "--model, or the models in --models FILE")
     if given and file:
         raise BertforgeError(f"--models {file} with --model: give the models in one of them")
-    if given and (args.revision is not None or args.task is not None):
+    if args.revision is not None or args.task is not None:  # one model's: each has its own in the file
         flag = "--revision" if args.revision is not None else "--task"
-        raise BertforgeError(f"{flag} with several models: give each model's in --models FILE")
+        raise BertforgeError(f"{flag} with --model{'s' if file else ''}: give each model's own \"{flag[2:]}\" in "
+                             "--models FILE")
     specs = [flag_spec(value) for value in given] if given else file_specs(file)
     seen = {}
     for spec in specs:

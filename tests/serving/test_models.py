@@ -217,8 +217,9 @@ def test_bad_model_flags_and_files_are_one_line_naming_them(encoder, classifier,
     assert "MODEL" in error_of(capsys, encoder, "--model", classifier)
     assert "the name 'x' is --model x=" in error_of(capsys, "--model", f"x={encoder}", "--model", f"x={classifier}")
     assert "cannot name a model in a URL" in error_of(capsys, "--model", "bad name!")
-    assert "--revision with several models" in error_of(capsys, "--model", encoder, "--revision", "v1")
-    assert "--task with several models" in error_of(capsys, "--model", encoder, "--task", "text-classification")
+    assert "--revision with --model: give each model's own \"revision\"" in error_of(capsys, "--model", encoder,
+                                                                                   "--revision", "v1")
+    assert "--task with --model" in error_of(capsys, "--model", encoder, "--task", "text-classification")
     file = tmp_path / "models.json"
     for content, message in [
             ("[{\"model\": 1", "not valid JSON"), ("{}", "expected a JSON list"),
@@ -235,6 +236,7 @@ def test_bad_model_flags_and_files_are_one_line_naming_them(encoder, classifier,
         error = error_of(capsys, "--models", file)
         assert message in error and str(file) in error, (message, error)
     assert "--models" in error_of(capsys, "--models", file, "--model", encoder)
+    assert "--task with --models" in error_of(capsys, "--models", file, "--task", "text-classification")
     assert f"--models {tmp_path / 'none.json'}: file not found" in error_of(capsys, "--models", tmp_path / "none.json")
 
 
