@@ -37,7 +37,9 @@ MOVED = {
     "train": "training.train", "vocab": "text.vocab", "windows": "inference.windows", "wordpiece": "text.wordpiece",
     # the model layer's rooms: its modules moved into architectures/ and formats/
     "model.architectures": "model.architectures.registry", "model.bert": "model.architectures.bert",
-    "model.checkpoint": "model.formats.checkpoint", "model.config": "model.architectures.config",
+    "model.checkpoint": "model.formats.checkpoint",
+    "model.config": ("model.architectures.config model.architectures.family_configs "
+                     "model.architectures.modernbert_config"),
     "model.crc32c": "model.formats.crc32c", "model.distilbert": "model.architectures.distilbert",
     "model.electra": "model.architectures.electra", "model.google_checkpoint": "model.formats.google_checkpoint",
     "model.heads": "model.architectures.heads serving.routes", "model.modernbert": "model.architectures.modernbert",

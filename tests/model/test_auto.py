@@ -11,7 +11,8 @@ from bertforge.model import auto
 from bertforge.model.auto import (AutoConfig, AutoModel, AutoModelClass, AutoModelForMaskedLM,
                                   AutoModelForPreTraining, AutoModelForSequenceClassification, AutoTokenizer)
 from bertforge.model.architectures.bert import BertForMaskedLM
-from bertforge.model.architectures.config import BertConfig, ModernBertConfig
+from bertforge.model.architectures.config import BertConfig
+from bertforge.model.architectures.modernbert_config import ModernBertConfig
 from bertforge.model.architectures.heads import HEADS, head_class
 from bertforge.model.architectures.modernbert import ModernBertForMaskedLM, ModernBertForSequenceClassification
 from bertforge.text.tokenizer import BertTokenizer, PipelineTokenizer

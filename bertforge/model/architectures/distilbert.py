@@ -17,7 +17,7 @@ from torch import nn
 
 from .bert import ACT, BertEncoder, BertModel, BertPreTrainedModel, BertSelfAttention, masked_lm_loss
 from ..compat import finish
-from .config import DistilBertConfig
+from .family_configs import DistilBertConfig
 from .packing import DropoutSite, Layout
 from .task_heads import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
                          BertForTokenClassification)

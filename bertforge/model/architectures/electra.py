@@ -17,7 +17,7 @@ from torch import nn
 
 from .bert import ACT, BertEmbeddings, BertModel, BertPreTrainedModel, masked_lm
 from ..compat import finish
-from .config import ElectraConfig
+from .family_configs import ElectraConfig
 from .roberta import RobertaClassificationHead, RobertaForSequenceClassification
 from .task_heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
 

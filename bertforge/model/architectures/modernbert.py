@@ -22,7 +22,7 @@ from torch.utils.checkpoint import checkpoint
 from .bert import ACT, masked_lm_loss
 from ..formats.checkpoint import PretrainedMixin
 from ..compat import ModelApiMixin, finish
-from .config import ModernBertConfig
+from .modernbert_config import ModernBertConfig
 from .packing import EncoderOutput, Layout, Packing
 from .task_heads import choice_outputs, flatten_choices, sequence_loss, span_outputs, token_loss
 

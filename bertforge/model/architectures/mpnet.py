@@ -26,7 +26,7 @@ from torch.utils.checkpoint import checkpoint
 from .bert import (BertIntermediate, BertModel, BertOutput, BertPooler, BertPreTrainedModel, BertSelfAttention,
                    masked_lm)
 from ..compat import finish
-from .config import MPNET_PADDING_IDX, MPNetConfig
+from .family_configs import MPNET_PADDING_IDX, MPNetConfig
 from .packing import DropoutSite, Layout
 from .roberta import RobertaForSequenceClassification, RobertaLMHead, positions
 from .task_heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification

@@ -13,8 +13,9 @@ from pathlib import Path
 from ...core.errors import BertforgeError
 from ...core.hub import model_folder
 from ...core.io import read_model_json
-from .config import (SIZES, BertConfig, ConfigFile, DistilBertConfig, ElectraConfig, ModernBertConfig, MPNetConfig,
-                     RobertaConfig, XLMRobertaConfig)
+from .config import SIZES, BertConfig, ConfigFile
+from .family_configs import DistilBertConfig, ElectraConfig, MPNetConfig, RobertaConfig, XLMRobertaConfig
+from .modernbert_config import ModernBertConfig
 from .heads import HEADS, PART_NAMES, head_class
 
 

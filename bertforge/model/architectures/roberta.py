@@ -18,7 +18,7 @@ from torch import nn
 
 from .bert import BertModel, BertPreTrainedModel, masked_lm
 from ..compat import finish
-from .config import RobertaConfig, XLMRobertaConfig
+from .family_configs import RobertaConfig, XLMRobertaConfig
 from .task_heads import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
                          BertForTokenClassification)
 

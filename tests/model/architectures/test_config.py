@@ -10,7 +10,8 @@ import transformers
 
 import bertforge.model.architectures.bert as bf
 from bertforge.model.architectures.registry import ARCHITECTURES, load_config
-from bertforge.model.architectures.config import BertConfig, ModernBertConfig
+from bertforge.model.architectures.config import BertConfig
+from bertforge.model.architectures.modernbert_config import ModernBertConfig
 from bertforge.core.errors import BertforgeError
 
 transformers.logging.set_verbosity_error()

@@ -12,7 +12,7 @@ from bertforge.core.errors import BertforgeError
 from bertforge.model.architectures import distilbert
 from bertforge.model.architectures.registry import ARCHITECTURES, heads_of, model_class, read_config
 from bertforge.model.architectures.bert import BertModel
-from bertforge.model.architectures.config import DistilBertConfig
+from bertforge.model.architectures.family_configs import DistilBertConfig
 from bertforge.model.formats.sizes import model_shapes
 from bertforge.model.student import activation_ranks, pruned_student, student_config, task_head
 from bertforge.model.architectures.task_heads import BertForSequenceClassification

@@ -15,7 +15,7 @@ from bertforge.core.errors import BertforgeError
 from bertforge.model.architectures import electra
 from bertforge.model.architectures.registry import ARCHITECTURES, heads_of, read_config
 from bertforge.model.architectures.bert import BertModel
-from bertforge.model.architectures.config import ElectraConfig
+from bertforge.model.architectures.family_configs import ElectraConfig
 from bertforge.model.formats.sizes import model_shapes
 from bertforge.model.student import activation_ranks, cut_config, pruned_student, task_head
 from bertforge.model.architectures.task_heads import BertForSequenceClassification

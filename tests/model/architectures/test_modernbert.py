@@ -9,7 +9,7 @@ import torch
 
 from bertforge.model.architectures import modernbert
 from bertforge.model.architectures.registry import read_config
-from bertforge.model.architectures.config import ModernBertConfig
+from bertforge.model.architectures.modernbert_config import ModernBertConfig
 from bertforge.model.architectures.task_heads import BertForSequenceClassification
 from tests.conftest import compare
 

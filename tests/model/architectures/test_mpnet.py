@@ -16,7 +16,7 @@ from bertforge.core.errors import BertforgeError
 from bertforge.model.architectures import mpnet
 from bertforge.model.architectures.registry import ARCHITECTURES, heads_of, model_class, read_config
 from bertforge.model.architectures.bert import BertModel
-from bertforge.model.architectures.config import MPNetConfig
+from bertforge.model.architectures.family_configs import MPNetConfig
 from bertforge.model.formats.sizes import model_shapes
 from bertforge.model.student import activation_ranks, cut_weights, pruned_student, student_config, task_head
 from bertforge.model.architectures.task_heads import BertForSequenceClassification
