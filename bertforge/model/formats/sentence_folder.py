@@ -158,7 +158,7 @@ def module_paths(folder: Path) -> list[tuple[str, str]]:
     modules = read_model_json(file, folder, expect=list)
     if any(isinstance(m, dict) and str(m.get("type", "")).endswith("SpladePooling") for m in modules):
         raise BertforgeError(f"{file}: a SPLADE (SparseEncoder) folder: its vectors are the sparse-embedding "
-                             f"pipeline's (sparse_folder.py), not a sentence embedding")
+                             f"pipeline's (sparse_folder.py; `bertforge embed --sparse`), not a sentence embedding")
     found = []
     for i, module in enumerate(modules):
         if not isinstance(module, dict) or not isinstance(module.get("type"), str) \
