@@ -32,7 +32,7 @@ class Architecture:
     # (MPNet's encoder.relative_attention_bias) is required as the top-level ones are, the layers aside
     encoder: tuple[str, ...]
     parts: dict[str, str]  # state-dict prefix of each part outside the encoder -> its plain name, for reports
-    cut: str  # "module:Class" of how --prune ranks and cuts it (model/student.py)
+    cut: str  # "module:Class" of how --prune ranks and cuts it (model/cut_rules.py)
     optional: tuple[str, ...] = ()  # encoder parts a checkpoint may lack, initialised fresh (BERT's pooler)
     segments: bool = True  # reads token_type_ids (BERT's sentence A / B); others ignore them
     causal: bool = False  # has left-to-right attention (config.json's is_decoder): what --objective ltr trains
@@ -83,7 +83,7 @@ def classes(module: str, family: str) -> dict[str, str]:
 
 
 MODERNBERT, ROBERTA = "bertforge.model.architectures.modernbert", "bertforge.model.architectures.roberta"
-STUDENT = "bertforge.model.student"
+CUTS = "bertforge.model.cut_rules"
 ELECTRA = "bertforge.model.architectures.electra"
 DISTILBERT = "bertforge.model.architectures.distilbert"
 MPNET = "bertforge.model.architectures.mpnet"
@@ -91,16 +91,16 @@ ROBERTA_ARCHITECTURE = Architecture(
     "roberta", RobertaConfig, "roberta", classes(ROBERTA, "Roberta"), "encoder.layer",
     ("embeddings", "encoder", "pooler"), {"roberta.pooler": "pooler", "lm_head": "masked-LM head",
                                           "classifier": "classifier", "qa_outputs": "question-answering head"},
-    f"{STUDENT}:RobertaCut", optional=("pooler",), segments=False, aliases=("lm_head.decoder.weight",
+    f"{CUTS}:RobertaCut", optional=("pooler",), segments=False, aliases=("lm_head.decoder.weight",
                                                                             "lm_head.decoder.bias"))
 ARCHITECTURES = {arch.model_type: arch for arch in (
     Architecture("bert", BertConfig, "bert", None, "encoder.layer", ("embeddings", "encoder", "pooler"), PART_NAMES,
-                 f"{STUDENT}:BertCut", optional=("pooler",), causal=True,
+                 f"{CUTS}:BertCut", optional=("pooler",), causal=True,
                  aliases=("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")),
     Architecture("modernbert", ModernBertConfig, "model", classes(MODERNBERT, "ModernBert"), "layers",
                  ("embeddings", "layers", "final_norm"),
                  {"head": "prediction head", "decoder": "masked-LM decoder", "classifier": "classifier"},
-                 f"{STUDENT}:ModernBertCut", segments=False, aliases=("decoder.weight",)),
+                 f"{CUTS}:ModernBertCut", segments=False, aliases=("decoder.weight",)),
     ROBERTA_ARCHITECTURE,
     replace(ROBERTA_ARCHITECTURE, model_type="xlm-roberta", config=XLMRobertaConfig,
             classes=classes(ROBERTA, "XLMRoberta")),
@@ -109,17 +109,17 @@ ARCHITECTURES = {arch.model_type: arch for arch in (
                  {"generator_predictions": "masked-LM head", "generator_lm_head": "masked-LM head",
                   "discriminator_predictions": "discriminator head", "classifier": "classifier",
                   "qa_outputs": "question-answering head", "sequence_summary": "sequence summary"},
-                 f"{STUDENT}:ElectraCut", aliases=("generator_lm_head.weight",)),
+                 f"{CUTS}:ElectraCut", aliases=("generator_lm_head.weight",)),
     Architecture("distilbert", DistilBertConfig, "distilbert", classes(DISTILBERT, "DistilBert"), "transformer.layer",
                  ("embeddings", "transformer"), {"vocab_transform": "masked-LM head", "vocab_layer_norm":
                  "masked-LM head", "vocab_projector": "masked-LM head", "pre_classifier": "classifier",
                  "classifier": "classifier", "qa_outputs": "question-answering head"},
-                 f"{STUDENT}:DistilBertCut", segments=False, aliases=("vocab_projector.weight",)),
+                 f"{CUTS}:DistilBertCut", segments=False, aliases=("vocab_projector.weight",)),
     Architecture("mpnet", MPNetConfig, "mpnet", classes(MPNET, "MPNet"), "encoder.layer",
                  ("embeddings", "encoder", "encoder.relative_attention_bias", "pooler"),
                  {"mpnet.pooler": "pooler", "lm_head": "masked-LM head", "classifier": "classifier",
                   "qa_outputs": "question-answering head"},
-                 f"{STUDENT}:MPNetCut", optional=("pooler",), segments=False,
+                 f"{CUTS}:MPNetCut", optional=("pooler",), segments=False,
                  aliases=("lm_head.decoder.weight", "lm_head.decoder.bias")),
 )}
 # The class names of the architectures beyond BERT's, as config.json's `architectures` lists them, to their heads.

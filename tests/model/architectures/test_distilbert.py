@@ -289,7 +289,7 @@ def test_ids_offsets_and_pairs_are_the_references_with_no_segments(tmp_path):
 @pytest.mark.parametrize("head", ["ForSequenceClassification", "ForMultipleChoice", "ForTokenClassification",
                                   "ForMaskedLM"])
 def test_a_student_cut_at_the_teachers_size_is_the_teacher(folders, head):
-    """DistilBERT's cut rules (student.DistilBertCut) keep every part when the student is the teacher's size."""
+    """DistilBERT's cut rules (cut_rules.DistilBertCut) keep every part when the student is the teacher's size."""
     _, teacher = loaded(folders, "DistilBert" + head)
     ids, mask = batch([20, 9], teacher.config.vocab_size, head == "ForMultipleChoice")
     ranks = activation_ranks(teacher, lambda: teacher(input_ids=ids, attention_mask=mask),

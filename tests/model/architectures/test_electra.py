@@ -293,7 +293,7 @@ def test_the_wordpiece_tokenizer_is_the_references_with_segments(folders):
 @pytest.mark.parametrize("head", ["ForSequenceClassification", "ForMultipleChoice", "ForTokenClassification",
                                   "ForMaskedLM"])
 def test_a_student_cut_at_the_teachers_size_is_the_teacher(folders, head):
-    """ELECTRA's cut rules (student.ElectraCut: RoBERTa's, the tables kept whole and the projection's rows cut with
+    """ELECTRA's cut rules (cut_rules.ElectraCut: RoBERTa's, the tables kept whole and the projection's rows cut with
     the hidden channels, the sequence summary cut as a pooler) keep every part at the teacher's size."""
     _, teacher = loaded(folders, head)
     ids, mask, segments = batch([20, 9], teacher.config.vocab_size, head == "ForMultipleChoice")

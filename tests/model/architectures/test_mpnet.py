@@ -397,7 +397,7 @@ def test_a_tokenizer_naming_its_own_special_tokens_without_its_tokenizer_json_is
 @pytest.mark.parametrize("head", ["ForSequenceClassification", "ForMultipleChoice", "ForTokenClassification",
                                   "ForMaskedLM"])
 def test_a_student_cut_at_the_teachers_size_is_the_teacher(folders, head):
-    """MPNet's cut rules (student.MPNetCut: RoBERTa's under MPNet's names, one set of heads for every layer, the
+    """MPNet's cut rules (cut_rules.MPNetCut: RoBERTa's under MPNet's names, one set of heads for every layer, the
     relative position table's columns cut with it) keep every part when the student is the teacher's size."""
     _, teacher = loaded(folders, "MPNet" + head)
     ids, mask = batch([20, 9], teacher.config.vocab_size, head == "ForMultipleChoice")

@@ -355,7 +355,7 @@ def test_overflowing_windows_of_a_pair_are_the_references(tokenizers):
 
 @pytest.mark.parametrize("head", ["ForSequenceClassification", "ForMultipleChoice", "ForTokenClassification"])
 def test_a_student_cut_at_the_teachers_size_is_the_teacher(folders, head):
-    """RoBERTa's cut rules (student.RobertaCut: BERT's, and the sentence classifier's dense layer cut as a pooler)
+    """RoBERTa's cut rules (cut_rules.RobertaCut: BERT's, and the sentence classifier's dense layer cut as a pooler)
     keep every part when the student is the teacher's size: the student's outputs are the teacher's."""
     _, teacher = loaded(folders, "Roberta" + head)
     ids, mask = batch([20, 9], teacher.config.vocab_size, head == "ForMultipleChoice")
