@@ -147,12 +147,12 @@ class Server:
             return {"status": "loading"}
         return {"status": "failed", "error": scrub(f"cannot be loaded: {self.load_error}")}
 
-    async def answer(self, endpoint: str, body, receive) -> tuple[bytes, dict]:
-        """The JSON of the results of a request to /v1/ENDPOINT, in input order, and the response's headers (see
-        finish); Refused for what is not answered."""
+    async def answer(self, endpoint: str, body, receive, prefix: str = "") -> tuple[bytes, dict]:
+        """The JSON of the results of a request to PREFIX/v1/ENDPOINT, in input order, and the response's headers
+        (see finish); Refused for what is not answered."""
         self.ready()
         if endpoint != self.endpoint:
-            raise Refused(404, "not_found", f"this model ({self.pipe.task}) answers on /v1/{self.endpoint}")
+            raise Refused(404, "not_found", f"this model ({self.pipe.task}) answers on {prefix}/v1/{self.endpoint}")
         options = body.model_dump(exclude_unset=True)
         inputs, truncate = options.pop("inputs"), options.pop("truncate", self.auto_truncate)
         return await self.compute(f"/v1/{endpoint}", inputs, truncate, options, receive, self.finish)
@@ -358,9 +358,10 @@ def endpoint_handler(server: Server, route: Route, path: str | None = None):
                                                   __config__=REQUEST)
     body_model = REQUEST_MODELS[route.name]
     path = path or f"/v1/{route.name}"
+    prefix = path.removesuffix(f"/v1/{route.name}")
 
     async def handle(request: Request, body: body_model):  # type: ignore[valid-type]
-        return await server.respond(path, lambda: server.answer(route.name, body, request.receive))
+        return await server.respond(path, lambda: server.answer(route.name, body, request.receive, prefix))
 
     return handle
 

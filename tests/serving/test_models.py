@@ -88,6 +88,8 @@ def test_each_model_answers_its_routes_as_alone(both, alone, name, path, body):
 def test_the_unprefixed_routes_are_the_defaults(both, alone):
     assert both.post("/v1/classify", json={"inputs": "a"}).json() == alone["enc"].post(
         "/v1/classify", json={"inputs": "a"}).json()  # the default is an encoder: a 404 naming its route
+    other = both.post("/models/cls/v1/embed", json={"inputs": "a"})
+    assert other.status_code == 404 and "answers on /models/cls/v1/classify" in other.json()["error"]
     wrong = both.post("/models/cls/embed", json={"inputs": "a"})
     assert wrong.status_code == 424 and "/predict" in wrong.json()["error"]
     unknown = both.post("/models/nope/v1/embed", json={"inputs": "a"})
