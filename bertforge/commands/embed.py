@@ -1,6 +1,8 @@
 """`bertforge embed CORPUS --model M --out DIR`: a corpus's passages embedded into shards of vectors with a
-manifest, as a stream, resumable (inference/embed.py does the work, inference/quantize.py the precisions)."""
+manifest, as a stream, resumable (inference/embed.py does the work, inference/quantize.py the precisions); under
+torchrun, each process embeds its share of the shards."""
 
+import os
 import time
 
 from ..core.flags import add_device_argument, add_encoding_argument, add_revision_argument, count
@@ -49,6 +51,8 @@ def run_embed(args) -> int:
                             precision=args.precision, calibration=args.calibration, prompt=args.prompt, bf16=args.bf16,
                             batch_tokens=args.batch_tokens, shard_rows=args.shard_rows, formats=[args.format],
                             device=args.device, progress=args.progress, sparse=args.sparse)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports for all
+        return 0
     shards = len(manifest["shards"])
     kind = (f"sparse vectors over {manifest['dims']} tokens" if manifest.get("sparse") else
             f"{manifest['dims']}-value {manifest['precision']} vectors")

@@ -31,8 +31,12 @@ so ("sparse": true, "layout": "csr", "dims": the vocabulary's size):
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import itertools
 import json
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +58,7 @@ FORMATS = ("npy", "parquet")
 CHUNK_ROWS = 2048  # passages given to the pipeline at a time (it sorts them by length into token-budget batches)
 BATCH_TOKENS = 16384
 SHARD_ROWS = 100_000
+RANK_TIMEOUT_HOURS = 24  # how long a rank waits at a barrier for the others (torchrun)
 QUERY_PROMPT = "query"  # the prompt a search embeds its queries with, where the folder names one
 
 
@@ -249,6 +254,10 @@ def embed_corpus(corpus, out, model, revision: str | None = None, text_column: s
                 "id_column": id_column, "dimensions": dimensions, "precision": precision,
                 "calibration": None if calibration is None else str(Path(calibration).resolve()), "prompt": prompt,
                 "bf16": bf16, "shard_rows": shard_rows, "formats": formats, "sparse": sparse}
+    rank, world = process_group()
+    if world > 1:
+        return _embed_as_rank(rank, world, corpus, out, model, revision, folder, settings, calibration, text_column,
+                              id_column, encoding, progress, embedder, device, bf16, batch_tokens)
     with exclusive(out, "--out"):
         manifest = None
         if (out / MANIFEST).exists():
@@ -261,30 +270,38 @@ def embed_corpus(corpus, out, model, revision: str | None = None, text_column: s
                 return manifest
         for stale in out.glob(".shard-*.tmp"):  # a write cut short by a kill
             stale.unlink(missing_ok=True)
-        if embedder is None and sparse:
-            embedder = SparseEmbedder(model, device=device, bf16=bf16, batch_tokens=batch_tokens, prompt=prompt,
-                                      folder=folder)
-        embedder = embedder or Embedder(model, device=device, bf16=bf16, batch_tokens=batch_tokens, prompt=prompt,
-                                        dimensions=dimensions, folder=folder)
+        embedder = embedder or make_embedder(model, folder, settings, device, bf16, batch_tokens)
         if manifest is None:
-            query_prompt = QUERY_PROMPT if QUERY_PROMPT in embedder.prompts else None
-            manifest = {"kind": KIND, "version": VERSION, "model_name": str(model), "revision": revision,
-                        **settings, "dims": embedder.dims, "model_dims": embedder.model_dims,
-                        "normalized": embedder.normalized, "pooling": embedder.pipe.declared.pooling,
-                        "prompt_text": (embedder.pipe.prompts.get(prompt, "") if sparse and prompt else
-                                        embedder.pipe.declared.prompt if sparse else
-                                        embedder.pipe.prompted({"prompt_name": prompt}).prompt),
-                        "query_prompt": query_prompt,
-                        "max_length": embedder.pipe.max_length,
-                        "ranges": None if calibration is None else
-                        read_calibration(calibration, embedder.dims).tolist(),
-                        **({"layout": "csr", "activation": embedder.pipe.declared.activation} if sparse else {}),
-                        "shards": [], "rows": 0, "complete": False}
+            manifest = new_manifest(model, revision, settings, embedder, calibration)
         _embed_shards(corpus, out, manifest, embedder, text_column, id_column, encoding, progress)
     if embedder.cut:
         log.warning(f"{embedder.cut} passages were longer than {embedder.pipe.max_length} tokens "
                     f"({embedder.pipe.length_source}) and were cut to it")
     return manifest
+
+
+def make_embedder(model, folder: Path, settings: dict, device, bf16: bool, batch_tokens: int):
+    if settings["sparse"]:
+        return SparseEmbedder(model, device=device, bf16=bf16, batch_tokens=batch_tokens, prompt=settings["prompt"],
+                              folder=folder)
+    return Embedder(model, device=device, bf16=bf16, batch_tokens=batch_tokens, prompt=settings["prompt"],
+                    dimensions=settings["dimensions"], folder=folder)
+
+
+def new_manifest(model, revision, settings: dict, embedder, calibration) -> dict:
+    """The manifest of a run that starts: its settings, the model's, no shards yet."""
+    sparse, prompt = settings["sparse"], settings["prompt"]
+    return {"kind": KIND, "version": VERSION, "model_name": str(model), "revision": revision,
+            **settings, "dims": embedder.dims, "model_dims": embedder.model_dims,
+            "normalized": embedder.normalized, "pooling": embedder.pipe.declared.pooling,
+            "prompt_text": (embedder.pipe.prompts.get(prompt, "") if sparse and prompt else
+                            embedder.pipe.declared.prompt if sparse else
+                            embedder.pipe.prompted({"prompt_name": prompt}).prompt),
+            "query_prompt": QUERY_PROMPT if QUERY_PROMPT in embedder.prompts else None,
+            "max_length": embedder.pipe.max_length,
+            "ranges": None if calibration is None else read_calibration(calibration, embedder.dims).tolist(),
+            **({"layout": "csr", "activation": embedder.pipe.declared.activation} if sparse else {}),
+            "shards": [], "rows": 0, "complete": False}
 
 
 def _embed_shards(corpus: Path, out: Path, manifest: dict, embedder: Embedder, text_column, id_column, encoding,
@@ -314,18 +331,155 @@ def _embed_shards(corpus: Path, out: Path, manifest: dict, embedder: Embedder, t
     write_manifest(out, manifest)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Several processes (torchrun)
+
+
+def process_group() -> tuple[int, int]:
+    """(rank, world size): (0, 1) for one process; under torchrun (or any launcher that sets RANK, WORLD_SIZE,
+    MASTER_ADDR and MASTER_PORT, on one machine or several) a gloo process group, joined once."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1
+    import torch.distributed as dist
+
+    if not dist.is_initialized():  # the barriers wait as long as the slowest rank's last shard takes
+        dist.init_process_group("gloo", timeout=datetime.timedelta(hours=RANK_TIMEOUT_HOURS))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def rank_device(device: str | None) -> str | None:
+    """A rank's device: --device as given, else its own GPU (LOCAL_RANK) where there are GPUs."""
+    import torch
+
+    if device is None and torch.cuda.is_available():
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"
+    return device
+
+
+def entry_name(index: int) -> str:
+    """The file a rank writes after shard `index`'s files: its manifest entry (a shard exists once it does)."""
+    return f"{shard_name(index)}.entry.json"
+
+
+def _embed_as_rank(rank: int, world: int, corpus: Path, out: Path, model, revision, folder: Path, settings: dict,
+                   calibration, text_column, id_column, encoding, progress: bool, embedder, device, bf16: bool,
+                   batch_tokens: int) -> dict:
+    """One rank of several: shard i is rank i % world's. Rank 0 starts the manifest (settings, no shards); each rank
+    writes its shards, each followed by its entry file; after a barrier rank 0 lists every shard in the manifest,
+    in corpus order, and marks it complete. A rank resumes as one process does: shards that have an entry file (or
+    that the manifest lists) are kept."""
+    import torch.distributed as dist
+
+    if is_scalar(settings["precision"]) and calibration is None:
+        raise BertforgeError(f"--precision {settings['precision']} under torchrun: give --calibration embeddings "
+                             f"(the ranges cannot come from the first shard when every rank quantizes its own)")
+    with exclusive(out, "--out") if rank == 0 else contextlib.nullcontext():
+        manifest = None
+        if (out / MANIFEST).exists():
+            manifest = read_manifest(out, "--out")
+            check_resumable(out, manifest, settings)
+        complete = manifest is not None and manifest["complete"]
+        if not complete:
+            embedder = embedder or make_embedder(model, folder, settings, rank_device(device), bf16, batch_tokens)
+            if rank == 0:
+                for stale in out.glob(".shard-*.tmp"):
+                    stale.unlink(missing_ok=True)
+                if manifest is None:
+                    manifest = new_manifest(model, revision, settings, embedder, calibration)
+                    write_manifest(out, manifest)
+        dist.barrier()  # rank 0's manifest exists; or every rank saw it complete
+        if complete:
+            return manifest
+        manifest = read_manifest(out, "--out")
+        done = {i for i in range(len(manifest["shards"]))} | \
+            {int(f.name.split(".")[0].split("-")[1]) for f in out.glob("shard-*.entry.json")}
+        rows = _embed_rank_shards(rank, world, corpus, out, manifest, done, embedder, text_column, id_column,
+                                  encoding, progress and rank == 0)
+        dist.barrier()  # every shard written
+        if rank == 0:
+            shard_rows, listed = manifest["shard_rows"], manifest["shards"]
+            entries = []
+            for index in range(-(-rows // shard_rows)):
+                entry = listed[index] if index < len(listed) else read_json(out / entry_name(index))
+                if entry["first_row"] != index * shard_rows:
+                    raise BertforgeError(f"{out / entry_name(index)}: shard {index} starts at row "
+                                         f"{entry['first_row']}, not {index * shard_rows}")
+                entries.append(entry)
+            manifest.update(shards=entries, rows=sum(e["rows"] for e in entries), complete=True)
+            if manifest["rows"] != rows:
+                raise BertforgeError(f"{out}: its shards hold {manifest['rows']} passages, the corpus {rows}: the "
+                                     f"corpus changed since; embed it into a new folder")
+            write_manifest(out, manifest)
+            for entry in out.glob("shard-*.entry.json"):
+                entry.unlink(missing_ok=True)
+        dist.barrier()  # the manifest is complete
+    if embedder.cut:
+        log.warning(f"rank {rank}: {embedder.cut} passages were longer than {embedder.pipe.max_length} tokens "
+                    f"({embedder.pipe.length_source}) and were cut to it")
+    return read_manifest(out, "--out")
+
+
+def _embed_rank_shards(rank: int, world: int, corpus: Path, out: Path, manifest: dict, done: set, embedder,
+                       text_column, id_column, encoding, progress: bool) -> int:
+    """This rank's shards not yet done, each in chunks as one process makes them; the corpus's row count."""
+    shard_rows = manifest["shard_rows"]
+    mine = (index for index in itertools.count(rank, world) if index not in done)
+    before = next(i for i in itertools.count() if i not in done)  # shards before the last of these are full
+    row = max(before - 1, 0) * shard_rows
+    stream = passages(corpus, text_column, id_column, encoding, skip=row)
+    ids, texts, vectors, index = [], [], [], next(mine)
+
+    def flush():
+        if texts:
+            vectors.append(embedder(texts))
+            bar.update(len(texts))
+            texts.clear()
+        if ids:
+            entry = shard_files(out, manifest, index, index * shard_rows, ids, embedder.join(vectors))
+            write_text_atomic(out / entry_name(index), json.dumps(entry, ensure_ascii=False))
+            ids.clear()
+            vectors.clear()
+
+    with tqdm(unit="passage", desc=f"embed (rank {rank} of {world})", disable=not progress,
+              dynamic_ncols=True) as bar:
+        for key, text in stream:
+            if row // shard_rows != index:
+                flush()
+                if row // shard_rows > index:
+                    index = next(mine)
+            if row // shard_rows == index:
+                ids.append(key)
+                texts.append(text)
+                if len(texts) == min(CHUNK_ROWS, shard_rows - sum(map(len, vectors))):
+                    vectors.append(embedder(texts))
+                    bar.update(len(texts))
+                    texts.clear()
+            row += 1
+        flush()
+    return row
+
+
 def write_shard(out: Path, manifest: dict, ids: list[str], floats) -> None:
     """One shard's files, then the manifest listing it."""
+    entry = shard_files(out, manifest, len(manifest["shards"]), manifest["rows"], ids, floats)
+    manifest["shards"].append(entry)
+    manifest["rows"] += len(ids)
+    write_manifest(out, manifest)
+
+
+def shard_files(out: Path, manifest: dict, index: int, first_row: int, ids: list[str], floats) -> dict:
+    """Shard `index`'s files (its rows from `first_row`); its manifest entry."""
     if manifest.get("sparse"):
-        return write_sparse_shard(out, manifest, ids, floats)
+        return sparse_shard_files(out, index, first_row, ids, floats)
     precision = manifest["precision"]
     if is_scalar(precision) and manifest["ranges"] is None:
         manifest["ranges"] = ranges_of(floats, f"the first shard ({len(floats)} passage(s); give --calibration "
                                                 "embeddings where the corpus is this small)").tolist()
     values = quantize(floats, precision, None if manifest["ranges"] is None else
                       check_ranges(manifest["ranges"], manifest["dims"], str(out / MANIFEST)))
-    name = shard_name(len(manifest["shards"]))
-    entry = {"vectors": f"{name}.npy", "ids": f"{name}.ids.json", "rows": len(ids), "first_row": manifest["rows"],
+    name = shard_name(index)
+    entry = {"vectors": f"{name}.npy", "ids": f"{name}.ids.json", "rows": len(ids), "first_row": first_row,
              "first_id": ids[0], "last_id": ids[-1]}
     with atomic_path(out / entry["vectors"]) as tmp, open(tmp, "wb") as f:
         np.save(f, values)
@@ -333,28 +487,24 @@ def write_shard(out: Path, manifest: dict, ids: list[str], floats) -> None:
     if "parquet" in manifest["formats"]:
         entry["parquet"] = f"{name}.parquet"
         write_parquet(out / entry["parquet"], ids, values)
-    manifest["shards"].append(entry)
-    manifest["rows"] += len(ids)
-    write_manifest(out, manifest)
+    return entry
 
 
-def write_sparse_shard(out: Path, manifest: dict, ids: list[str], rows: list) -> None:
+def sparse_shard_files(out: Path, index: int, first_row: int, ids: list[str], rows: list) -> dict:
     """A shard of sparse vectors in CSR: indptr [rows + 1] int64, indices [nnz] int32 (token ids, ascending within a
     row), values [nnz] float32 (scipy.sparse.csr_matrix((values, indices, indptr), (rows, vocabulary)) reads them)."""
-    name = shard_name(len(manifest["shards"]))
+    name = shard_name(index)
     indptr = np.concatenate([[0], np.cumsum([len(i) for i, _ in rows])]).astype(np.int64)
     arrays = {"indptr": indptr,
               "indices": np.concatenate([i for i, _ in rows] or [[]]).astype(np.int32),
               "values": np.concatenate([v for _, v in rows] or [[]]).astype(np.float32)}
     entry = {**{key: f"{name}.{key}.npy" for key in arrays}, "ids": f"{name}.ids.json", "rows": len(ids),
-             "nnz": int(indptr[-1]), "first_row": manifest["rows"], "first_id": ids[0], "last_id": ids[-1]}
+             "nnz": int(indptr[-1]), "first_row": first_row, "first_id": ids[0], "last_id": ids[-1]}
     for key, values in arrays.items():
         with atomic_path(out / entry[key]) as tmp, open(tmp, "wb") as f:
             np.save(f, values)
     write_text_atomic(out / entry["ids"], json.dumps(ids, ensure_ascii=False))
-    manifest["shards"].append(entry)
-    manifest["rows"] += len(ids)
-    write_manifest(out, manifest)
+    return entry
 
 
 def write_manifest(out: Path, manifest: dict) -> None:
