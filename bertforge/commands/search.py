@@ -21,6 +21,10 @@ def add_search_arguments(parser):
     parser.add_argument("--top-k", type=count(1), default=10, help="hits per query")
     parser.add_argument("--rescore", type=count(0), default=RESCORE, help="int8/binary folders: candidates rescored "
                         "with the float query (0: the quantized scores)")
+    parser.add_argument("--rerank", metavar="MODEL", help="score each query's hits again with this cross-encoder (a "
+                        "sequence classifier of one output over (query, passage), as text-embeddings-inference's "
+                        "/rerank: the sigmoid of its logit; a folder or a Hub name) and order them by it; the "
+                        "passages' texts are read again from the corpus the folder was embedded from")
     parser.add_argument("--queries", help="a file of queries (as bertforge embed reads a corpus) to evaluate with "
                         "--qrels")
     parser.add_argument("--qrels", help="relevance judgements: BEIR's TSV (query-id, corpus-id, score) or TREC's")
@@ -46,7 +50,7 @@ def run_search(args) -> int:
     embedder = query_embedder(index.manifest, args.model, args.device, args.revision)
     if args.queries:
         return evaluate(args, index, embedder)
-    results = index.search(embedder(list(args.query)), args.top_k, args.rescore)
+    results = ranked(args, index, list(args.query), embedder, args.top_k)
     if args.json:
         print(json.dumps([{"query": q, "hits": [h.as_dict() for h in hits]} for q, hits in zip(args.query, results)],
                          ensure_ascii=False))
@@ -54,8 +58,18 @@ def run_search(args) -> int:
     for query, hits in zip(args.query, results):
         print(query)
         for rank, hit in enumerate(hits, 1):
-            print(f"{rank:>4}  {hit.score:.4f}  {hit.id}")
+            print(f"{rank:>4}  {hit.score:.4f}  {hit.id}" + (f"  {hit.text}" if hit.text else ""))
     return 0
+
+
+def ranked(args, index, queries: list[str], embedder, top_k: int, rescore: int | None = None) -> list:
+    """Each query's top_k hits, reranked by --rerank's cross-encoder where given."""
+    from ..inference.search import rerank
+
+    results = index.search(embedder(queries), top_k, args.rescore if rescore is None else rescore)
+    if args.rerank:
+        results = rerank(queries, results, index.manifest, args.rerank, device=args.device, encoding=args.encoding)
+    return results
 
 
 def evaluate(args, index, embedder) -> int:
@@ -66,8 +80,8 @@ def evaluate(args, index, embedder) -> int:
     rankings, batch = {}, []
 
     def run(batch):
-        found = index.search(embedder([text for _, text in batch]), deepest,
-                             args.rescore and max(args.rescore, deepest))
+        found = ranked(args, index, [text for _, text in batch], embedder, deepest,
+                       args.rescore and max(args.rescore, deepest))
         rankings.update({key: [hit.id for hit in hits] for (key, _), hits in zip(batch, found)})
 
     for key, text in passages(args.queries, args.query_text_column, args.query_id_column, args.encoding):

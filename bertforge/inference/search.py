@@ -33,9 +33,10 @@ class Hit:
     id: str
     score: float
     row: int  # the passage's row in the corpus
+    text: str | None = None  # the passage, where it was read again (a reranked hit)
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "score": self.score, "row": self.row}
+        return {"id": self.id, "score": self.score, "row": self.row, **({"text": self.text} if self.text else {})}
 
 
 def query_embedder(manifest: dict, model=None, device: str | None = None, revision: str | None = None) -> Embedder:
@@ -186,3 +187,44 @@ def search(folder, queries: list[str], model=None, top_k: int = 10, rescore: int
     index = Index(folder)
     embedder = query_embedder(index.manifest, model, device, revision)
     return index.search(embedder(list(queries)), top_k, rescore)
+
+
+def passage_texts(manifest: dict, rows, encoding: str = "utf-8") -> dict[int, str]:
+    """The texts of corpus rows, read again from the corpus the folder was embedded from (one pass, streamed, up
+    to the last row asked for)."""
+    from ..core.tables import passages
+
+    wanted, found = set(rows), {}
+    if not wanted:
+        return found
+    corpus = Path(manifest["corpus"])
+    if not corpus.is_file():
+        raise BertforgeError(f"--rerank: {corpus}, the corpus this folder was embedded from, is gone: the passages' "
+                             "texts are read from it")
+    stream = passages(corpus, manifest.get("text_column"), manifest.get("id_column"), encoding)
+    for row, (_, text) in enumerate(stream):
+        if row in wanted:
+            found[row] = text
+        if row >= max(wanted):
+            break
+    return found
+
+
+def rerank(queries: list[str], results: list[list[Hit]], manifest: dict, model, revision: str | None = None,
+           device: str | None = None, encoding: str = "utf-8") -> list[list[Hit]]:
+    """Each query's hits scored again by a cross-encoder `model` (a sequence classifier of one output over the pair
+    (query, passage), as text-embeddings-inference's /rerank: the sigmoid of its logit) and put in that order, each
+    with its text."""
+    from .pipelines import pipeline
+
+    scorer = pipeline("text-classification", model=model, revision=revision, device=device)
+    if scorer.config.num_labels != 1:
+        raise BertforgeError(f"--rerank {model}: a reranker is a sequence classifier of one output (a cross-encoder), "
+                             f"not one of {scorer.config.num_labels} labels")
+    texts = passage_texts(manifest, [hit.row for hits in results for hit in hits], encoding)
+    reranked = []
+    for query, hits in zip(queries, results):
+        outputs = scorer([[query, texts[hit.row]] for hit in hits], top_k=None, function_to_apply="sigmoid")
+        scored = [Hit(hit.id, float(out[0]["score"]), hit.row, texts[hit.row]) for hit, out in zip(hits, outputs)]
+        reranked.append(sorted(scored, key=lambda hit: -hit.score))
+    return reranked

@@ -53,3 +53,40 @@ def test_search_scores_queries_against_qrels(folder, tmp_path, capsys):
     assert "--queries and --qrels go together" in capsys.readouterr().err
     assert main(["search", str(tmp_path), "a query"]) == 2
     assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_rerank_orders_the_hits_by_a_cross_encoders_scores(st_folder, folder, tmp_path, capsys):  # noqa: F811
+    """--rerank: the same hits, each with its passage read again from the corpus, ordered by the sigmoid of a
+    one-output classifier's logit over (query, passage), as transformers computes it; a classifier of two labels
+    is refused in one line."""
+    import torch
+    import transformers
+
+    from bertforge.model.architectures.task_heads import BertForSequenceClassification
+
+    torch.manual_seed(0)
+    scorer = tmp_path / "scorer"
+    BertForSequenceClassification.from_pretrained(st_folder, num_labels=1).save_pretrained(scorer)
+    transformers.AutoTokenizer.from_pretrained(st_folder).save_pretrained(scorer)
+    capsys.readouterr()
+    assert main(["search", str(folder), "a good film", "--top-k", "5", "--json", "--no-progress"]) == 0
+    plain = json.loads(capsys.readouterr().out)[0]["hits"]
+    assert main(["search", str(folder), "a good film", "--top-k", "5", "--json", "--rerank", str(scorer),
+                 "--no-progress"]) == 0
+    reranked = json.loads(capsys.readouterr().out)[0]["hits"]
+    texts = {json.loads(line)["_id"]: json.loads(line)["text"]
+             for line in (folder.parent / "corpus.jsonl").read_text().splitlines()}
+    assert sorted(h["id"] for h in reranked) == sorted(h["id"] for h in plain)
+    assert all(h["text"] == texts[h["id"]] for h in reranked)
+    reference = transformers.AutoModelForSequenceClassification.from_pretrained(scorer).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(scorer)
+    with torch.no_grad():
+        logits = reference(**tokenizer(["a good film"] * 5, [h["text"] for h in reranked], padding=True,
+                                       return_tensors="pt")).logits[:, 0]
+    np.testing.assert_allclose([h["score"] for h in reranked], torch.sigmoid(logits).numpy(), atol=1e-5)
+    assert [h["score"] for h in reranked] == sorted((h["score"] for h in reranked), reverse=True)
+    two = tmp_path / "two"
+    BertForSequenceClassification.from_pretrained(st_folder, num_labels=2).save_pretrained(two)
+    transformers.AutoTokenizer.from_pretrained(st_folder).save_pretrained(two)
+    assert main(["search", str(folder), "a good film", "--rerank", str(two), "--no-progress"]) == 2
+    assert "a reranker is a sequence classifier of one output" in capsys.readouterr().err
