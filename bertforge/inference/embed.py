@@ -20,6 +20,12 @@ vectors. int8/uint8 ranges come from `calibration` embeddings, else from the fir
 corpus's where it fits in one shard, as sentence-transformers computes them), and are kept in the manifest so that
 queries are quantized the same way (search.py).
 
+Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR: one machine or several; a gloo group for the barriers alone), shard i
+is rank i % world's: each rank reads the corpus, embeds its own shards' rows as one process would, and writes each
+shard's files, then its entry file (shard-00000.entry.json, the manifest entry). Rank 0 writes the manifest first
+(the settings, no shards) and, after a barrier, lists every shard in corpus order, complete; the entry files go. A
+stopped run resumes per shard: those with an entry file, or listed by the manifest, are kept.
+
 With `sparse` (`bertforge embed --sparse`), a SPLADE model's vectors (SparseEmbedder: the sparse-embedding pipeline
 on a SparseEncoder folder), a weight per vocabulary entry, most of them 0, are stored as CSR, the manifest saying
 so ("sparse": true, "layout": "csr", "dims": the vocabulary's size):
