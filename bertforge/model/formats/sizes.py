@@ -7,6 +7,7 @@ gives out; `config.LIMITS` bounds every config, weights or not.
 """
 
 import dataclasses
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,21 +33,39 @@ def read_header(files: list[Path]) -> dict[str, tuple[list[int], str]]:
     return header
 
 
+INITIALISERS = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
+                "xavier_normal_", "zeros_", "ones_", "constant_")
+
+
+class _InitSkips:
+    """Who is inside no_random_init now. Threads that build models at once (several models loading behind one
+    server) share one patch: the first in saves torch's initialisers, the last out puts them back; each saving and
+    restoring its own would leave the no-ops in place for good when their exits cross."""
+
+    lock = threading.Lock()
+    inside = 0
+    saved: dict = {}
+
+
 @contextmanager
 def no_random_init():
     """torch.nn.init's initialisers as no-ops (as transformers' no_init_weights): the checkpoint overwrites them."""
     from torch import nn
 
-    names = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
-             "xavier_normal_", "zeros_", "ones_", "constant_")
-    saved = {name: getattr(nn.init, name) for name in names}
+    with _InitSkips.lock:
+        if _InitSkips.inside == 0:
+            _InitSkips.saved = {name: getattr(nn.init, name) for name in INITIALISERS}
+            for name in INITIALISERS:
+                setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        _InitSkips.inside += 1
     try:
-        for name in names:
-            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
         yield
     finally:
-        for name, function in saved.items():
-            setattr(nn.init, name, function)
+        with _InitSkips.lock:
+            _InitSkips.inside -= 1
+            if _InitSkips.inside == 0:
+                for name, function in _InitSkips.saved.items():
+                    setattr(nn.init, name, function)
 
 
 def model_shapes(model_class, config) -> dict[str, tuple[tuple[int, ...], str]]:
