@@ -423,9 +423,9 @@ def add_serve_arguments(p):
     p.add_argument("model", nargs="?", help="a checkpoint folder (fine-tuned, pre-trained, or exported with `export "
                    "onnx`), or a Hub model's name (org/name); several models: --model or --models instead")
     p.add_argument("--model", action="append", dest="models_given", metavar="[NAME=]MODEL",
-                   help="a model to serve, again for each (the first is the default, which also answers the "
-                        "unprefixed routes), by its name (default: the folder's or the Hub model's): on "
-                        "/models/NAME/..., and as OpenAI's `model`; the flags below are every model's")
+                   help="a model to serve, again for each (the first also answers the unprefixed routes), by its "
+                        "NAME (else the folder's or the Hub model's name): on /models/NAME/..., and as OpenAI's "
+                        "`model`; the flags below are every model's")
     p.add_argument("--models", type=Path, dest="models_file", metavar="FILE",
                    help="the models to serve, a JSON list of {\"name\", \"model\", \"revision\", \"task\", "
                         "\"default\": true, and any of max_input_tokens, max_batch_tokens, max_concurrent, "
