@@ -103,25 +103,34 @@ class BertSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, layout: Layout) -> torch.Tensor:
         """softmax(Q K^T / sqrt(d) + padding mask) V, per head; dropout on the attention probabilities."""
+        return layout.merge_heads(self.attend(self.heads(x, layout), layout))
+
+    def heads(self, x: torch.Tensor, layout: Layout) -> tuple[torch.Tensor, ...]:
+        """Q, K and V of the packed tokens `x`, each [B, heads, L, d]."""
         projected = self.fused(x) if self.fused is not None else F.linear(x, *self.qkv_parameters())
-        q, k, v = layout.split_heads(projected, self.num_heads)  # [B, heads, L, d]
+        return layout.split_heads(projected, self.num_heads)
+
+    def attend(self, qkv, layout: Layout, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """The attention product [B, heads, L, d]; `bias`: an additive [B or 1, heads, L, L] that holds the padding
+        mask, in its place (MPNet's relative positions)."""
+        q, k, v = qkv
         drop = self.dropout(layout)
         if drop is None and layout.attentions is None:
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.key_mask)
-        else:  # written out: CPU SDPA with dropout runs this product anyway, with slower masks
-            q, k, v = (t.flatten(0, 1) for t in (q, k, v))
-            scores = torch.baddbmm(layout.key_bias(self.num_heads, q), q, k.transpose(1, 2),
-                                   alpha=1 / math.sqrt(self.head_size))
-            probs = torch.softmax(scores, dim=-1)
-            if drop is not None:  # the keep mask here, its scale 1/(1-p) on the smaller product below
-                probs = probs * drop.mask
-            if layout.attentions is not None:
-                layout.record_attention(probs if drop is None else probs * drop.scale, self.num_heads)
-            context = torch.bmm(probs, v)
-            if drop is not None:
-                context = context.mul_(drop.scale)
-            context = context.view(layout.batch, self.num_heads, layout.length, self.head_size)
-        return layout.merge_heads(context)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=layout.key_mask if bias is None else bias)
+        # written out: CPU SDPA with dropout runs this product anyway, with slower masks
+        q, k, v = (t.flatten(0, 1) for t in (q, k, v))
+        added = layout.key_bias(self.num_heads, q) if bias is None else \
+            bias.expand(layout.batch, -1, -1, -1).flatten(0, 1)
+        scores = torch.baddbmm(added, q, k.transpose(1, 2), alpha=1 / math.sqrt(self.head_size))
+        probs = torch.softmax(scores, dim=-1)
+        if drop is not None:  # the keep mask here, its scale 1/(1-p) on the smaller product below
+            probs = probs * drop.mask
+        if layout.attentions is not None:
+            layout.record_attention(probs if drop is None else probs * drop.scale, self.num_heads)
+        context = torch.bmm(probs, v)
+        if drop is not None:
+            context = context.mul_(drop.scale)
+        return context.view(layout.batch, self.num_heads, layout.length, self.head_size)
 
 
 class BertOutput(nn.Module):

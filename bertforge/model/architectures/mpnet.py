@@ -19,7 +19,6 @@ The attention product (over q, k, v, fused for inference as BERT's), the feed-fo
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -94,26 +93,8 @@ class MPNetSelfAttention(BertSelfAttention):
 
     def forward(self, x, layout: Layout, bias: torch.Tensor):
         """o(softmax(Q K^T / sqrt(d) + bias) V), per head; dropout on the attention probabilities."""
-        projected = self.fused(x) if self.fused is not None else F.linear(x, *self.qkv_parameters())
-        q, k, v = layout.split_heads(projected, self.num_heads)  # [B, heads, L, d]
-        bias = bias.to(q.dtype)
-        drop = self.dropout(layout)
-        if drop is None and layout.attentions is None:
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        else:  # written out, as BERT's
-            q, k, v = (t.flatten(0, 1) for t in (q, k, v))
-            scores = torch.baddbmm(bias.expand(layout.batch, -1, -1, -1).flatten(0, 1), q, k.transpose(1, 2),
-                                   alpha=1 / math.sqrt(self.head_size))
-            probs = torch.softmax(scores, dim=-1)
-            if drop is not None:
-                probs = probs * drop.mask
-            if layout.attentions is not None:
-                layout.record_attention(probs if drop is None else probs * drop.scale, self.num_heads)
-            context = torch.bmm(probs, v)
-            if drop is not None:
-                context = context.mul_(drop.scale)
-            context = context.view(layout.batch, self.num_heads, layout.length, self.head_size)
-        return self.o(layout.merge_heads(context))
+        qkv = self.heads(x, layout)
+        return self.o(layout.merge_heads(self.attend(qkv, layout, bias.to(qkv[0].dtype))))
 
 
 class MPNetAttention(nn.Module):
