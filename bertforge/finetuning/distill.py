@@ -175,7 +175,7 @@ def distill_plan(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Pat
     patience those rows give (`plan`: the recipe, the student's start and share of the teacher, whether the task
     is augmentable, the labels alone, the augment and epochs given, why a resumed run began as it did): (rows,
     whether the teacher's outputs were cached, augment, epochs, why)."""
-    from ..inference.batches import is_nested
+    from ..inference.batches import row_width
     from .distill_data import default_cache
 
     given = {"lr": train_options["lr"], "augment": plan["augment"]}
@@ -191,7 +191,7 @@ def distill_plan(family: TaskFamily, train, tokenizer, teacher, teacher_dir: Pat
                                    Path(cache_dir) if cache_dir else default_cache(), train_options,
                                    plan["labels_only"])
     if epochs is None or train_options["patience"] is None:
-        sequences = sum(len(ids) if is_nested({"input_ids": ids}) else 1 for ids in encoded["input_ids"])
+        sequences = sum(row_width({"input_ids": ids}) for ids in encoded["input_ids"])
         rows, batch = len(encoded["labelled"]), train_options["batch_size"]
         chosen_epochs, patience, epochs_why = (matched_epochs(plan["recipe"], rows, batch, compared, sequences)
                                                if plan["labels_only"] else

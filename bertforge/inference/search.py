@@ -201,11 +201,12 @@ def passage_texts(manifest: dict, rows, encoding: str = "utf-8") -> dict[int, st
     if not corpus.is_file():
         raise BertforgeError(f"--rerank: {corpus}, the corpus this folder was embedded from, is gone: the passages' "
                              "texts are read from it")
+    last = max(wanted)
     stream = passages(corpus, manifest.get("text_column"), manifest.get("id_column"), encoding)
     for row, (_, text) in enumerate(stream):
         if row in wanted:
             found[row] = text
-        if row >= max(wanted):
+        if row >= last:
             break
     return found
 
