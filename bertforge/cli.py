@@ -31,6 +31,8 @@ COMMANDS = {
     "features": ("commands.features", "hidden states of chosen layers, per token, word or sentence"),
     "embed": ("commands.embed", "embed a corpus into shards of vectors (any precision), resumable"),
     "search": ("commands.search", "the passages of an embedded corpus nearest a query; retrieval metrics with qrels"),
+    "index": ("commands.index", "an approximate nearest-neighbour index (faiss or usearch) over an embedded corpus, "
+              "for search --index"),
     "info": ("commands.info", "describe a checkpoint folder: sizes, parameters, heads, vocabulary"),
     "convert": ("commands.convert",
                 "rewrite a trusted pytorch_model.bin folder, or Google's TF checkpoint, as safetensors"),

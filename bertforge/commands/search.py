@@ -1,5 +1,6 @@
 """`bertforge search DIR "query"`: the passages of an embeddings folder (`bertforge embed`) nearest a query, by exact
-inner product over its shards (inference/search.py); with --queries and --qrels, the retrieval metrics of a set of
+inner product over its shards (inference/search.py), or with --index, among the candidates of an approximate index
+(`bertforge index`, inference/vector_index.py); with --queries and --qrels, the retrieval metrics of a set of
 queries against relevance judgements (tasks/metrics.py `search_metrics`)."""
 
 import json
@@ -8,6 +9,7 @@ from ..core.errors import BertforgeError
 from ..core.flags import add_device_argument, add_encoding_argument, add_revision_argument, count
 from ..core.tables import passages, qrels as read_qrels
 from ..inference.search import RESCORE
+from .index import add_search_options
 
 QUERY_BATCH = 256  # queries embedded and searched at a time
 
@@ -19,8 +21,13 @@ def add_search_arguments(parser):
                         "commit)")
     add_revision_argument(parser)
     parser.add_argument("--top-k", type=count(1), default=10, help="hits per query")
-    parser.add_argument("--rescore", type=count(0), default=RESCORE, help="int8/binary folders: candidates rescored "
-                        "with the float query (0: the quantized scores)")
+    parser.add_argument("--rescore", type=count(0), default=RESCORE, help="int8/binary folders, or --index: "
+                        "candidates rescored with the float query against their stored vectors (0: the quantized or "
+                        "the index's scores)")
+    parser.add_argument("--index", metavar="KIND|FILE", help="search an approximate index (bertforge index) instead of "
+                        "every vector: faiss or usearch, the folder's own index of that kind, or an index file; "
+                        "refused if the folder changed since it was built")
+    add_search_options(parser, at_build=False)
     parser.add_argument("--rerank", metavar="MODEL", help="score each query's hits again with this cross-encoder (a "
                         "sequence classifier of one output over (query, passage), as text-embeddings-inference's "
                         "/rerank: the sigmoid of its logit; a folder or a Hub name) and order them by it; the "
@@ -47,6 +54,12 @@ def run_search(args) -> int:
     if not args.queries and not args.query:
         raise BertforgeError("no query: give one or more query texts, or --queries FILE with --qrels FILE")
     index = Index(args.dir)
+    if args.index:
+        from ..inference.vector_index import open_index
+
+        index.approximate = open_index(args.dir, index.manifest, args.index, {"nprobe": args.nprobe, "ef": args.ef})
+    elif args.nprobe or args.ef:
+        raise BertforgeError(f"{'--nprobe' if args.nprobe else '--ef'}: an option of --index, which is not given")
     embedder = query_embedder(index.manifest, args.model, args.device, args.revision)
     if args.queries:
         return evaluate(args, index, embedder)

@@ -101,6 +101,16 @@ def unpack(values: np.ndarray, precision: str, dims: int) -> np.ndarray:
     return np.unpackbits(as_bytes(values, precision), axis=-1)[..., :dims].astype(np.float32)
 
 
+
+def as_floats(values: np.ndarray, precision: str, dims: int, ranges: np.ndarray | None) -> np.ndarray:
+    """Stored vectors as the floats a float query is scored against: float32 as they are, binary unpacked to 0/1,
+    int8/uint8 dequantized (what rescoring and an approximate index read)."""
+    if is_binary(precision):
+        return unpack(values, precision, dims)
+    if is_scalar(precision):
+        return dequantize(values, precision, ranges)
+    return np.asarray(values, dtype=np.float32)
+
 if hasattr(np, "bitwise_count"):
     def _popcount(values: np.ndarray) -> np.ndarray:
         return np.bitwise_count(values)

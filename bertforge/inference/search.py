@@ -11,7 +11,11 @@ keeps the quantized scores (binary: minus the Hamming distance).
 
 A sparse folder (`embed --sparse`: SPLADE vectors in CSR shards) is searched by the inner product of the query's
 SPLADE vector (SparseEmbedder, with the folder's "query" prompt) with each passage's: the query's weights at each
-stored token, summed per row."""
+stored token, summed per row.
+
+With an approximate index (vector_index.py, `bertforge index`; `Index.approximate`), the candidates of each query
+are the index's max(top_k, rescore) nearest instead of a scan of every row, rescored (rescore > 0) with the float
+query against their stored vectors, so that the scores shown are those the exact search gives the same rows."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import numpy as np
 
 from ..core.errors import BertforgeError
 from .embed import Embedder, SparseEmbedder, read_manifest, shard_ids, shard_vectors, sparse_shard
-from .quantize import dequantize, hamming, is_binary, is_scalar, quantize, unpack
+from .quantize import as_floats, hamming, is_scalar, quantize
 
 BLOCK_SCORES = 1 << 22  # scores held at a time: a block of rows x the queries
 RESCORE = 100
@@ -66,6 +70,7 @@ class Index:
 
     def __init__(self, folder, flag: str = "DIR"):
         self.folder = Path(folder)
+        self.approximate = None  # a vector_index.VectorIndex over this folder, where a search is to use one
         self.manifest = read_manifest(self.folder, flag)
         if not self.manifest["shards"]:
             raise BertforgeError(f"{flag} {folder}: holds no shards yet")
@@ -78,6 +83,7 @@ class Index:
                                                                                   dtype=np.float32)
         self.starts = np.cumsum([0] + [s["rows"] for s in self.manifest["shards"]])
         self._ids: dict[int, list[str]] = {}
+        self._values: dict[int, np.ndarray] = {}  # shards memory-mapped once: rescoring reads a few rows of many
 
     def search(self, queries: np.ndarray, top_k: int = 10, rescore: int = RESCORE) -> list[list[Hit]]:
         """The top_k hits of each float query [q, dims] (or [dims]), best first."""
@@ -87,9 +93,9 @@ class Index:
         if top_k < 1 or rescore < 0:
             raise BertforgeError("--top-k must be at least 1 and --rescore at least 0")
         quantized = self.precision != "float32"
-        keep = max(top_k, rescore) if quantized else top_k
-        scores, rows = self._scan(queries, keep)
-        if quantized and rescore:
+        keep = max(top_k, rescore) if quantized or self.approximate else top_k
+        scores, rows = self.approximate.search(queries, keep) if self.approximate else self._scan(queries, keep)
+        if (quantized or self.approximate) and rescore:
             scores = self._rescore(queries, rows)
         hits = []
         for q in range(len(queries)):
@@ -156,7 +162,9 @@ class Index:
         shard = np.searchsorted(self.starts, rows, side="right") - 1
         out = None
         for n in np.unique(shard):
-            values = shard_vectors(self.folder, self.manifest["shards"][n], self.manifest)
+            if n not in self._values:
+                self._values[n] = shard_vectors(self.folder, self.manifest["shards"][n], self.manifest)
+            values = self._values[n]
             picked = np.asarray(values[rows[shard == n] - self.starts[n]])
             if out is None:
                 out = np.empty((len(rows), values.shape[1]), dtype=values.dtype)
@@ -164,14 +172,14 @@ class Index:
         return out
 
     def _rescore(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """The float queries' inner products with their candidates, unpacked or dequantized."""
+        """The float queries' inner products with their candidates' stored vectors (unpacked or dequantized)."""
         scores = np.full(rows.shape, -np.inf)
         for q in range(len(queries)):
             valid = rows[q] >= 0
-            stored = self.vectors(rows[q][valid])
-            floats = unpack(stored, self.precision, self.dims) if is_binary(self.precision) else \
-                dequantize(stored, self.precision, self.ranges)
-            scores[q][valid] = floats @ queries[q].astype(np.float64)
+            if not valid.any():
+                continue
+            floats = as_floats(self.vectors(rows[q][valid]), self.precision, self.dims, self.ranges)
+            scores[q][valid] = floats.astype(np.float64) @ queries[q].astype(np.float64)
         return scores
 
     def id_of(self, row: int) -> str:
@@ -182,9 +190,14 @@ class Index:
 
 
 def search(folder, queries: list[str], model=None, top_k: int = 10, rescore: int = RESCORE,
-           device: str | None = None, revision: str | None = None) -> list[list[Hit]]:
-    """The top_k hits of each query text in the embeddings folder `folder`."""
+           device: str | None = None, revision: str | None = None, approximate: str | None = None) -> list[list[Hit]]:
+    """The top_k hits of each query text in the embeddings folder `folder` (among the candidates of its approximate
+    index, where `approximate` names one: "faiss", "usearch" or an index file)."""
     index = Index(folder)
+    if approximate:
+        from .vector_index import open_index
+
+        index.approximate = open_index(folder, index.manifest, approximate)
     embedder = query_embedder(index.manifest, model, device, revision)
     return index.search(embedder(list(queries)), top_k, rescore)
 
