@@ -25,7 +25,7 @@ from ..core.io import MAX_JSON_DEPTH, too_deep
 
 MAX_BODY = 4 << 20  # bytes of request body
 CUT = 'send "truncate": true to cut it'  # how a request has an input over --max-input-tokens cut (see Limits)
-# Every route's request body, as the pydantic model config of each (serve.py, tei.py, openai_api.py): unknown fields
+# Every route's request body, as the pydantic model config of each (app.py, tei.py, openai_api.py): unknown fields
 # refused, and each value of the JSON type its route declares, never converted: true is not the number 1 (bool is
 # an int in Python), "yes" not true, "5" not 5; a whole number is a float's value. A 422 naming the field otherwise.
 REQUEST = {"extra": "forbid", "strict": True}

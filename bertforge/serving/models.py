@@ -140,7 +140,7 @@ def checked(key: str, value, source: str):
 
 
 class Fleet:
-    """The servers (serve.Server, one per model: its pipeline, batcher and limits) by name; the first is the
+    """The servers (server.Server, one per model: its pipeline, batcher and limits) by name; the first is the
     default, which answers the unprefixed routes too."""
 
     def __init__(self, servers: list):

@@ -1,5 +1,5 @@
 """What `bertforge serve` answers on, by the pipeline task it runs: POST /v1/NAME (`Route`), its request's options
-with their types, and its text-embeddings-inference model type. serve.py makes each route and its request body
+with their types, and its text-embeddings-inference model type. app.py makes each route and its request body
 from this; tei.py reads the TEI types. A head is served on the route of its pipeline task (model/architectures/
 heads.py `Head.task`), an encoder's feature extraction as sentence embeddings (`SERVED_AS`)."""
 

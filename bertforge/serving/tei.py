@@ -305,7 +305,7 @@ ROUTES = tuple(ANSWERS)
 
 
 def add_routes(app, server, prefix: str = ""):
-    """TEI's POST routes on `app`, answered by `server` (a serve.Server), under `prefix` (a model's /models/NAME)."""
+    """TEI's POST routes on `app`, answered by `server` (a server.Server), under `prefix` (a model's /models/NAME)."""
     for path, (body_model, answer) in ANSWERS.items():
         add_route(app, server, path, body_model, answer, prefix)
 

@@ -1,4 +1,4 @@
-"""When the model fails, through bertforge's application (serve.create_app) under uvicorn in this process: a
+"""When the model fails, through bertforge's application (app.create_app) under uvicorn in this process: a
 failure stays with its request (batcher.py runs a failed batch again one request at a time), whatever request it
 was batched with, and its client is told in one clean line, the traceback in the server's log only."""
 
