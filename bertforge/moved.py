@@ -20,7 +20,8 @@ MOVED = {
     "distill_data": "finetuning.distill_data",
     "encoding": "text.encoding", "entities": "inference.entities", "errors": "core.errors",
     "evaluate": "finetuning.evaluate", "export": "inference.export", "features": "inference.features",
-    "finetune": "finetuning.finetune", "general_distill": "pretraining.general_distill training.representation_loss",
+    "finetune": "finetuning.finetune training.recipes training.settings",
+    "general_distill": "pretraining.general_distill training.representation_loss",
     "google_checkpoint": "model.formats.google_checkpoint", "heads": "model.architectures.heads serving.routes",
     "heap": "core.heap",
     "inference": "inference.batches", "info": "commands.info", "inputs": "inference.inputs", "io": "core.io",
@@ -28,7 +29,7 @@ MOVED = {
     "objectives": "pretraining.objectives", "optim": "training.optim", "options": "training.options core.flags",
     "packing": "model.architectures.packing", "pipeline_base": "inference.pipeline_base",
     "pipelines": "inference.pipelines", "plot": "pretraining.plot", "predict": "finetuning.predict",
-    "pretrain": "pretraining.pretrain", "recipe": "pretraining.recipe", "resume": "training.resume",
+    "pretrain": "pretraining.pretrain", "recipe": "pretraining.recipe training.recipes", "resume": "training.resume",
     "run_folder": "training.run_folder", "runtime": "inference.runtime",
     "sentence_folder": "model.formats.sentence_folder", "serve": "serving.serve",
     "serve_connections": "serving.connections", "serve_guard": "serving.guard", "serve_openai": "serving.openai_api",
@@ -47,6 +48,8 @@ MOVED = {
     "model.representation_loss": "training.representation_loss", "model.roberta": "model.architectures.roberta",
     "model.sentence_folder": "model.formats.sentence_folder", "model.sizes": "model.formats.sizes",
     "model.task_heads": "model.architectures.task_heads", "model.tf_checkpoint": "model.formats.tf_checkpoint",
+    # the recipes went into one table and one function (training/recipes.py), a student's start to distill_student
+    "finetuning.distill_recipe": "finetuning.distill_student training.recipes",
 }
 # Three old modules are packages now. Only their old names are forwarded, so that a submodule not imported yet
 # (`from bertforge.model import sizes`) is imported, not looked up in bert.py, and a misspelt name loads no torch.
@@ -61,6 +64,7 @@ PACKAGES = {
         row_width LazyRows row_sizes rows_tokens plan_batches cut_padding pad run_batch run per_row""",
 }
 # old module -> {name it had that no module has now: what took its place}
+RECIPES, SETTINGS = "bertforge.training.recipes", "bertforge.training.settings"
 GONE = {
     "serve": dict.fromkeys(("ENDPOINTS", "INPUTS", "OPTIONS"), "each route, its inputs and request options are its "
                            "pipeline task's Route in bertforge.serving.routes.SERVED"),
@@ -81,6 +85,26 @@ GONE = {
     "model.heads": {"FILL_MASK": "bertforge.serving.routes.SERVED['fill-mask'], the route of the fill-mask task"},
     "sentence_folder": {"MODULE_TYPES": "bertforge.model.formats.sentence_folder.MODULE_ORDER names the modules "
                                         "that may follow each"},
+    # the recipes, one table and one function now (bertforge.training.recipes)
+    "finetune": {"RECIPES": f"{RECIPES}.RECIPES['finetune'] names fine-tuning's recipes",
+                 **{name: f"{RECIPES}.FINETUNE[{name.lower()!r}]"
+                    for name in ("MIN_STEPS", "SMALL_BATCH", "SMALL_LR", "MAX_EPOCHS")},
+                 "recipe_settings": f"{RECIPES}.finetune_settings, and {RECIPES}.choose for any job",
+                 "choose_settings": f"{SETTINGS}.FinetuneSettings.complete",
+                 "family_record": f"{SETTINGS}.FinetuneSettings.make keeps the family's options",
+                 "task_training_options": f"{SETTINGS}.JobSettings.make puts a job's defaults under what is given",
+                 "task_run_options": "bertforge.finetuning.finetune.task_settings builds a job's settings"},
+    "recipe": {"RECIPES": f"{RECIPES}.PRETRAIN holds the pre-training recipes"},
+    "pretrain": {"PRETRAIN_DEFAULTS": f"{RECIPES}.DEFAULTS['pretrain']"},
+    "distill": {"DISTILL_DEFAULTS": f"{RECIPES}.DEFAULTS['distill']"},
+    "finetuning.distill_recipe": {
+        "DISTILL_RECIPES": f"{RECIPES}.RECIPES['distill']", "DISTILL_DEFAULTS": f"{RECIPES}.DEFAULTS['distill']",
+        **{name: f"{RECIPES}.DISTILL[{name.lower()!r}]" for name in (
+            "TRAINED_LR", "RANDOM_LR", "AUGMENT_ROWS", "MAX_AUTO_AUGMENT", "SMALL_STUDENT", "SMALL_AUGMENT",
+            "MIN_STEPS", "MAX_EPOCHS")},
+        "distill_settings": f"{RECIPES}.choose('distill', ...)",
+        "distill_epochs": f"{RECIPES}.distill_epochs, the adaptive recipe's (no recipe argument)",
+        "matched_epochs": f"{RECIPES}.matched_epochs, the adaptive recipe's (no recipe argument)"},
 }
 LATER = "the old path goes in a later release"
 

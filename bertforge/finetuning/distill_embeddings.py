@@ -22,6 +22,7 @@ sentence-transformers folders (model/sentence_encoder.py) that `SentenceTransfor
 `pipeline("sentence-embedding")` and `serve` read alike.
 """
 
+import dataclasses
 import json
 import math
 import sys
@@ -38,12 +39,12 @@ from ..model.architectures.registry import load_config
 from ..model.architectures.config import SIZES, BertConfig
 from ..model.formats.sentence_folder import SentencePooling, read_sentence_folder
 from ..text.tokenizer import BertTokenizer
-from ..training.options import TrainArgs
-from ..training.resume import EMBEDDINGS_FIXED, check_resume, run_wall_seconds
+from ..training.recipes import DEFAULTS, DISTILL, EMBEDDING_EPOCHS, Facts
+from ..training.resume import EMBEDDINGS_FIXED, run_wall_seconds
+from ..training.settings import EmbeddingSettings
 from .embedding_data import HELD_OUT, MAX_HELD_OUT, TEXT_COLUMNS, held_out_rows, read_texts, scores, teacher_embeddings
 
 TASKS = ("embeddings", "sentence-embedding")  # `distill embeddings` and its other name (cli.SUBCOMMANDS)
-EPOCHS = 3.0  # passes over the texts where --epochs is not given
 DEFAULT_LENGTH = 256  # tokens per text where the teacher's folder declares none (all-MiniLM-L6-v2 declares 256)
 
 
@@ -58,7 +59,7 @@ def build_encoder(spec: str, teacher_dir: Path, tokenizer, rows: dict, prune: bo
     from ..model.architectures.bert import BertModel
 
     if spec not in SIZES:
-        from .distill_recipe import student_folder
+        from .distill_student import student_folder
 
         return BertModel.from_pretrained(student_folder(spec, tokenizer))
     teacher = BertModel.from_pretrained(teacher_dir)
@@ -148,73 +149,60 @@ class EmbeddingJob:
         model.save_pretrained(folder, tokenizer=self.tokenizer)
 
 
-def distill_embeddings(teacher_dir, student: str | None, inputs, out, prune: bool = False,
-                       student_embeddings: str | None = None, held_out: float = HELD_OUT, cache_dir=None,
-                       epochs: float | None = None, max_length: int | None = None,
-                       max_train_examples: int | None = None, max_eval_examples: int | None = None,
-                       group_by_length: bool = True, text_column: str = "text", text_pair_column: str | None = None,
-                       command: list[str] | None = None, arguments: dict | None = None,
-                       revision: str | None = None, **options) -> dict:
+def distill_embeddings(teacher_dir, student: str | None, inputs, out, **options) -> dict:
     """Distil the sentence-embedding teacher `teacher_dir` (a folder, or a Hub model's name at `revision`) into
     `student` on the texts of `inputs`; writes the run folder (best/ and final/ sentence-transformers folders,
-    metrics.jsonl, eval_results.json) and returns the best held-out figures. `options`: TrainArgs fields (defaults:
-    distill's, DISTILL_DEFAULTS)."""
-    from .distill_recipe import DISTILL_DEFAULTS, start_lr, student_start
+    metrics.jsonl, eval_results.json) and returns the best held-out figures. `options`: EmbeddingSettings fields
+    (TrainArgs' among them; the lr and epochs not given are the recipe's: recipes.embeddings_recipe)."""
+    return distil_embeddings(EmbeddingSettings.make(teacher=teacher_dir, model=student,
+                                                    input=list(map(str, inputs or [])), out=out, **options))
+
+
+def distil_embeddings(settings: EmbeddingSettings) -> dict:
+    """`distill embeddings` from its settings, which the run completes (recipes.choose) and records (args.json)."""
     from .distill_data import default_cache
-    from .finetune import task_training_options
+    from .distill_student import student_start
 
     started = time.perf_counter()
-    train_options = task_training_options(options, {**DISTILL_DEFAULTS, "patience": 0})  # 3 epochs: no stopping
-    if train_options["lr"] is None:  # the rate of task distillation's recipe for this start
-        train_options["lr"] = start_lr(student_start(student, None, prune))
-    teacher_dir = check_options(teacher_dir, revision, student, inputs, prune, held_out)
+    teacher_dir = check_options(settings)
     declared = read_sentence_folder(teacher_dir) or SentencePooling()
     tokenizer = BertTokenizer.from_pretrained(teacher_dir)
     limit = min(tokenizer.model_max_length, load_config(teacher_dir).max_tokens)
-    max_length = min(max_length or declared.max_seq_length or DEFAULT_LENGTH, limit)
-    run = {"task": "embeddings", "teacher": str(teacher_dir), "base_model": hub_origin(teacher_dir),
-           "model": student, "prune": prune,
-           "student_embeddings": student_embeddings, "input": [str(p) for p in inputs], "held_out": held_out,
-           "max_length": max_length, "epochs": EPOCHS if epochs is None else epochs,
-           "max_train_examples": max_train_examples,
-           "max_eval_examples": max_eval_examples, "group_by_length": group_by_length, "text_column": text_column,
-           "text_pair_column": text_pair_column, "texts": None, "teacher_embeddings_cached": None,
-           "command": command, "arguments": arguments}
-    check_resume(TrainArgs(out=Path(out), **{**train_options, "extra": run}), EMBEDDINGS_FIXED)
-
-    texts = read_texts(inputs, text_column, text_pair_column)[:max_train_examples]
-    train, held = held_out_rows(len(texts), held_out, max_eval_examples, train_options["seed"])
+    max_length = min(settings.max_length or declared.max_seq_length or DEFAULT_LENGTH, limit)
+    s = dataclasses.replace(settings, teacher=str(teacher_dir), base_model=hub_origin(teacher_dir),
+                            max_length=max_length).resumed()
+    s, _ = s.complete(Facts(start=student_start(s.model, None, s.prune)))
+    texts = read_texts(s.input, s.text_column, s.text_pair_column)[:s.max_train_examples]
+    train, held = held_out_rows(len(texts), s.held_out, s.max_eval_examples, s.seed)
     if not len(train):
-        raise BertforgeError(f"--input {' '.join(map(str, inputs))}: {len(texts)} text, none left to train on")
+        raise BertforgeError(f"--input {' '.join(s.input)}: {len(texts)} text, none left to train on")
     encoded = tokenizer([t.lower() for t in texts] if declared.do_lower_case else texts, truncation=True,
                         max_length=max_length)
     encoded = {k: list(encoded[k]) for k in ("input_ids", "token_type_ids")}
-    cache = Path(cache_dir) if cache_dir else default_cache()
-    teacher, cached = teacher_embeddings(teacher_dir, texts, encoded, max_length, cache,
-                                         train_options["batch_size"] * 2, train_options.get("device"),
-                                         train_options.get("progress", True))
+    cache = Path(s.cache_dir) if s.cache_dir else default_cache()
+    teacher, cached = teacher_embeddings(teacher_dir, texts, encoded, max_length, cache, s.batch_size * 2, s.device,
+                                         s.progress)
     print(f"teacher vectors of {len(texts):,} texts ({teacher.shape[1]} values each) "
           f"{'read from' if cached else 'written to'} {cache}; {len(held):,} kept aside", file=sys.stderr)
-    run.update(texts=len(texts), teacher_embeddings_cached=cached)
-    model = student_model(student, teacher_dir, tokenizer, encoded, teacher, train, declared, max_length, prune,
-                          student_embeddings, train_options)
-    return train_student(model, EmbeddingJob(encoded, teacher, train, held, train_options["batch_size"],
-                                             train_options["seed"], tokenizer, group_by_length),
-                         out, train_options, run, started)
+    s = dataclasses.replace(s, texts=len(texts), teacher_embeddings_cached=cached)
+    model = student_model(s, teacher_dir, tokenizer, encoded, teacher, train, declared)
+    return train_student(model, EmbeddingJob(encoded, teacher, train, held, s.batch_size, s.seed, tokenizer,
+                                             s.group_by_length), s, started)
 
 
-def check_options(teacher_dir, revision, student: str | None, inputs, prune: bool, held_out: float) -> Path:
+def check_options(s: EmbeddingSettings) -> Path:
     """The teacher's folder, once the flags are checked (and --prune's shape, before any text is read)."""
-    if not inputs:
+    student, prune = s.model, s.prune
+    if not s.input:
         raise BertforgeError("distill embeddings needs --input: the text files (or tables, SQuAD files, folders) "
                              "whose texts the student learns the teacher's vectors of")
     if student is None:
         raise BertforgeError(f"distill embeddings needs --student: a size ({', '.join(SIZES)}) or a model folder")
     if prune and student not in SIZES:
         raise BertforgeError(f"--prune: --student {student} is not a size ({', '.join(SIZES)}) to cut the teacher to")
-    if not 0 <= held_out < 1:
-        raise BertforgeError(f"--held-out {held_out}: must be at least 0 and below 1")
-    teacher_dir = model_folder(teacher_dir, revision)
+    if not 0 <= s.held_out < 1:
+        raise BertforgeError(f"--held-out {s.held_out}: must be at least 0 and below 1")
+    teacher_dir = model_folder(s.teacher, s.revision)
     if not (teacher_dir / "config.json").is_file():
         raise BertforgeError(f"--teacher {teacher_dir}: not a model folder (no config.json)")
     if prune:
@@ -224,50 +212,47 @@ def check_options(teacher_dir, revision, student: str | None, inputs, prune: boo
     return teacher_dir
 
 
-def student_model(spec: str, teacher_dir: Path, tokenizer, encoded: dict, teacher: np.ndarray, train: np.ndarray,
-                  declared: SentencePooling, max_length: int, prune: bool, embeddings: str | None, options: dict):
+def student_model(s: EmbeddingSettings, teacher_dir: Path, tokenizer, encoded: dict, teacher: np.ndarray,
+                  train: np.ndarray, declared: SentencePooling):
     """The student: its encoder (build_encoder), pooled as the teacher, its map to the teacher's dimension fitted."""
     import torch
 
     from ..model.sentence_encoder import SentenceEncoder
     from ..model.student import ranking_rows
 
-    torch.manual_seed(options["seed"])
-    sample = train[ranking_rows(len(train), options["seed"])]
+    torch.manual_seed(s.seed)
+    sample = train[ranking_rows(len(train), s.seed)]
     rows = {k: [v[i] for i in sample] for k, v in encoded.items()}
-    encoder = build_encoder(spec, teacher_dir, tokenizer, rows, prune, embeddings, options.get("device"))
-    if max_length > encoder.config.max_tokens:
-        raise BertforgeError(f"--student {spec}: {encoder.config.max_tokens} positions, texts of up to "
-                             f"{max_length} tokens (--max-length)")
-    model = SentenceEncoder(encoder, declared.pooling, declared.normalize, teacher.shape[1], max_length,
+    encoder = build_encoder(s.model, teacher_dir, tokenizer, rows, s.prune, s.student_embeddings, s.device)
+    if s.max_length > encoder.config.max_tokens:
+        raise BertforgeError(f"--student {s.model}: {encoder.config.max_tokens} positions, texts of up to "
+                             f"{s.max_length} tokens (--max-length)")
+    model = SentenceEncoder(encoder, declared.pooling, declared.normalize, teacher.shape[1], s.max_length,
                             declared.do_lower_case)
     if model.dense is not None:
         fit_map(model, rows, teacher[sample], tokenizer.pad_token_id)
     return model
 
 
-def train_student(model, job: EmbeddingJob, out, train_options: dict, run: dict, started: float) -> dict:
-    """The training loop over run["epochs"], held-out figures each epoch; RUN/eval_results.json."""
+def train_student(model, job: EmbeddingJob, s: EmbeddingSettings, started: float) -> dict:
+    """The training loop over `s.epochs`, held-out figures each epoch; RUN/eval_results.json."""
     from ..training.run_folder import best_score
     from ..training.train import fit, setup_distributed
 
-    ctx = setup_distributed(train_options.get("device"))
-    out = Path(out)
-    steps = max(1, round(run["epochs"] * job.steps_per_epoch))
-    every = job.steps_per_epoch if len(job.held) else 0
-    args = TrainArgs(out=out, steps=steps, **{**train_options, "eval_every": every, "extra": run})
-    fit(model, job, args, ctx, started)
+    ctx = setup_distributed(s.device)
+    steps = max(1, round(s.epochs * job.steps_per_epoch))
+    fit(model, job, s.loop(steps, job.steps_per_epoch if len(job.held) else 0), ctx, started)
     if not ctx.main:
         return {}
-    rows = [row for row in read_json_lines(out / "metrics.jsonl") if "cosine" in row]
+    rows = [row for row in read_json_lines(s.out / "metrics.jsonl") if "cosine" in row]
     history = [{k: row[k] for k in ("step", "mse", "cosine")} for row in rows]
     scores = [best_score(row, "cosine") for row in rows]
     best = history[scores.index(max(scores))] if history else {}
-    results = {"task": "embeddings", "teacher": run["teacher"], "student": run["model"], "prune": run["prune"],
+    results = {"task": "embeddings", "teacher": s.teacher, "student": s.model, "prune": s.prune,
                **{k: v for k, v in best.items() if k != "step"}, "step_of_best": best.get("step"),
-               "dimension": model.dimension, "texts": run["texts"], "held_out_texts": len(job.held),
-               "history": history, "wall_time_s": run_wall_seconds(out, started)}
-    write_json(out / "eval_results.json", results)
+               "dimension": model.dimension, "texts": s.texts, "held_out_texts": len(job.held),
+               "history": history, "wall_time_s": run_wall_seconds(s.out, started)}
+    write_json(s.out / "eval_results.json", results)
     return results
 
 
@@ -276,7 +261,6 @@ def train_student(model, job: EmbeddingJob, out, train_options: dict, run: dict,
 
 
 def add_distill_embeddings_arguments(p):
-    from .distill_recipe import DISTILL_DEFAULTS, RANDOM_LR, TRAINED_LR
     from .finetune import add_run_arguments
 
     p.add_argument("task", choices=TASKS, help="embeddings (or sentence-embedding): a sentence-embedding student")
@@ -304,19 +288,17 @@ def add_distill_embeddings_arguments(p):
                         f"teacher's vectors; at most --max-eval-examples, else {MAX_HELD_OUT}; 0: none, and no best/)")
     p.add_argument("--cache-dir", type=Path, help="where the teacher's vectors are kept (default: "
                    "$BERTFORGE_CACHE/teacher-outputs, or ~/.cache/bertforge/teacher-outputs)")
-    add_run_arguments(p, {**DISTILL_DEFAULTS, "patience": 0}, EPOCHS,
-                      f"the teacher folder's max_seq_length, else {DEFAULT_LENGTH}",
-                      notes={"lr": f" (default: {TRAINED_LR:g} for a student that starts trained: --prune, a "
-                                   f"folder; {RANDOM_LR:g} for random layers)"})
+    add_run_arguments(p, DEFAULTS["embeddings"], f"the teacher folder's max_seq_length, else {DEFAULT_LENGTH}",
+                      notes={"lr": f" (default: {DISTILL['trained_lr']:g} for a student that starts trained: "
+                                   f"--prune, a folder; {DISTILL['random_lr']:g} for random layers)",
+                             "epochs": f" (default: {EMBEDDING_EPOCHS:g})"})
 
 
 def run_distill_embeddings(args) -> int:
-    from .finetune import run_options
+    from .finetune import task_settings
 
     check_output(args.out, "--out", inputs=[p for p in (args.teacher, args.student) if p])
-    results = distill_embeddings(args.teacher, args.student, args.input, args.out, prune=args.prune,
-                                 student_embeddings=args.student_embeddings, held_out=args.held_out,
-                                 cache_dir=args.cache_dir, revision=args.revision, text_column=args.text_column,
-                                 text_pair_column=args.text_pair_column, **run_options(args))
+    results = distil_embeddings(task_settings(EmbeddingSettings, args, model=args.student,
+                                              input=list(map(str, args.input or []))))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0

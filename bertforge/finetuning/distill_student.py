@@ -1,19 +1,52 @@
 """A distillation's student and teacher: the teacher read (`load_teacher`: a model fine-tuned for the task, with the
 data's labels), and the student built from a size name (random layers, the teacher's embeddings projected onto its
 width), a checkpoint folder, the teacher's layers (`--student-layers`, `teacher_layers`) or the teacher cut to a
-size (`--prune`, `cut_from_teacher`: model/student.py's ranking on the training rows)."""
+size (`--prune`, `cut_from_teacher`: model/student.py's ranking on the training rows); and what a recipe knows of it
+(`student_start`, `encoder_share`)."""
 
 import sys
 from pathlib import Path
 
 from ..core.errors import BertforgeError
+from ..core.hub import model_folder
 from ..model.architectures.config import SIZES, BertConfig
 from ..model.architectures.registry import architecture, head_of, load_config, model_class
 from ..tasks.base import TaskFamily
 from ..text.tokenizer import BertTokenizer
-from .distill_recipe import student_folder
 from .finetune import read_splits
 from .soft_targets import SOFT_TARGETS
+
+
+def student_folder(spec: str, teacher_tokenizer, flag: str = "--student") -> Path:
+    """A student checkpoint folder, or a Hub model's (or the model --prune-from names), which must read the
+    teacher's tokens."""
+    try:
+        folder = model_folder(spec)
+    except BertforgeError as e:
+        size = f"not a size ({', '.join(SIZES)}); " if flag == "--student" else ""
+        raise BertforgeError(f"{flag} {spec}: {size}{str(e).removeprefix(f'{spec}: ')}") from None
+    if not (folder / "config.json").is_file():
+        raise BertforgeError(f"{flag} {spec}: " + (f"neither a size ({', '.join(SIZES)}) nor a model folder"
+                                                   if flag == "--student" else "not a model folder"))
+    student = BertTokenizer.from_pretrained(folder)
+    if student.get_vocab() != teacher_tokenizer.get_vocab():
+        raise BertforgeError(f"{flag} {spec}: its vocabulary ({student.vocab_size} tokens) is not the "
+                             f"teacher's ({teacher_tokenizer.vocab_size}): the student must read the same tokens")
+    return folder
+
+
+def student_start(student: str | None, layers: list[int] | None, prune: bool) -> str:
+    """What the student starts from: "cut" (from the teacher or --prune-from), "layers" (the teacher's), "random"
+    (a size's random layers), "checkpoint" (a model folder)."""
+    return "cut" if prune else "layers" if layers is not None else "random" if student in SIZES else "checkpoint"
+
+
+def encoder_share(student, teacher) -> float:
+    """The student's encoder parameters (its layers: not the embeddings, nor the head) over the teacher's."""
+    def encoder(model):
+        return sum(p.numel() for name, p in model.base_model.named_parameters() if not name.startswith("embeddings."))
+
+    return encoder(student) / encoder(teacher)
 
 
 def load_teacher(family: TaskFamily, folder: Path, flag: str = "--teacher"):

@@ -7,6 +7,7 @@ epoch with the best checkpoint kept in RUN/best/, and RUN/eval_results.json (its
 metrics.jsonl, so a resumed run reports every epoch).
 """
 
+import dataclasses
 import json
 import logging
 import math
@@ -19,46 +20,22 @@ from pathlib import Path
 import numpy as np
 
 from ..model.architectures.registry import load_config
-from ..core.errors import BertforgeError
 from .evaluate import check_length, evaluate_splits, predict_split
 from ..inference.batches import pad_batch, row_lengths
 from ..core.version import __version__
-from ..core.io import check_output, read_json, read_json_lines, write_json, write_text_atomic
-from ..training.options import add_training_arguments, recorded_arguments, training_options
+from ..core.io import check_output, read_json_lines, write_json, write_text_atomic
+from ..training.options import add_training_arguments
 from ..core.flags import add_revision_argument, count, positive
 from ..core.hub import hub_origin, model_folder
 from ..tasks import TASKS, add_family_arguments, family_options, make_family
 from ..tasks.base import Split, TaskFamily
 from ..inference.batches import padding
 from ..text.tokenizer import BertTokenizer
-from ..training.options import TrainArgs
-from ..training.resume import FINETUNE_FIXED, run_wall_seconds
+from ..training.recipes import CHOSEN, DEFAULTS, EARLY_STOP, FINETUNE, RECIPES, Facts
+from ..training.resume import ARGS_FILE, FINETUNE_FIXED, run_wall_seconds
+from ..training.settings import EPOCH_RUN, FinetuneSettings, JobSettings
 
 log = logging.getLogger("bertforge")
-
-# The paper's fine-tuning recipe (spec section 7): batch 32, lr 2e-5, 3 epochs, 10% warm-up, weight decay 0.01.
-# Step checkpoints (with the optimizer state, three times the model's size) serve --resume only: one at a time,
-# removed when the run completes unless --keep-checkpoints.
-PAPER = dict(lr=2e-5, batch_size=32, epochs=3.0, warmup=0.1, weight_decay=0.01, patience=0)
-FINETUNE_DEFAULTS = dict(seed=42, adam_eps=1e-6, log_every=10, save_every=0, keep=1, keep_checkpoints=False)
-# `--recipe adaptive` (the command's default), for what --lr, --batch-size, --epochs, --warmup and --weight-decay
-# leave unsaid, by the optimizer steps the paper's recipe would make (all-MiniLM-L6-v2 on SST-2, 3 seeds at each
-# size; BENCHMARKS.md, "Fine-tuning defaults"): under MIN_STEPS (fewer than 3,200 examples), batches of SMALL_BATCH
-# at SMALL_LR for the epochs that MIN_STEPS take (at most MAX_EPOCHS): the paper's 48 steps on 500 examples leave
-# SST-2 at chance; under LARGE_STEPS, transformers' Trainer's defaults (TRAINER), 3.3 points above the paper's
-# recipe and 1.3 above the small-data one at 4,000 examples; from LARGE_STEPS on (16,000 examples), the paper's
-# recipe at LARGE_LR, the top rate of the paper's own grid: above the paper's 2e-5 and level with Trainer's
-# defaults at 16,000 examples, in a quarter of Trainer's steps. Where it runs more than EARLY_EPOCHS epochs, it stops
-# after PATIENCE epochs without a better dev score, the best epoch kept (180 rows of one's own data: best at epoch 3
-# of 20; BENCHMARKS.md, "Early stopping").
-RECIPES = ("adaptive", "paper")
-MIN_STEPS, SMALL_BATCH, SMALL_LR, MAX_EPOCHS = 300, 16, 1e-4, 20
-LARGE_STEPS, LARGE_LR = 1500, 5e-5
-TRAINER = dict(lr=5e-5, batch_size=8, epochs=3.0, warmup=0.0, weight_decay=0.0, patience=0)
-EARLY_EPOCHS, PATIENCE = 5, 3
-CHOSEN = ("lr", "batch_size", "warmup", "weight_decay", "patience")  # the training options a recipe sets, beside
-# the epochs
-EPOCH_RUN = ("steps", "eval_every")  # training options a fine-tuning run sets itself: epochs, an evaluation each
 LOG_KEYS = {"step", "loss", "lr", "tokens_per_s", "skipped"}  # the training figures of a metrics.jsonl row
 
 
@@ -129,106 +106,47 @@ class FinetuneJob:
         model.save_pretrained(folder, tokenizer=self.tokenizer)
 
 
-def finetune(task: str, model_dir, data, out, epochs: float | None = None, max_length: int | None = None,
-             max_train_examples: int | None = None, max_eval_examples: int | None = None,
-             group_by_length: bool = True, command: list[str] | None = None, arguments: dict | None = None,
-             recipe: str = "adaptive", revision: str | None = None, **options) -> dict:
+def finetune(task: str, model_dir, data, out, recipe: str = "adaptive", revision: str | None = None,
+             **options) -> dict:
     """Fine-tune `model_dir` (a folder, or a Hub model's name at `revision`) on a task; writes RUN/best/,
     RUN/eval_results.json (and, where the family predicts a test split, its predictions by the best model) and
-    returns the best metrics.
+    returns the best metrics. `options`: FinetuneSettings fields (TrainArgs' among them; the lr, batch size,
+    warm-up, weight decay, patience and epochs not given are the `recipe`'s) and the task family's options."""
+    return fine_tune(FinetuneSettings.make(task=task, model=model_dir, data=data, out=out, recipe=recipe,
+                                           revision=revision, **options))
 
-    `options`: TrainArgs fields (defaults FINETUNE_DEFAULTS) and the task family's own options; the lr, batch
-    size and `epochs` not given are the `recipe`'s (`recipe_settings`); `command` and `arguments` (the parsed
-    command line, which --args-file reruns) are recorded in args.json."""
+
+def fine_tune(settings: FinetuneSettings) -> dict:
+    """`finetune` from its settings, which the run completes (recipes.choose) and records (args.json)."""
     import torch  # here, not at the top: the command's --help does not load torch
 
     started = time.perf_counter()
-    train_options = task_training_options(options, FINETUNE_DEFAULTS)
-    family = make_family(task, data, max_length, options, reading=True)
-    model_dir = model_folder(model_dir, revision)
+    family = make_family(settings.task, settings.data, settings.max_length, settings.family(), reading=True)
+    model_dir = model_folder(settings.model, settings.revision)
     check_length(family, load_config(str(model_dir)), model_dir)  # before the data is read
+    given = dataclasses.replace(settings, model=str(model_dir), base_model=hub_origin(model_dir),
+                                data=None if settings.data is None else str(settings.data),
+                                max_length=family.max_length)
+    resumed = given.resumed()
     tokenizer = BertTokenizer.from_pretrained(model_dir)
-    splits = read_splits(family, tokenizer, max_train_examples, max_eval_examples)
-    epochs, chosen_by = choose_settings(recipe, len(splits.train.examples), train_options, epochs, out)
-    torch.manual_seed(train_options["seed"])
+    splits = read_splits(family, tokenizer, settings.max_train_examples, settings.max_eval_examples)
+    settings, choice = resumed.complete(Facts(examples=len(splits.train.examples)))
+    say_choice(given, settings, choice.reasons() if resumed is given else
+               f"the run being resumed ({resumed.out / ARGS_FILE})")
+    torch.manual_seed(settings.seed)
     model = family.model_class.from_pretrained(model_dir, new_head=True, **family.head_config())
     model.config.extra.update(family.config_entries())
-    run = {"task": task, "model": str(model_dir), "base_model": hub_origin(model_dir),
-           "data": None if data is None else str(data),
-           "family_options": family_record(options),
-           "epochs": epochs, "max_length": family.max_length, "max_train_examples": max_train_examples,
-           "max_eval_examples": max_eval_examples, "group_by_length": group_by_length, "command": command,
-           "arguments": arguments, "recipe": recipe, "chosen_by": chosen_by}
-    return train_on_task(family, model, tokenizer, splits, splits.train.encoded, out, train_options, run, started)
+    return train_on_task(family, model, tokenizer, splits, splits.train.encoded, settings, started)
 
 
-def recipe_settings(recipe: str, examples: int) -> tuple[dict, str]:
-    """The lr, batch size, epochs, warm-up and weight decay of `recipe` (see RECIPES) for this many training
-    examples, and why."""
-    if recipe not in RECIPES:
-        raise BertforgeError(f"--recipe must be one of {', '.join(RECIPES)}, not {recipe!r}")
-    paper_steps = PAPER["epochs"] * math.ceil(examples / PAPER["batch_size"])
-    if recipe == "paper":
-        return dict(PAPER), "the paper's recipe (--recipe paper)"
-    if paper_steps >= LARGE_STEPS:
-        return {**PAPER, "lr": LARGE_LR}, (f"{examples} training examples: the paper's recipe ({paper_steps:g} "
-                                           f"steps) at lr {LARGE_LR:g}, the top of the paper's grid; --recipe paper "
-                                           f"keeps {PAPER['lr']:g}")
-    if paper_steps >= MIN_STEPS:
-        return dict(TRAINER), (f"{examples} training examples: the paper's recipe would make {paper_steps:g} steps "
-                               f"(under {LARGE_STEPS}), so transformers' Trainer's defaults (no warm-up, no weight "
-                               f"decay); --recipe paper keeps the paper's")
-    epochs = min(MAX_EPOCHS, math.ceil(MIN_STEPS / math.ceil(examples / SMALL_BATCH)))
-    patience = early_stop(epochs)
-    return ({**PAPER, "lr": SMALL_LR, "batch_size": SMALL_BATCH, "epochs": float(epochs), "patience": patience},
-            f"{examples} training examples: the paper's recipe would make {paper_steps:g} steps, so batches of "
-            f"{SMALL_BATCH} at {SMALL_LR:g} for {epochs} epochs (at least {MIN_STEPS} steps, at most {MAX_EPOCHS} "
-            f"epochs{early_stop_why(patience)}; --recipe paper keeps the paper's)")
-
-
-def early_stop(epochs: float) -> int:
-    """The patience (epochs without a better dev score) of an adaptive recipe that runs `epochs`: 0, never, for a
-    few epochs."""
-    return PATIENCE if epochs > EARLY_EPOCHS else 0
-
-
-def early_stop_why(patience: int) -> str:
-    return f", stopping after {patience} without a better dev score" if patience else ""
-
-
-def choose_settings(recipe: str, examples: int, train_options: dict, epochs: float | None,
-                    out) -> tuple[float, str]:
-    """Fills the lr, batch size, warm-up and weight decay of `train_options` that were not given (None or absent)
-    with the recipe's, says so, and returns the epochs and the reason recorded in args.json. A resumed run goes on
-    with what its args.json records (the data it resumes on may be cut to another size)."""
-    chosen, why = recipe_settings(recipe, examples)
-    record = Path(out) / "args.json"
-    if train_options.get("resume") and record.is_file():
-        began = read_json(record)
-        chosen, why = ({**{k: began[k] for k in CHOSEN}, "epochs": began["extra"]["epochs"]},
-                       f"the run being resumed ({record})")
-    given = {**{k: train_options.get(k) for k in CHOSEN}, "epochs": epochs}
-    settings = {k: chosen[k] if v is None else v for k, v in given.items()}
-    train_options.update({k: settings[k] for k in CHOSEN})
-    left = [k for k, v in given.items() if v is None]
+def say_choice(given: FinetuneSettings, settings: FinetuneSettings, why: str) -> None:
+    """The settings the call left unsaid, in one line, and why they are what they are."""
+    left = [k for k in given.chosen if getattr(given, k) is None]
     if left:
-        log.info(f"fine-tuning with lr {settings['lr']:g}, batch {settings['batch_size']}, "
-                 f"{settings['epochs']:g} epochs, warm-up {settings['warmup']:g}, weight decay "
-                 f"{settings['weight_decay']:g}"
-                 + (f", patience {settings['patience']}" if settings["patience"] else "")
+        log.info(f"fine-tuning with lr {settings.lr:g}, batch {settings.batch_size}, {settings.epochs:g} epochs, "
+                 f"warm-up {settings.warmup:g}, weight decay {settings.weight_decay:g}"
+                 + (f", patience {settings.patience}" if settings.patience else "")
                  + f" ({', '.join(left)} from {why})")
-    return settings["epochs"], why if left else "given"
-
-
-def family_record(options: dict) -> dict:
-    """The family's options among `options`, as args.json and the model card record them."""
-    return {k: str(v) if isinstance(v, Path) else v for k, v in options.items()
-            if k not in TrainArgs.__dataclass_fields__}
-
-
-def task_training_options(options: dict, defaults: dict) -> dict:
-    """The TrainArgs fields among `options`, over a command's defaults."""
-    return {**defaults, **{k: v for k, v in options.items() if k in TrainArgs.__dataclass_fields__}}
 
 
 @dataclass
@@ -244,39 +162,36 @@ def read_splits(family: TaskFamily, tokenizer, max_train_examples=None, max_eval
                       family.read("test", tokenizer) if family.predicts_test() else None)
 
 
-def train_on_task(family: TaskFamily, model, tokenizer, splits: TaskSplits, encoded: dict, out, train_options: dict,
-                  run: dict, started: float, batch_keys: dict | None = None, loss_units: dict | None = None,
-                  teacher: dict | None = None) -> dict:
-    """Train `model` on the rows `encoded` for run["epochs"], evaluating every epoch; the run folder as
+def train_on_task(family: TaskFamily, model, tokenizer, splits: TaskSplits, encoded: dict,
+                  settings: FinetuneSettings, started: float, batch_keys: dict | None = None,
+                  loss_units: dict | None = None, teacher: dict | None = None) -> dict:
+    """Train `model` on the rows `encoded` for `settings.epochs`, evaluating every epoch; the run folder as
     `finetune` describes it. `batch_keys` (key -> padding) are what the model reads beyond the family's, and
     `loss_units` its loss terms (see train.TrainingJob) where they are not the family's one loss; `teacher`: a
     distillation teacher's scores on the same splits, recorded beside the best epoch's with the share it keeps."""
     from ..training.run_folder import best_score
     from ..training.train import fit, setup_distributed
 
-    ctx = setup_distributed(train_options.get("device"))
-    out = Path(out)
-    batch_size, bf16 = train_options["batch_size"], train_options.get("bf16", False)
+    ctx = setup_distributed(settings.device)
+    out, batch_size, bf16 = settings.out, settings.batch_size, settings.bf16
     # the evaluation's bar sits under the training bar: on a terminal only (in a log it leaves cursor codes)
-    progress = train_options.get("progress", True) and sys.stderr.isatty()
+    progress = settings.progress and sys.stderr.isatty()
 
     def evaluate(m):
         return evaluate_splits(family, m, splits.evaluated, batch_size * 2, tokenizer.pad_token_id, bf16, progress)
 
-    job = FinetuneJob(family, encoded, batch_size, train_options["seed"], evaluate, tokenizer,
-                      run["group_by_length"])
+    job = FinetuneJob(family, encoded, batch_size, settings.seed, evaluate, tokenizer, settings.group_by_length)
     job.keys.update(batch_keys or {})
     job.loss_units = loss_units or job.loss_units
-    steps = max(1, round(run["epochs"] * job.steps_per_epoch))
-    args = TrainArgs(out=out, steps=steps, **{**train_options, "eval_every": job.steps_per_epoch, "extra": run})
-    fit(model, job, args, ctx, started)
+    fit(model, job, settings.loop(max(1, round(settings.epochs * job.steps_per_epoch)), job.steps_per_epoch), ctx,
+        started)
     if not ctx.main:
         return {}
     rows = [row for row in read_json_lines(out / "metrics.jsonl") if family.best_metric in row]
     history = [{k: v for k, v in row.items() if k not in LOG_KEYS} for row in rows]
     scores = [best_score(row, family.best_metric) for row in rows]
     best = history[scores.index(max(scores))] if history else {}  # where none can be best: the first epoch's
-    results = {"task": run["task"], **best, "epoch_of_best": history.index(best) + 1 if history else None,
+    results = {"task": settings.task, **best, "epoch_of_best": history.index(best) + 1 if history else None,
                "history": history, "train_examples": len(splits.train.examples),
                "wall_time_s": run_wall_seconds(out, started)}
     if teacher is not None:
@@ -290,7 +205,7 @@ def train_on_task(family: TaskFamily, model, tokenizer, splits: TaskSplits, enco
         results["test_predictions"] = str(family.write(splits.test, outputs, out))
     write_json(out / "eval_results.json", results)
     if (out / "best").is_dir():
-        write_text_atomic(out / "best" / "README.md", model_card(family, run, results))
+        write_text_atomic(out / "best" / "README.md", model_card(family, settings.record(), results))
     return results
 
 
@@ -332,34 +247,35 @@ def add_finetune_arguments(p):
     p.add_argument("--model", required=True, help="pre-trained checkpoint folder (Hugging Face layout), or a Hub "
                    "model's name (org/name)")
     add_revision_argument(p)
-    p.add_argument("--recipe", choices=RECIPES, default="adaptive",
+    rule, early = FINETUNE, EARLY_STOP
+    p.add_argument("--recipe", choices=RECIPES["finetune"], default="adaptive",
                    help="what --lr, --batch-size, --epochs, --warmup, --weight-decay and --patience not given are: "
                         "adaptive: "
                         f"the paper's recipe (lr 2e-5, batch 32, 3 epochs, warm-up 0.1, weight decay 0.01) at lr "
-                        f"{LARGE_LR:g} where it makes at least {LARGE_STEPS} steps; transformers' Trainer's defaults "
-                        f"(lr 5e-5, batch 8, 3 epochs, no warm-up or weight decay) where it makes {MIN_STEPS} to "
-                        f"{LARGE_STEPS}; below, batch {SMALL_BATCH} at {SMALL_LR:g} for the epochs {MIN_STEPS} steps "
-                        f"take (at most {MAX_EPOCHS}), stopping after {PATIENCE} epochs without a better dev score "
-                        f"where they are more than {EARLY_EPOCHS}; paper: always the paper's, every epoch")
-    add_task_run_arguments(p, {**FINETUNE_DEFAULTS, **dict.fromkeys(CHOSEN)}, None,
-                           notes=dict.fromkeys((*CHOSEN, "epochs"), " (default: the --recipe's)"))
+                        f"{rule['large_lr']:g} where it makes at least {rule['large_steps']} steps; transformers' "
+                        f"Trainer's defaults (lr 5e-5, batch 8, 3 epochs, no warm-up or weight decay) where it makes "
+                        f"{rule['min_steps']} to {rule['large_steps']}; below, batch {rule['small_batch']} at "
+                        f"{rule['small_lr']:g} for the epochs {rule['min_steps']} steps take (at most "
+                        f"{rule['max_epochs']}), stopping after {early['patience']} epochs without a better dev score "
+                        f"where they are more than {early['after_epochs']}; paper: always the paper's, every epoch")
+    add_task_run_arguments(p, DEFAULTS["finetune"], notes=dict.fromkeys((*CHOSEN, "epochs"),
+                                                                        " (default: the --recipe's)"))
 
 
-def add_task_run_arguments(p, defaults: dict, epochs: float | None, notes: dict | None = None):
+def add_task_run_arguments(p, defaults: dict, notes: dict | None = None):
     """The data, the run folder, the epochs and the training options: what training on a task takes beside the
     model it starts from (finetune, distill). A default of None is decided elsewhere, as `notes` say."""
     p.add_argument("--data", help="the task's data folder (or file); "
                                   "your own data: --train/--dev/--test or --dataset instead")
-    add_run_arguments(p, defaults, epochs, "the task's, 128 to 384", notes)
+    add_run_arguments(p, defaults, "the task's, 128 to 384", notes)
     add_family_arguments(p)
 
 
-def add_run_arguments(p, defaults: dict, epochs: float | None, length: str, notes: dict | None = None):
+def add_run_arguments(p, defaults: dict, length: str, notes: dict | None = None):
     """The run folder, the epochs, the lengths and counts of the data read, and the training options: what a run
     on examples takes (finetune, distill and distill embeddings); `length`: what --max-length defaults to."""
     p.add_argument("--out", required=True, help="run folder: best/, eval_results.json, metrics.jsonl")
-    p.add_argument("--epochs", type=positive, default=epochs,
-                   help="passes over the training data" + (notes or {}).get("epochs", ""))
+    p.add_argument("--epochs", type=positive, help="passes over the training data" + (notes or {}).get("epochs", ""))
     p.add_argument("--max-length", type=count(3), help=f"tokens per input (default: {length})")
     p.add_argument("--max-train-examples", type=count(1), help="use only the first N training examples")
     p.add_argument("--max-eval-examples", type=count(1), help="evaluate on only the first N examples")
@@ -368,22 +284,15 @@ def add_run_arguments(p, defaults: dict, epochs: float | None, length: str, note
     add_training_arguments(p, defaults, skip=EPOCH_RUN, notes=notes)
 
 
-def task_run_options(args) -> dict:
-    """The keywords of `finetune`/`distill` that `add_task_run_arguments` declares."""
-    return {**run_options(args), **family_options(args)}
-
-
-def run_options(args) -> dict:
-    """The keywords that `add_run_arguments` declares."""
-    return dict(epochs=args.epochs, max_length=args.max_length, max_train_examples=args.max_train_examples,
-                max_eval_examples=args.max_eval_examples, group_by_length=not args.no_length_grouping,
-                command=args.command_line, arguments=recorded_arguments(args),
-                **training_options(args, skip=EPOCH_RUN))
+def task_settings(settings_class: type[JobSettings], args, **fields) -> JobSettings:
+    """A job's settings from the flags `add_run_arguments` (and, for a task, `add_task_run_arguments`) declare."""
+    if hasattr(args, "task") and args.task in TASKS:
+        fields["family_options"] = {k: str(v) if isinstance(v, Path) else v for k, v in family_options(args).items()}
+    return settings_class.from_args(args, group_by_length=not args.no_length_grouping, **fields)
 
 
 def run_finetune(args) -> int:
     check_output(args.out, "--out", inputs=[p for p in (args.model, args.data) if p])
-    results = finetune(args.task, args.model, args.data, args.out, recipe=args.recipe, revision=args.revision,
-                       **task_run_options(args))
+    results = fine_tune(task_settings(FinetuneSettings, args))
     print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
     return 0

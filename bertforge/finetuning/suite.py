@@ -27,13 +27,15 @@ from pathlib import Path
 from ..model.architectures.registry import load_config
 from ..core.errors import BertforgeError
 from .evaluate import SPEED_FIGURES, mebibytes, millions, run_conditions, whole
-from .finetune import EPOCH_RUN, FINETUNE_DEFAULTS, PAPER, finetune
+from .finetune import finetune
 from ..core.io import read_json, write_json, write_text_atomic
 from ..training.options import add_training_arguments, training_options
 from ..core.flags import add_revision_argument, count, positive
 from ..core.hub import model_folder
 from ..tasks import TASKS, make_family
 from ..text.tokenizer import BertTokenizer
+from ..training.recipes import FINETUNE_DEFAULTS, PAPER
+from ..training.settings import EPOCH_RUN
 
 log = logging.getLogger("bertforge")
 PAPER_GRID = {"lr": [2e-5, 3e-5, 5e-5], "batch_size": [16, 32], "epochs": [2, 3, 4]}  # the paper's appendix A.3

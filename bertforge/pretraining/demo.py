@@ -19,7 +19,8 @@ from ..data.create import create_pretraining_data
 from ..core.io import check_output, read_json_lines
 from .objectives import OBJECTIVES
 from ..core.flags import add_device_argument, count, old_spellings, positive_duration
-from .recipe import RECIPES, resolve
+from .recipe import resolve
+from ..training.recipes import PRETRAIN
 from ..text.tokenizer import BertTokenizer
 from ..text.wordpiece import train_vocab
 
@@ -196,7 +197,7 @@ def add_demo_arguments(p):
                                  "fastest in minutes, BENCHMARKS.md)"), "--max-seq-length")
     p.add_argument("--batch-size", type=count(1), default=32, help="rows per training step")
     p.add_argument("--eval-docs", type=count(1), default=20, help="documents held out")
-    p.add_argument("--recipe", choices=tuple(RECIPES), default="budget", help="pre-training recipe")
+    p.add_argument("--recipe", choices=tuple(PRETRAIN), default="budget", help="pre-training recipe")
     p.add_argument("--time-budget", type=positive_duration, default=200.0, metavar="DURATION",
                    help="pre-training time, evaluation and checkpoints excluded (default: 200s)")
     p.add_argument("--seed", type=count(0), default=0, help="random seed (data, pre-training)")

@@ -26,15 +26,13 @@ from ..core.errors import BertforgeError
 from .objectives import OBJECTIVES, choose_objective
 from .plot import BASELINES_FILE
 from ..text.tokenizer import BertTokenizer
-from .recipe import RECIPES, add_recipe_arguments, recipe_notes, resolve
+from .recipe import add_recipe_arguments, recipe_notes, resolve
+from ..training.recipes import DEFAULTS, PRETRAIN
 from ..training.resume import PRETRAIN_FIXED, check_resume
 from ..training.options import TrainArgs
 
 # torch, the model and the loop are imported where they are used: the command's --help does not load torch.
 
-# The command's defaults (the paper's recipe at a size that runs on a CPU); any TrainArgs field may be given.
-PRETRAIN_DEFAULTS = dict(steps=1000, batch_size=64, lr=1e-4, warmup=0.05, log_every=10, eval_every=200,
-                         save_every=500)
 log = logging.getLogger("bertforge")
 EVAL_STEP = 2**40  # seeds the held-out masks: the same at every evaluation, unlike any training step's
 EVAL_BATCH = 64  # held-out rows per batch, masked together: the same masks whatever the training batch size
@@ -182,8 +180,8 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
              student_embeddings: str | None = None, prune: bool = False, **options) -> dict:
     """Pre-train and return the last held-out evaluation (with the trivial baselines beside it).
 
-    `options`: TrainArgs fields (defaults PRETRAIN_DEFAULTS). `recipe` is only recorded (the caller resolves it
-    into the other arguments, see recipe.resolve). `output_bias="unigram"` starts a fresh model's masked-LM
+    `options`: TrainArgs fields (defaults: recipes.DEFAULTS["pretrain"]). `recipe` is only recorded (the caller
+    resolves it into the other arguments, see recipe.resolve). `output_bias="unigram"` starts a fresh model's masked-LM
     output bias at the training tokens' log frequencies (`init_output_bias`); with `init_from` it is ignored, as
     `config` is: args.json records the config used, `init_from`'s.
     `teacher`: the model whose representations `objective="distill"` learns (general_distill.py); a fresh student
@@ -194,7 +192,7 @@ def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = 
 
     from ..training.train import fit, setup_distributed
 
-    options = {**PRETRAIN_DEFAULTS, **options}
+    options = {**DEFAULTS["pretrain"], **options}
     if not Path(data).is_dir():
         raise BertforgeError(f"--data {data}: no such folder; make pre-training data with `bertforge data create`")
     if not (Path(data) / "index.json").is_file():
@@ -257,7 +255,7 @@ def add_pretrain_arguments(p):
     p.add_argument("--eval-rows", type=count(1), default=1024, help="held-out instances per evaluation")
     add_recipe_arguments(p)
     # None: the recipe decides (and --steps: 1000, or as many as --time-budget allows)
-    add_training_arguments(p, {**PRETRAIN_DEFAULTS, **dict.fromkeys(("steps", "lr", "warmup", "batch_size",
+    add_training_arguments(p, {**DEFAULTS["pretrain"], **dict.fromkeys(("steps", "lr", "warmup", "batch_size",
                                                                       "schedule", "bf16"))},
                            skip=("keep_checkpoints",),  # pre-training keeps its last --keep step checkpoints
                            notes={**recipe_notes(), "steps": "(default 1000, or as many as --time-budget allows)"})
@@ -281,7 +279,7 @@ def run_pretrain(args) -> int:
     init_from = args.init_from and str(model_folder(args.init_from, args.revision))
     teacher = args.teacher and str(model_folder(args.teacher, None if args.init_from else args.revision))
     width = load_config(init_from or args.config).hidden_size
-    r = resolve(args.recipe, {k: getattr(args, k) for k in RECIPES[args.recipe]}, width, pick_device(args.device))
+    r = resolve(args.recipe, {k: getattr(args, k) for k in PRETRAIN[args.recipe]}, width, pick_device(args.device))
     if args.time_budget and r["warmup"] >= 1:
         raise BertforgeError(f"--warmup {r['warmup']:g}: with --time-budget the warm-up is a fraction (< 1) of it")
     options = {**training_options(args), **{k: r[k] for k in ("lr", "warmup", "batch_size", "schedule", "bf16")}}

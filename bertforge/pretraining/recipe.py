@@ -1,47 +1,26 @@
-"""Pre-training recipes: the paper's, and a budget one for small compute, as presets of `bertforge pretrain` flags.
-
-A recipe fills in the flags the user did not give; an explicit flag always wins. `paper` is the paper's setup
-(spec section 6) as bertforge has always run it. `budget` is what the budget literature (Cramming, MosaicBERT,
-Izsak et al., Wettig et al.) converges on and what measured best per CPU-minute here (BENCHMARKS.md, "A budget
-recipe"): no NSP, 30% dynamic masking, no dropout, a higher peak rate on a one-cycle schedule, the rate chosen by
-the model's width (BUDGET_LR), the output bias started at the tokens' log frequencies, bf16 autocast where the
-device computes it in hardware.
+"""Pre-training recipes on the command line: `--recipe` and the pre-training choices that are not training-loop
+options, and `resolve`, a recipe's settings (training/recipes.py's PRETRAIN: `paper`, the paper's setup as bertforge
+has always run it; `budget`, what the budget literature converges on and what measured best per CPU-minute here)
+for a model's width on a device. A recipe fills in the flags the user did not give; an explicit flag always wins.
 """
 
 from .objectives import OBJECTIVES
 from ..core.flags import open_fraction, probability
-
-# The budget recipe's peak rate by hidden size, (largest width, rate), measured at batch 16: BERT-Tiny (128) is
-# best at 2e-3; BERT-Mini (256) learns nothing but token frequencies at 2e-3 and 1e-3 and learns at 5e-4
-# (BENCHMARKS.md, issue 11). Wider models get Mini's rate, the highest measured to work for them.
-BUDGET_LR = ((128, 2e-3), (None, 5e-4))
-NATIVE = "where native"  # bf16 autocast on a device with bf16 matrix units (runtime.native_bf16), else fp32
-
-RECIPES = {
-    "paper": {"objective": None, "mask_prob": None, "dropout": None, "lr": 1e-4, "schedule": "linear",
-              "warmup": 0.05, "batch_size": 64, "output_bias": "zero", "bf16": False},
-    "budget": {"objective": "mlm", "mask_prob": 0.3, "dropout": 0.0, "lr": BUDGET_LR, "schedule": "one-cycle",
-               "warmup": 0.1, "batch_size": 16, "output_bias": "unigram", "bf16": NATIVE},
-}  # None: what the data and the model config hold (objective, masking rate, dropout)
-
+from ..training.recipes import BUDGET_LR, PRETRAIN, Facts, choose
 
 
 def resolve(recipe: str, explicit: dict, hidden_size: int, device) -> dict:
     """The recipe's settings for a model of this width on this device (a name or a torch.device), with the
     explicitly given ones (not None) on top."""
-    settings = {**RECIPES[recipe], **{k: v for k, v in explicit.items() if v is not None and k in RECIPES[recipe]}}
-    if settings["lr"] is BUDGET_LR:
-        settings["lr"] = next(lr for width, lr in BUDGET_LR if width is None or hidden_size <= width)
-    if settings["bf16"] == NATIVE:
-        from ..inference.runtime import native_bf16  # here: the commands' --help does not load torch
+    from ..inference.runtime import native_bf16  # here: the commands' --help does not load torch
 
-        settings["bf16"] = native_bf16(device)
-    return settings
+    given = {k: explicit.get(k) for k in PRETRAIN[recipe]}
+    return choose("pretrain", recipe, given, Facts(hidden_size=hidden_size, native_bf16=native_bf16(device))).settings
 
 
 def add_recipe_arguments(p) -> None:
     """The recipe and the pre-training choices that are not training-loop options."""
-    p.add_argument("--recipe", choices=tuple(RECIPES), default="paper",
+    p.add_argument("--recipe", choices=tuple(PRETRAIN), default="paper",
                    help="preset for the flags it sets that are not given (default: paper); see README")
     p.add_argument("--objective", choices=tuple(OBJECTIVES),
                    help="; ".join(f"{o.name}: {o.help}" for o in OBJECTIVES.values()) +
@@ -59,10 +38,10 @@ def add_recipe_arguments(p) -> None:
 
 def recipe_notes() -> dict:
     """For the training flags a recipe sets: what each recipe gives them (their help's ending)."""
-    notes = {key: f"(paper: {RECIPES['paper'][key]}, budget: {RECIPES['budget'][key]})"
+    notes = {key: f"(paper: {PRETRAIN['paper'][key]}, budget: {PRETRAIN['budget'][key]})"
              for key in ("schedule", "warmup", "batch_size")}
     notes["bf16"] = "(paper: off, budget: on where the device has bf16 matrix units: CUDA, AMX or AVX512-BF16 CPUs)"
     (narrow, narrow_lr), (_, wide_lr) = BUDGET_LR
-    notes["lr"] = (f"(paper: {RECIPES['paper']['lr']}, budget: {narrow_lr} up to hidden size {narrow} (tiny), "
+    notes["lr"] = (f"(paper: {PRETRAIN['paper']['lr']}, budget: {narrow_lr} up to hidden size {narrow} (tiny), "
                    f"{wide_lr} above)")
     return notes

@@ -20,10 +20,8 @@ from bertforge import (
 from bertforge.cli import main
 from bertforge.finetuning.distill import distill, distill_rows, make_distiller, soft_target_loss
 from bertforge.finetuning.distill_student import build_student, load_teacher
-from bertforge.finetuning.distill_recipe import (
-    AUGMENT_ROWS, FIXED, MAX_AUTO_AUGMENT, MAX_EPOCHS, MIN_STEPS, RANDOM_LR, SMALL_AUGMENT, SMALL_STUDENT,
-    TRAINED_LR, distill_epochs, distill_settings, encoder_share, student_start
-)
+from bertforge.finetuning.distill_student import encoder_share, student_start
+from bertforge.training import recipes
 from bertforge.finetuning.soft_targets import span_loss, token_loss
 from bertforge.finetuning.distill_data import augment_words, augmented, read_unlabelled, read_unlabelled_questions
 from bertforge.core.errors import BertforgeError
@@ -754,8 +752,7 @@ def test_unlabelled_questions_get_the_teachers_spans_and_no_label_loss(wide_base
     tokenizer = BertTokenizer.from_pretrained(teacher)
     train = family.read("train", tokenizer)
     encoded, cached = distill_rows(family, train, tokenizer, load_teacher(family, teacher), teacher, 1,
-                                   [table, answered], False, tmp_path / "rows",
-                                   {"batch_size": 8, "seed": 1, "progress": False})
+                                   [table, answered], False, tmp_path / "rows", batch_size=8, seed=1, progress=False)
     windows = len(train.encoded["input_ids"])
     varied = len(family.encode("extra", augmented(train.examples, 1, 1), tokenizer).encoded["input_ids"])
     added = len(family.encode("extra", questions, tokenizer).encoded["input_ids"])
@@ -777,93 +774,12 @@ def test_unlabelled_questions_get_the_teachers_spans_and_no_label_loss(wide_base
     assert one_line_error(e, "bad.jsonl:1", "'context'")
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The recipe: what --lr, --augment and --epochs not given are, at the boundaries of its rules
-
-
-def adaptive(examples, start="cut", augmentable=True, share=1.0, **given):
-    return distill_settings("adaptive", examples, start, augmentable, {"lr": None, "augment": None, **given}, share)
-
-
-@pytest.mark.parametrize("examples, variants", [
-    (AUGMENT_ROWS, 0), (67_349, 0), (AUGMENT_ROWS - 1, 1), (AUGMENT_ROWS // 2, 1), (AUGMENT_ROWS // 2 - 1, 2),
-    (AUGMENT_ROWS // (MAX_AUTO_AUGMENT + 1) + 1, MAX_AUTO_AUGMENT),
-    (AUGMENT_ROWS // (MAX_AUTO_AUGMENT + 1), MAX_AUTO_AUGMENT), (1, MAX_AUTO_AUGMENT)])
-def test_text_tasks_under_the_row_count_get_variants_enough_to_reach_it(examples, variants):
-    chosen, why = adaptive(examples)
-    assert chosen["augment"] == variants
-    assert examples * (variants + 1) >= AUGMENT_ROWS or variants == MAX_AUTO_AUGMENT  # enough rows, or the cap
-    assert variants == 0 or examples * variants < AUGMENT_ROWS  # and no more than it takes
-    assert (f"--augment {variants}" in why) == bool(variants)
-
-
-@pytest.mark.parametrize("examples", [67_349, AUGMENT_ROWS, AUGMENT_ROWS - 1, AUGMENT_ROWS // (SMALL_AUGMENT + 1),
-                                      AUGMENT_ROWS // SMALL_AUGMENT, 1_000])
-def test_a_student_far_smaller_than_its_teacher_gets_variants_at_any_size(examples):
-    to_rows = adaptive(examples)[0]["augment"]
-    for share in (SMALL_STUDENT, SMALL_STUDENT / 10):
-        chosen, why = adaptive(examples, share=share)
-        assert chosen["augment"] == max(to_rows, SMALL_AUGMENT)
-        small = f"--augment {SMALL_AUGMENT}: a student of {share:.0%} of the teacher's encoder"
-        assert (small in why) == (to_rows < SMALL_AUGMENT)
-        assert (f"training examples, under {AUGMENT_ROWS:,}" in why) == (to_rows >= SMALL_AUGMENT)
-    assert adaptive(examples, share=SMALL_STUDENT * 1.01)[0]["augment"] == to_rows  # just above: the row rule alone
-    assert adaptive(examples, share=0.01, augmentable=False)[0]["augment"] == 0  # tokens, spans, choices, --alpha 1
-    assert adaptive(examples, share=0.01, augment=0)[0]["augment"] == 0  # what is given wins
-
-
-def test_encoder_share_counts_the_layers_not_the_embeddings_nor_the_head():
-    config = dict(vocab_size=100, max_position_embeddings=32, intermediate_size=64)
-    teacher = BertForSequenceClassification(BertConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
-                                                       **config))
-    student = BertForSequenceClassification(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                                       **{**config, "vocab_size": 5000}).with_labels(list("abcdefghi")))
-    layer = sum(p.numel() for p in teacher.bert.encoder.layer[0].parameters())
-    pooler = sum(p.numel() for p in teacher.bert.pooler.parameters())
-    assert encoder_share(student, teacher) == pytest.approx((layer + pooler) / (4 * layer + pooler))
-    assert encoder_share(teacher, teacher) == 1
-
-
-def test_the_rate_is_the_starts_and_what_is_given_wins():
-    assert [student_start(*a) for a in (("mini", None, True), ("tiny", [0, 1], False), ("mini", None, False),
-                                        ("/a/model", None, False))] == ["cut", "layers", "random", "checkpoint"]
-    for start, lr in (("cut", TRAINED_LR), ("layers", TRAINED_LR), ("checkpoint", TRAINED_LR), ("random", RANDOM_LR)):
-        assert adaptive(3_000, start)[0]["lr"] == lr
-    assert adaptive(3_000, augmentable=False)[0]["augment"] == 0  # token, span and choice tasks, or --alpha 1
-    assert adaptive(3_000, lr=5e-5, augment=3) == ({"lr": 5e-5, "augment": 3}, "")
-    assert distill_settings("fixed", 3_000, "cut", True, {"lr": None, "augment": None}, 0.01)[0] == \
-        {"lr": FIXED["lr"], "augment": FIXED["augment"]}
-
-
-@pytest.mark.parametrize("rows, epochs", [
-    (32 * MIN_STEPS, 1), (32 * MIN_STEPS - 1, 1), (32 * MIN_STEPS + 1, 1), (32 * (MIN_STEPS // 2), 2),
-    (32 * (MIN_STEPS // 2) - 31, 2), (32 * (MIN_STEPS // 2 - 1), 3), (32 * 1_000_000, 1), (50, MAX_EPOCHS)])
-def test_epochs_make_the_step_floor_over_all_rows(rows, epochs):
-    chosen, patience, why = distill_epochs("adaptive", rows, 32)
-    assert chosen == epochs and f"{epochs} epochs" in why
-    assert patience == (3 if epochs > 5 else 0)  # early stopping where the recipe runs more than a few epochs
-    steps = epochs * math.ceil(rows / 32)
-    assert steps >= MIN_STEPS or epochs == MAX_EPOCHS
-    assert epochs == 1 or (epochs - 1) * math.ceil(rows / 32) < MIN_STEPS  # not an epoch more than it takes
-    assert distill_epochs("fixed", rows, 32)[0] == FIXED["epochs"]
-
-
-def test_the_step_floor_counts_multiple_choice_sequences():
-    """ARC-Easy's 2,251 questions of 4 choices at batch 32: 71 steps an epoch, each over 128 sequences, so the
-    floor takes 15 epochs (14 make 3,976 sequence-steps), not the 30 (the cap) that counting questions takes."""
-    epochs, patience, why = distill_epochs("adaptive", 2251, 32, sequences=4 * 2251)
-    assert (epochs, patience) == (15, 3) and "2,251 rows of 4 choices each" in why
-    assert distill_epochs("adaptive", 2251, 32)[0] == MAX_EPOCHS
-
-
 def test_the_default_command_says_and_records_its_choices_and_resumes_them(teacher, sst2, tmp_path, capsys,
                                                                             monkeypatch):
     """With no recipe flag, 48 examples (the row count and step floor made small) get variants and epochs; a
     resumed run goes on with them, though the command line still names none."""
-    from bertforge.finetuning import distill_recipe as module
-
-    monkeypatch.setattr(module, "AUGMENT_ROWS", 96)
-    monkeypatch.setattr(module, "MIN_STEPS", 20)
+    monkeypatch.setitem(recipes.DISTILL, "augment_rows", 96)
+    monkeypatch.setitem(recipes.DISTILL, "min_steps", 20)
 
     def run(out, *extra):
         return main(["distill", "sst2", "--teacher", str(teacher), "--student", "tiny", "--prune", "--data",
@@ -884,7 +800,7 @@ def test_the_default_command_says_and_records_its_choices_and_resumes_them(teach
     for name in ("step-0000015", "step-0000020", "step-0000024", "final", "best", "eval_results.json"):
         target = resumed / name
         shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
-    monkeypatch.setattr(module, "AUGMENT_ROWS", 20_000)  # another rule now: the run goes on as it began
+    monkeypatch.setitem(recipes.DISTILL, "augment_rows", 20_000)  # another rule now: the run goes on as it began
     assert run(resumed, "--resume") == 0
     assert "--augment 1, 2 epochs (lr 0.0001: a student that starts trained; --augment 1: 48" in \
         capsys.readouterr().err  # and says why, as it began
@@ -901,10 +817,8 @@ def test_the_labels_alone_never_run_the_teacher_on_training_rows_and_match_the_d
     """--alpha 1, the control of a distillation: no teacher outputs computed or cached, the training rows alone,
     and the epochs that make the steps the distillation makes with its variants (48 examples and 1 variant each:
     2 epochs of 12 steps; the labels alone: 4 epochs of 6); --augment with it refused in one line."""
-    from bertforge.finetuning import distill_recipe as module
-
-    monkeypatch.setattr(module, "AUGMENT_ROWS", 96)
-    monkeypatch.setattr(module, "MIN_STEPS", 20)
+    monkeypatch.setitem(recipes.DISTILL, "augment_rows", 96)
+    monkeypatch.setitem(recipes.DISTILL, "min_steps", 20)
 
     def run(out, *extra):
         return main(["distill", "sst2", "--teacher", str(teacher), "--student", "tiny", "--prune", "--data",
@@ -933,3 +847,20 @@ def test_a_student_with_nan_weights_stops_the_run_without_best(teacher, sst2, tm
                  "--cache-dir", str(tmp_path / "cache")]) == 2
     assert capsys.readouterr().err.splitlines()[-1].startswith("bertforge: error: step 10: the loss or its gradient")
     assert not any((run / name).exists() for name in ("best", "final", "eval_results.json"))
+
+
+def test_encoder_share_counts_the_layers_not_the_embeddings_nor_the_head():
+    config = dict(vocab_size=100, max_position_embeddings=32, intermediate_size=64)
+    teacher = BertForSequenceClassification(BertConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                                                       **config))
+    student = BertForSequenceClassification(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                       **{**config, "vocab_size": 5000}).with_labels(list("abcdefghi")))
+    layer = sum(p.numel() for p in teacher.bert.encoder.layer[0].parameters())
+    pooler = sum(p.numel() for p in teacher.bert.pooler.parameters())
+    assert encoder_share(student, teacher) == pytest.approx((layer + pooler) / (4 * layer + pooler))
+    assert encoder_share(teacher, teacher) == 1
+
+
+def test_a_students_start():
+    assert [student_start(*a) for a in (("mini", None, True), ("tiny", [0, 1], False), ("mini", None, False),
+                                        ("/a/model", None, False))] == ["cut", "layers", "random", "checkpoint"]

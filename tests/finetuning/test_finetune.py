@@ -397,26 +397,6 @@ def test_glue_label_names_in_predict_and_pipeline_and_for_older_models(tiny_mode
                                                                           abs=1e-5)
 
 
-@pytest.mark.parametrize("recipe, examples, expected", [
-    ("adaptive", 500, {"lr": 1e-4, "batch_size": 16, "epochs": 10.0}),  # 32 steps an epoch: 300 take 10
-    ("adaptive", 100, {"lr": 1e-4, "batch_size": 16, "epochs": 20.0}),  # at most 20 epochs
-    ("adaptive", 3168, {"lr": 1e-4, "batch_size": 16, "epochs": 2.0}),  # the paper's: 297 steps
-    ("adaptive", 3200, {"lr": 5e-5, "batch_size": 8, "epochs": 3.0, "warmup": 0.0, "weight_decay": 0.0}),  # Trainer's
-    ("adaptive", 4000, {"lr": 5e-5, "batch_size": 8, "epochs": 3.0, "warmup": 0.0, "weight_decay": 0.0}),
-    ("adaptive", 15968, {"lr": 5e-5, "batch_size": 8, "epochs": 3.0, "warmup": 0.0, "weight_decay": 0.0}),
-    ("adaptive", 16000, {"lr": 5e-5, "batch_size": 32, "epochs": 3.0}),  # the paper's at 5e-5: 1,500 steps
-    ("adaptive", 67349, {"lr": 5e-5, "batch_size": 32, "epochs": 3.0}),
-    ("paper", 500, {"lr": 2e-5, "batch_size": 32, "epochs": 3.0}),
-])
-def test_the_recipe_s_settings_by_the_number_of_training_examples(recipe, examples, expected):
-    from bertforge.finetuning.finetune import recipe_settings
-
-    settings, why = recipe_settings(recipe, examples)
-    patience = 3 if settings["epochs"] > 5 else 0  # early stopping where the recipe runs more than a few epochs
-    assert settings == {"warmup": 0.1, "weight_decay": 0.01, "patience": patience, **expected} and why
-    assert ("stopping after 3 without a better dev score" in why) == bool(patience)
-
-
 def test_without_rate_batch_or_epochs_the_run_adapts_and_says_so(tiny_model, tmp_path, caplog):
     data = require_shared("data", "glue", "SST-2")
     argv = ["finetune", "sst2", "--model", str(tiny_model), "--data", str(data), "--max-train-examples", "40",
