@@ -16,7 +16,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from ..core.errors import BertforgeError
-from ..text.tokenizer import layout
+from ..text.layout import layout
 from .batches import LazyRows, doc_spans, max_context_window
 from .windows import encode_long
 
@@ -67,7 +67,7 @@ class SquadWindows(LazyRows):
     example its passage's tokens and their best windows, linear in the passages, never a window's arrays
     beyond its use (a 1 MB context has thousands of windows). `lengths`: each window's tokens; `rows()`:
     the windows as the model inputs of pipelines (inference.batches.LazyRows). `pair`: the tokenizer's layout of a
-    pair, the question "A" and the window "B" among special token ids, each with its segment (text.tokenizer.layout)."""
+    pair, the question "A" and the window "B" among special token ids, each with its segment (text.layout.layout)."""
 
     def __init__(self, passages: list[_Passage], pair: list[tuple], context_tokens: list[int]):
         self.passages, self.pair, self.context_tokens = passages, pair, context_tokens

@@ -42,7 +42,8 @@ from ..model.formats.sentence_folder import check_pooling, normalized, pool, rea
 from .batches import doc_spans, max_context_window, run_model
 from .batches import SEQUENCE_INPUTS, padding
 from ..text.encoding import truncated_lengths
-from ..text.tokenizer import BertTokenizer, layout
+from ..text.layout import layout
+from ..text.tokenizer import BertTokenizer
 
 if TYPE_CHECKING:  # torch and the model are imported where they are used: --help does not load torch
     import torch
@@ -192,7 +193,7 @@ class FeatureExtractor:
         return stride
 
     def _plan(self, pairs, max_length: int, stride: int):
-        """Tokenize, and lay each text out as the tokenizer does (text.tokenizer.layout: BERT's [CLS] A [SEP] and
+        """Tokenize, and lay each text out as the tokenizer does (text.layout.layout: BERT's [CLS] A [SEP] and
         [CLS] A [SEP] B [SEP], RoBERTa's <s> A </s> and <s> A </s></s> B </s>), a long A cut into windows."""
         backend = self.tokenizer.backend_tokenizer
         firsts = backend.encode_batch([a for a, _ in pairs], add_special_tokens=False)
@@ -214,7 +215,7 @@ class FeatureExtractor:
 
 
 def _laid_out(parts: list[tuple], sizes: dict[str, int]) -> list[tuple]:
-    """The positions of a text or pair laid out as `parts` (text.tokenizer.layout) with texts of `sizes` tokens
+    """The positions of a text or pair laid out as `parts` (text.layout.layout) with texts of `sizes` tokens
     ({"A": n, "B": m}): per position (part, index within it, segment id); a special token's part is its id."""
     return [(part, i, segment) for part, segment in parts for i in range(sizes.get(part, 1))]
 

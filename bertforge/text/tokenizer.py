@@ -2,22 +2,25 @@
 the files and counting their words with the tokenizer's own normalizer and pre-tokenizer; wordpiece.py learns).
 
 The `tokenizers` pipeline does the per-character work (BertNormalizer, BertPreTokenizer, WordPiece); this module
-owns the BERT-specific parts: the vocabulary file, cased/uncased checkpoints, the [CLS] A [SEP] B [SEP] layout,
-truncation, padding and the Hugging Face folder layout.
+owns the BERT-specific parts: the vocabulary file, cased/uncased checkpoints (casing.py), the [CLS] A [SEP] B [SEP]
+layout (layout.py; the special tokens a folder names, specials.py), truncation, padding and the Hugging Face folder
+layout.
 """
 
 import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from .casing import casing_contradiction, casing_from_name, google_casing, lower_case  # noqa: F401 (also here)
 from .encoding import Encoding, as_list, as_tensors, check_texts, tensor_kind, truncated_lengths
 from ..core.errors import BertforgeError
 from ..core.hub import model_folder, push_saved
 from ..core.io import atomic_path, has_model_file, read_model_json, write_json, write_text_atomic
-from .vocab import (
+from .specials import named_specials, own_specials
+from .layout import join, layout, pad_rows, padded_length, windows
+from .vocab import (  # noqa: F401 (looks_uncased: also here)
     SPECIAL_NAMES, SPECIAL_TOKENS, added_tokens, check_fits, check_pipeline, looks_uncased, max_length_of,
     read_pipeline, read_vocab, vocab_of_pipeline
 )
@@ -55,39 +58,6 @@ def check_options(**options) -> None:
     for name, (value, allowed) in options.items():
         if value not in allowed:
             raise BertforgeError(f"{name} must be one of {allowed}, got {value!r}")
-
-
-def padded_length(rows: list[dict], padding, max_length: int | None, pad_to_multiple_of: int | None) -> int:
-    """The length rows are padded to: max_length for padding="max_length", else the longest row's; rounded up to a
-    multiple of pad_to_multiple_of where given."""
-    length = max_length if padding == "max_length" else max((len(row["input_ids"]) for row in rows), default=0)
-    return -(-length // pad_to_multiple_of) * pad_to_multiple_of if pad_to_multiple_of else length
-
-
-def casing_from_name(name: str) -> bool | None:
-    """True where a checkpoint's name says uncased, False where it says cased (Google's `uncased_L-12_H-768_A-12`,
-    `multi_cased_L-12_H-768_A-12`, the reference's `bert-base-cased`), None where it says neither."""
-    words = re.split(r"[^a-z]+", name.lower())
-    return True if "uncased" in words else False if "cased" in words else None
-
-
-def casing_contradiction(source, trained_lower: bool, why: str, setting: str) -> BertforgeError:
-    trained = "uncased" if trained_lower else "cased"
-    return BertforgeError(f"{source}: the checkpoint was trained {trained} ({why}); {setting} contradicts it")
-
-
-def google_casing(vocab_file: Path, vocab) -> tuple[bool, str]:
-    """The casing of one of Google's checkpoint folders (which have no tokenizer_config.json): from its name,
-    which must agree with the vocabulary (an uncased one has no capitals), else from the vocabulary; and why."""
-    by_vocab = looks_uncased(vocab)
-    vocab_says = f"{vocab_file.name} has {'no ' if by_vocab else ''}capitals"
-    by_name = casing_from_name(vocab_file.parent.name)
-    if by_name is None:
-        return by_vocab, vocab_says
-    name_says = f"its name {vocab_file.parent.name!r} says so"
-    if by_name != by_vocab:
-        raise casing_contradiction(vocab_file.parent, by_name, name_says, f"{vocab_says}, which")
-    return by_name, name_says
 
 
 class BertTokenizer:
@@ -167,22 +137,7 @@ class BertTokenizer:
             raise BertforgeError(f"{vocab_file}: vocabulary file not found (nor {json_file})")
         config_file = vocab_file.parent / "tokenizer_config.json"
         config = read_model_json(config_file) if has_model_file(config_file) else {}
-        trained_lower = config.get("do_lower_case")
-        source, why = config_file, f"do_lower_case={str(trained_lower).lower()}"
-        if trained_lower is None and pipeline is not None:
-            trained_lower = (pipeline.get("normalizer") or {}).get("lowercase")
-            source, why = json_file, f"its normalizer has lowercase={str(trained_lower).lower()}"
-        if trained_lower is None and (vocab_file.parent / "bert_config.json").is_file():
-            trained_lower, why = google_casing(vocab_file, vocab)
-            source = vocab_file.parent
-        if trained_lower is not None and do_lower_case is not None and do_lower_case != trained_lower:
-            raise casing_contradiction(source, trained_lower, why, f"do_lower_case={do_lower_case}")
-        if do_lower_case is None:
-            do_lower_case = trained_lower if trained_lower is not None else looks_uncased(vocab)
-        for option, supported in (("strip_accents", do_lower_case), ("tokenize_chinese_chars", True)):
-            if config.get(option) not in (None, supported):
-                raise BertforgeError(f"{config_file}: {option}={config[option]} is not supported with "
-                                     f"do_lower_case={do_lower_case}")
+        do_lower_case = lower_case(do_lower_case, vocab_file, vocab, config, json_file, pipeline)
         added = added_tokens(json_file, pipeline, len(vocab))
         check_fits(len(vocab) + len(added), json_file if added else vocab_source, vocab_file.parent)
         tokenizer = cls(vocab, do_lower_case, max_length_of(config_file, config, DEFAULT_MAX_LENGTH))
@@ -282,14 +237,14 @@ class BertTokenizer:
                                  f"pad_to_multiple_of={pad_to_multiple_of} (padding)")
 
         if return_overflowing_tokens and truncation:
-            rows, sample_of_row = self._windows(texts, pairs, max_length, stride, truncation, add_special_tokens,
-                                                is_split_into_words)
+            rows, sample_of_row = windows(self._backend, texts, pairs, max_length, stride, truncation,
+                                          add_special_tokens, is_split_into_words)
         else:
             rows = self._rows(texts, pairs, truncation, max_length, add_special_tokens, is_split_into_words)
             sample_of_row = list(range(len(rows)))
 
         if padding:
-            self._pad_rows(rows, padded_length(rows, padding, max_length, pad_to_multiple_of))
+            pad_rows(rows, padded_length(rows, padding, max_length, pad_to_multiple_of), self.pad_token_id)
 
         keys = ["input_ids"] + ["token_type_ids"] * (return_token_type_ids is not False)
         keys += ["attention_mask"] * (return_attention_mask is not False)
@@ -331,18 +286,9 @@ class BertTokenizer:
         if padding:
             if padding == "max_length" and max_length is None:
                 max_length = self.model_max_length
-            self._pad_rows(rows, padded_length(rows, padding, max_length, pad_to_multiple_of))
+            pad_rows(rows, padded_length(rows, padding, max_length, pad_to_multiple_of), self.pad_token_id)
         data = rows[0] if single else {key: [row[key] for row in rows] for key in rows[0]} if rows else data
         return Encoding(as_tensors(data, return_tensors or given))
-
-    def _pad_rows(self, rows: list[dict], length: int) -> None:
-        """Each row's per-token lists padded on the right to `length` tokens (a longer row is left as it is)."""
-        pad_values = {"input_ids": self.pad_token_id, "token_type_ids": 0, "attention_mask": 0,
-                      "offset_mapping": (0, 0), "special_tokens_mask": 1, "word_ids": None, "sequence_ids": None}
-        for row in rows:
-            missing = length - len(row["input_ids"])
-            for key in pad_values.keys() & row.keys():
-                row[key] = row[key] + [pad_values[key]] * missing
 
     def _rows(self, texts, pairs, truncation, max_length, add_special_tokens, words: bool) -> list[dict]:
         firsts = self._encode_distinct(texts, words)
@@ -353,28 +299,8 @@ class BertTokenizer:
             if truncation:
                 n_special = self._backend.num_special_tokens_to_add(second is not None) if add_special_tokens else 0
                 n1, n2 = truncated_lengths(n1, n2, second is not None, max_length - n_special, truncation, max_length)
-            rows.append(self._join(first, n1, second, n2, add_special_tokens))
+            rows.append(join(self._layout[second is not None], first, n1, second, n2, add_special_tokens))
         return rows
-
-    def _windows(self, texts, pairs, max_length, stride, truncation, add_special_tokens, words: bool):
-        """Rows of at most max_length tokens covering each text, by the `tokenizers` truncation transformers'
-        fast tokenizers use (so the windows are theirs); and the text of each row."""
-        backend = Tokenizer.from_str(self._backend.to_str())
-        strategy = "longest_first" if truncation is True else truncation
-        backend.enable_truncation(max_length, stride=stride, strategy=strategy)
-        inputs = texts if pairs is None else list(zip(texts, pairs))
-        try:
-            encodings = backend.encode_batch(inputs, is_pretokenized=words, add_special_tokens=add_special_tokens)
-        except Exception as e:  # the library's error for a window that cannot hold the stride, say
-            raise BertforgeError(f"cannot cut windows of max_length={max_length}, stride={stride}: {e}") from None
-        rows, sample_of_row = [], []
-        for i, encoding in enumerate(encodings):
-            for e in (encoding, *encoding.overflowing):
-                rows.append({"input_ids": e.ids, "token_type_ids": e.type_ids, "attention_mask": e.attention_mask,
-                             "offset_mapping": e.offsets, "special_tokens_mask": e.special_tokens_mask,
-                             "word_ids": e.word_ids, "sequence_ids": e.sequence_ids})
-                sample_of_row.append(i)
-        return rows, sample_of_row
 
     def _encode_distinct(self, texts: list, words: bool = False) -> list:
         """Encodings without special tokens, each distinct text encoded once (QA pairs repeat a context)."""
@@ -384,30 +310,6 @@ class BertTokenizer:
         encoded = dict(zip(distinct, self._backend.encode_batch(inputs, is_pretokenized=words,
                                                                add_special_tokens=False)))
         return [encoded[t] for t in keys]
-
-    def _join(self, first, n1: int, second, n2: int, add_special_tokens: bool) -> dict[str, list]:
-        """The first n1 tokens of A and n2 of B, laid out as the tokenizer's post-processor lays them out (`layout`:
-        BERT's [CLS] A [SEP] B [SEP], segment 1 from B on; RoBERTa's <s> A </s></s> B </s>, all of segment 0)."""
-        row = {"input_ids": [], "token_type_ids": [], "attention_mask": [], "offset_mapping": [],
-               "special_tokens_mask": [], "word_ids": [], "sequence_ids": []}
-
-        def add(ids, segment, offsets, special, word_ids, sequence):
-            row["input_ids"] += ids
-            row["token_type_ids"] += [segment] * len(ids)
-            row["attention_mask"] += [1] * len(ids)
-            row["offset_mapping"] += offsets
-            row["special_tokens_mask"] += [special] * len(ids)
-            row["word_ids"] += word_ids
-            row["sequence_ids"] += [sequence] * len(ids)
-
-        texts = {"A": (first, n1, 0), "B": (second, n2, 1)}
-        for part, segment in self._layout[second is not None]:
-            if part in texts:
-                e, n, sequence = texts[part]
-                add(e.ids[:n], segment, e.offsets[:n], 0, e.word_ids[:n], sequence)
-            elif add_special_tokens:
-                add([part], segment, [(0, 0)], 1, [None], None)
-        return row
 
     def tokenize(self, text) -> list[str]:
         check_texts(text, None, batch=False)
@@ -443,54 +345,6 @@ class BertTokenizer:
         return self._id_to_token[i]
 
 
-def layout(backend: Tokenizer, token: str, pair: bool) -> list[tuple]:
-    """Where `backend`'s post-processor puts a text ("A") and a pair's second ("B") among the ids of its special
-    tokens, each with its segment id, in order: [(101, 0), ("A", 0), (102, 0), ("B", 1), (102, 1)] for BERT's pairs.
-    Found by post-processing texts of one `token` (one the vocabulary holds)."""
-    one = backend.encode(token, add_special_tokens=False)
-    e = backend.post_process(one, one if pair else None, add_special_tokens=True)
-    parts, texts = [], 0
-    for token_id, special, segment in zip(e.ids, e.special_tokens_mask, e.type_ids):
-        if special:
-            parts.append((token_id, segment))
-        else:
-            if texts % len(one) == 0:
-                parts.append(("AB"[texts // len(one)], segment))
-            texts += 1
-    return parts
-
-
-def own_specials(folder: Path) -> list[str]:
-    """The special tokens a tokenizer folder (tokenizer_config.json, special_tokens_map.json) names other than
-    BERT's, as "cls_token '<s>'": a WordPiece vocabulary laid out otherwise than [CLS] A [SEP] B [SEP] (MPNet's),
-    which its tokenizer.json's post-processor lays out."""
-    named = {}
-    for name in ("special_tokens_map.json", "tokenizer_config.json"):
-        if has_model_file(folder / name):
-            given = read_model_json(folder / name)
-            named.update(given if isinstance(given, dict) else {})
-    own = []
-    for name, bert in SPECIAL_NAMES.items():
-        token = named.get(name)
-        token = token.get("content") if isinstance(token, dict) else token
-        if token is not None and token != bert:
-            own.append(f"{name} {token!r:.40}")
-    return own
-
-
-def model_pad_token(folder: Path, vocab: dict[str, int]) -> str:
-    """The pad token of a tokenizer whose files name none: the one of the model's config.json pad_token_id."""
-    config_file = folder / "config.json"
-    pad_id = read_model_json(config_file).get("pad_token_id") if has_model_file(config_file) else None
-    if pad_id is None:
-        raise BertforgeError(f"{folder} has no pad token: tokenizer files name none and config.json has no "
-                             "pad_token_id (name one as pad_token in tokenizer_config.json)")
-    token = next((t for t, i in vocab.items() if i == pad_id), None) if type(pad_id) is int else None
-    if token is None:
-        raise BertforgeError(f"{config_file}: pad_token_id {pad_id!r} is not an id of tokenizer.json's vocabulary")
-    return token
-
-
 class PipelineTokenizer(BertTokenizer):
     """A tokenizer.json of any kind `tokenizers` reads (byte-level BPE as ModernBERT's and Ettin's, Unigram,
     WordLevel), run as the file says, with the special tokens tokenizer_config.json (or special_tokens_map.json)
@@ -511,21 +365,8 @@ class PipelineTokenizer(BertTokenizer):
         backend.no_truncation()
         config_file = folder / "tokenizer_config.json"
         config = read_model_json(config_file) if has_model_file(config_file) else {}
-        map_file = folder / "special_tokens_map.json"
-        given = {**(read_model_json(map_file) if has_model_file(map_file) else {}), **config}
         vocab = backend.get_vocab(with_added_tokens=True)
-        specials = {}
-        for name in SPECIAL_NAMES:
-            token = given.get(name)
-            token = token.get("content") if isinstance(token, dict) else token
-            if token is not None and token not in vocab:
-                raise BertforgeError(f"{config_file}: {name} {token!r} is not in {json_file.name}'s vocabulary")
-            specials[name] = token
-        for name in ("cls_token", "sep_token"):
-            if specials[name] is None:
-                raise BertforgeError(f"{config_file}: no {name} given, which inputs are laid out with")
-        if specials["pad_token"] is None:
-            specials["pad_token"] = model_pad_token(folder, vocab)
+        specials = named_specials(json_file, config, vocab)
         tokenizer = cls.__new__(cls)
         tokenizer.specials = specials
         tokenizer.setup(vocab, backend, False, max_length_of(config_file, config, DEFAULT_MAX_LENGTH))
