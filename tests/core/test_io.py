@@ -1,14 +1,13 @@
 import json
 import os
-import stat
 
 import pytest
 
 from bertforge.core.decoding import decoded_blocks
 from bertforge.core.errors import BertforgeError
 from bertforge.core.io import (
-    MAX_JSON_DEPTH, MODEL_TEXT_LIMIT, atomic_path, exclusive, has_model_file, model_file, outside_folder, read_json,
-    read_json_lines, read_model_json, read_model_text, read_records, read_text, text_files, write_text_atomic
+    MAX_JSON_DEPTH, MODEL_TEXT_LIMIT, has_model_file, model_file, outside_folder, read_json, read_json_lines,
+    read_model_json, read_model_text, read_records, read_text, text_files
 )
 from tests.conftest import require_shared
 
@@ -38,27 +37,6 @@ def test_vocabulary_and_data_read_the_same_files(tmp_path, monkeypatch):
     vocab = wordpiece.train_vocab([tmp_path], vocab_size=60, min_frequency=1)
     corpus.read_corpus([tmp_path], vocab, tmp_path / "tokens.bin")
     assert read[0] == read[-1] and [p.name for p in read[0]] == ["x.txt", "y.text"]
-
-
-def test_atomic_write_keeps_old_file_on_failure_and_uses_umask_mode(tmp_path):
-    path = tmp_path / "out.json"
-    write_text_atomic(path, "old")
-    with pytest.raises(KeyboardInterrupt):
-        with atomic_path(path) as tmp:
-            tmp.write_text("half")
-            raise KeyboardInterrupt
-    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.json"]
-    mask = os.umask(0o022)
-    try:
-        import importlib
-
-        import bertforge.core.io
-        importlib.reload(bertforge.core.io)
-        bertforge.core.io.write_text_atomic(path, "new")
-    finally:
-        os.umask(mask)
-        importlib.reload(bertforge.core.io)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o644 and path.read_text() == "new"
 
 
 def test_json_errors_name_file_and_line(tmp_path):
@@ -104,23 +82,6 @@ def test_decoded_blocks_errors_name_the_file(tmp_path):
     with pytest.raises(BertforgeError, match="--encoding utf-8,nope: unknown encoding 'nope'"):
         list(decoded_blocks(tmp_path / "none.txt", "utf-8,nope"))
 
-
-
-def test_exclusive_holds_a_folder_against_other_holders_and_lets_go(tmp_path):
-    import fcntl
-
-    folder = tmp_path / "run"
-    with exclusive(folder, "--out"):
-        with exclusive(folder, "--out"):  # re-entrant in its holder (pretrain, then its training loop)
-            pass
-        with open(tmp_path / ".run.lock") as other:  # what another process would try
-            with pytest.raises(BlockingIOError):
-                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    with open(tmp_path / ".run.lock") as other:
-        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released at the end
-        with pytest.raises(BertforgeError, match=r"--out .*run: another process is writing it"):
-            with exclusive(folder, "--out"):
-                pass
 
 
 @pytest.mark.parametrize("line, encoding, reading, rank", [
