@@ -108,7 +108,7 @@ class TorchRuntime:
 
     def token_logits(self, batch: dict) -> torch.Tensor:
         """A masked-LM model's vocabulary scores at every real token of the batch (attention mask 1), [tokens, V] in
-        row-major order: what a SPLADE vector is pooled from (pipelines.SparseEmbedding)."""
+        row-major order: what a SPLADE vector is pooled from (embedding_pipelines.SparseEmbedding)."""
         if self.architecture != "BertForMaskedLM":
             raise BertforgeError(f"token scores need a masked-LM head, not {self.architecture}")
         batch = {k: v.to(self.device) for k, v in batch.items() if k != "choice_mask"}
