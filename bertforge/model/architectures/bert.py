@@ -29,13 +29,13 @@ from ..formats.checkpoint import PretrainedMixin
 from ..compat import ModelApiMixin, finish
 from .config import BertConfig
 from .heads import ENCODER, HEADS, head_class
+from .initialisation import init_bert_weights, truncated_normal_  # noqa: F401 (truncated_normal_: also here)
 from .packing import DropoutNoise, DropoutSite, EncoderOutput, Layout, Packing
 
 
 ACT = {
     "gelu": F.gelu,  # exact erf form, as the paper
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    **dict.fromkeys(("gelu_new", "gelu_pytorch_tanh"), lambda x: F.gelu(x, approximate="tanh")),  # Google's code
     "relu": F.relu,
     "silu": F.silu,
 }
@@ -91,9 +91,8 @@ class BertSelfAttention(nn.Module):
                 torch.cat([self.query.bias, self.key.bias, self.value.bias]))
 
     def fuse(self) -> None:
-        """For inference: one Linear [H -> 3 H] replaces the three projections, so that int8 quantisation
-        (runtime.quantize_int8) treats it as one layer. The module's parameters no longer have the reference
-        names: a fused model is for running, not for training or saving."""
+        """For inference: one Linear [H -> 3 H] in place of the three projections, one layer to int8 quantisation
+        (runtime.quantize_int8); without the reference names, a fused model is for running, not training or saving."""
         weight, bias = self.qkv_parameters()
         self.fused = nn.Linear(weight.shape[1], weight.shape[0], device=weight.device, dtype=weight.dtype)
         with torch.no_grad():
@@ -214,16 +213,7 @@ class BertPooler(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The shared base: initialisation and checkpoint loading
-
-
-def truncated_normal_(weight: torch.Tensor, std: float) -> torch.Tensor:
-    """Normal(0, std) cut at 2 std, by inverting the CDF: one pass, where torch's rejection sampler takes ten
-    times as long (seconds per table at Base size)."""
-    bound = math.erf(2 / math.sqrt(2))  # the normal CDF at +-2 std, as erf
-    with torch.no_grad():
-        # through nn.init, so that sizes.no_random_init can switch it off
-        return nn.init.uniform_(weight, -bound, bound).erfinv_().mul_(std * math.sqrt(2)).clamp_(-2 * std, 2 * std)
+# The shared base: initialisation (initialisation.py) and checkpoint loading
 
 
 class BertPreTrainedModel(nn.Module, PretrainedMixin, ModelApiMixin):
@@ -236,15 +226,7 @@ class BertPreTrainedModel(nn.Module, PretrainedMixin, ModelApiMixin):
 
     def init_weights(self):
         """Truncated normal (std 0.02, cut at 2 std as Google's code) for weights, zero biases, LayerNorm 1/0."""
-        std = self.config.initializer_range
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                truncated_normal_(module.weight, std)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        init_bert_weights(self.modules(), self.config.initializer_range)
 
     @property
     def word_embeddings(self) -> nn.Embedding:
@@ -252,10 +234,8 @@ class BertPreTrainedModel(nn.Module, PretrainedMixin, ModelApiMixin):
 
 
 class BertModel(BertPreTrainedModel):
-    """The encoder: returns last_hidden_state [B, L, H], pooler_output [B, H] and optionally hidden_states.
-
-    Positions that are padding hold zeros in every returned hidden state.
-    """
+    """The encoder: returns last_hidden_state [B, L, H], pooler_output [B, H] and optionally hidden_states;
+    positions that are padding hold zeros in every returned hidden state."""
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
@@ -276,11 +256,9 @@ class BertModel(BertPreTrainedModel):
 
     def encode(self, input_ids=None, attention_mask=None, token_type_ids=None, *, position_ids=None,
                inputs_embeds=None, output_attentions=False, output_hidden_states=False) -> EncoderOutput:
-        """The encoder's output as the heads read it: packed [T, H] when the batch has padding.
-
-        `inputs_embeds` [B, L, H] replace the token embedding look-up of `input_ids` (give one of the two);
-        `output_attentions` adds each layer's attention probabilities [B, heads, L, L], zeros in padded query rows.
-        """
+        """The encoder's output as the heads read it: packed [T, H] when the batch has padding. `inputs_embeds`
+        [B, L, H] replace the token embedding look-up of `input_ids` (give one of the two); `output_attentions` adds
+        each layer's attention probabilities [B, heads, L, L], zeros in padded query rows."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         tokens = input_ids if input_ids is not None else inputs_embeds[..., 0]
@@ -361,10 +339,8 @@ class BertPreTrainingHeads(nn.Module):
 
 
 def masked_lm(head: BertLMPredictionHead, embedding_weight, encoded: EncoderOutput, labels):
-    """Masked-LM logits and loss. With labels (-100 = not predicted), only the masked positions are scored.
-
-    Returns (logits, loss): logits are [B, L, V] without labels, [masked, V] (in row-major order) with them.
-    """
+    """Masked-LM (logits, loss): logits [B, L, V] without labels; with labels (-100 = not predicted), only the
+    masked positions are scored, logits [masked, V] in row-major order."""
     if labels is None:
         return head(encoded.sequence(), embedding_weight), None
     return masked_lm_loss(lambda x: head(x, embedding_weight), encoded, labels)
