@@ -1,4 +1,5 @@
-"""ModernBERT (Warner et al., 2024), top to bottom, and the heads on it; the Ettin encoders share this layout.
+"""ModernBERT (Warner et al., 2024), top to bottom, and its masked-LM head; the Ettin encoders share this layout.
+Its task heads are modernbert_task_heads.py's (importable from here too).
 
 What differs from BERT (bert.py): no position or token-type tables, rotary positions instead (RoPE, a base per
 layer type); pre-LayerNorm layers, without biases by default, the first layer reading the embeddings' norm
@@ -12,6 +13,7 @@ window runs in blocks of queries against only the keys within its reach, so that
 the length, not its square (global layers use the CPU's flash-attention kernel, which holds no L x L matrix).
 """
 
+import importlib
 import math
 
 import torch
@@ -24,7 +26,6 @@ from ..formats.checkpoint import PretrainedMixin
 from ..compat import ModelApiMixin, finish
 from .modernbert_config import ModernBertConfig
 from .packing import EncoderOutput, Layout, Packing
-from .task_heads import choice_outputs, flatten_choices, sequence_loss, span_outputs, token_loss
 
 ROW_BY_ROW = 64  # from this padded length, a batch's attention runs row by row on its real tokens
 LOCAL_BLOCK = 256  # queries per block of a sliding-window layer, on rows longer than this and the window
@@ -306,7 +307,7 @@ class ModernBertModel(ModernBertPreTrainedModel):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Heads: the masked-LM decoder tied to the token table, and the task heads on a pooled or per-token vector
+# Heads: the masked-LM decoder tied to the token table (the task heads: modernbert_task_heads.py)
 
 
 class ModernBertPredictionHead(nn.Module):
@@ -362,89 +363,13 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
                       attentions=enc.attentions, mlm_loss=loss)
 
 
-class ModernBertTaskHead(ModernBertPreTrainedModel):
-    """The encoder, the prediction head, dropout and one linear layer of `num_outputs`; a sequence-level head pools
-    by config.classifier_pooling (cls: the first token; mean: the real tokens' mean), a token-level one reads every
-    token."""
-
-    per_token = False
-
-    def __init__(self, config: ModernBertConfig, num_outputs: int):
-        super().__init__(config)
-        self.model = ModernBertModel(config)
-        self.head = ModernBertPredictionHead(config)
-        self.drop = nn.Dropout(config.classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, num_outputs)
-        self.init_weights()
-
-    def head_outputs(self, input_ids, attention_mask, inputs: dict):
-        enc = self.model.encode(input_ids, attention_mask, **inputs)
-        if self.per_token:
-            x = enc.sequence()
-        elif self.config.classifier_pooling == "cls":
-            x = enc.pooled_tokens()
-        else:
-            x = mean_of_rows(enc)
-        return self.classifier(self.drop(self.head(x))), dict(hidden_states=enc.hidden_states,
-                                                             attentions=enc.attentions)
+TASK_HEADS = ("ModernBertTaskHead", "mean_of_rows", "ModernBertForSequenceClassification",
+              "ModernBertForTokenClassification", "ModernBertForQuestionAnswering", "ModernBertForMultipleChoice")
 
 
-def mean_of_rows(enc: EncoderOutput) -> torch.Tensor:
-    """[B, H]: each row's mean over its real tokens."""
-    if enc.packing is None:
-        if enc.padding is None:
-            return enc.x.mean(1)
-        weights = enc.padding.to(enc.x.dtype)[..., None]
-        return (enc.x * weights).sum(1) / weights.sum(1)
-    sums = enc.x.new_zeros(enc.batch, enc.x.shape[-1]).index_add_(0, enc.packing.rows, enc.x)
-    counts = torch.bincount(enc.packing.rows, minlength=enc.batch).to(enc.x.dtype)
-    return sums / counts[:, None]
-
-
-class ModernBertForSequenceClassification(ModernBertTaskHead):
-    """Classification, or regression with one label; multi-label with problem_type multi_label_classification."""
-
-    def __init__(self, config: ModernBertConfig):
-        super().__init__(config, config.num_labels)
-
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, groups=None,
-                return_dict=True, **inputs):
-        logits, states = self.head_outputs(input_ids, attention_mask, inputs)
-        return finish(return_dict, loss=sequence_loss(self.config, logits, labels, groups), logits=logits, **states)
-
-
-class ModernBertForTokenClassification(ModernBertTaskHead):
-    per_token = True
-
-    def __init__(self, config: ModernBertConfig):
-        super().__init__(config, config.num_labels)
-
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, return_dict=True,
-                **inputs):
-        logits, states = self.head_outputs(input_ids, attention_mask, inputs)
-        return finish(return_dict, loss=token_loss(logits, labels), logits=logits, **states)
-
-
-class ModernBertForQuestionAnswering(ModernBertTaskHead):
-    per_token = True
-
-    def __init__(self, config: ModernBertConfig):
-        super().__init__(config, 2)
-
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, start_positions=None,
-                end_positions=None, return_dict=True, **inputs):
-        logits, states = self.head_outputs(input_ids, attention_mask, inputs)
-        start_logits, end_logits, loss = span_outputs(logits, attention_mask, start_positions, end_positions)
-        return finish(return_dict, loss=loss, start_logits=start_logits, end_logits=end_logits, **states)
-
-
-class ModernBertForMultipleChoice(ModernBertTaskHead):
-    def __init__(self, config: ModernBertConfig):
-        super().__init__(config, 1)
-
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *, labels=None, choice_mask=None,
-                return_dict=True, **inputs):
-        batch, choices, flat, inputs = flatten_choices(input_ids, attention_mask, None, inputs)
-        logits, states = self.head_outputs(flat[0], flat[1], inputs)
-        logits, loss = choice_outputs(logits, batch, choices, choice_mask, labels)
-        return finish(return_dict, loss=loss, logits=logits, **states)
+def __getattr__(name: str):
+    """The task heads, found here as before they moved to modernbert_task_heads.py (imported on first use: that
+    module imports this one)."""
+    if name in TASK_HEADS:
+        return getattr(importlib.import_module(f"{__package__}.modernbert_task_heads"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
