@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.io import check_output, exclusive, write_json
-from ..training.options import add_training_arguments, recorded_arguments, training_options
+from ..core.io import check_output, exclusive, read_json, write_json
+from ..training.options import add_training_arguments
 from ..core.flags import add_revision_argument, count
 from ..core.hub import hub_origin, model_folder
 from ..model.architectures.registry import architecture, load_config, pretraining_class
@@ -26,10 +26,10 @@ from ..core.errors import BertforgeError
 from .objectives import OBJECTIVES, choose_objective
 from .plot import BASELINES_FILE
 from ..text.tokenizer import BertTokenizer
-from .recipe import add_recipe_arguments, recipe_notes, resolve
-from ..training.recipes import DEFAULTS, PRETRAIN
-from ..training.resume import PRETRAIN_FIXED, check_resume
-from ..training.options import TrainArgs
+from .recipe import add_recipe_arguments, recipe_notes
+from ..training.recipes import DEFAULTS, Facts
+from ..training.resume import ARGS_FILE, PRETRAIN_FIXED, check_resume
+from ..training.settings import PretrainSettings
 
 # torch, the model and the loop are imported where they are used: the command's --help does not load torch.
 
@@ -160,78 +160,123 @@ def init_output_bias(model, counts) -> None:
         model.output_bias.copy_((smoothed / smoothed.sum()).log())
 
 
-def say_settings(recorded: dict, args: TrainArgs, data, no_held_out: bool) -> None:
+SAID = ("recipe", "objective", "teacher", "mask_prob", "dropout", "config", "init_from", "base_model", "data",
+        "max_length", "eval_rows", "output_bias", "student_embeddings", "prune", "lr", "schedule", "warmup",
+        "batch_size", "bf16")  # the settings the run's first line says
+UNSET = ("teacher", "mask_prob", "student_embeddings", "prune", "base_model")  # not said where the objective has none
+
+
+def say_settings(s: PretrainSettings, no_held_out: bool) -> None:
     """The run's settings in one line (those left unset by the objective not named), and a warning where the data
     holds no held-out documents to evaluate on."""
-    shown = {k: v for k, v in recorded.items()
-             if v is not None or k not in ("teacher", "mask_prob", "student_embeddings", "prune", "base_model")}
-    log.info("pre-training: " + ", ".join(f"{k} {v}" for k, v in {
-        **shown, "lr": args.lr, "schedule": args.schedule, "warmup": args.warmup, "batch_size": args.batch_size,
-        "bf16": args.bf16,
-        "steps": args.steps if not args.time_budget else f"until the {args.time_budget:g} s budget"}.items()))
-    if args.eval_every and no_held_out:
-        log.warning(f"{data}: no held-out documents, so no held-out figures or baselines; make the data with "
+    shown = {k: getattr(s, k) for k in SAID if getattr(s, k) is not None or k not in UNSET}
+    shown["steps"] = s.steps if not s.time_budget else f"until the {s.time_budget:g} s budget"
+    log.info("pre-training: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
+    if s.eval_every and no_held_out:
+        log.warning(f"{s.data}: no held-out documents, so no held-out figures or baselines; make the data with "
                     "`bertforge data create --eval-docs N` (auto by default) to have them")
 
 
-def pretrain(data: str, out: str, config: str = "mini", init_from: str | None = None, dropout: float | None = None,
-             eval_rows: int = 1024, objective: str | None = None, mask_prob: float | None = None,
-             recipe: str | None = None, output_bias: str | None = None, teacher: str | None = None,
-             student_embeddings: str | None = None, prune: bool = False, **options) -> dict:
+def pretrain(data: str, out: str, **options) -> dict:
     """Pre-train and return the last held-out evaluation (with the trivial baselines beside it).
 
-    `options`: TrainArgs fields (defaults: recipes.DEFAULTS["pretrain"]). `recipe` is only recorded (the caller
-    resolves it into the other arguments, see recipe.resolve). `output_bias="unigram"` starts a fresh model's masked-LM
-    output bias at the training tokens' log frequencies (`init_output_bias`); with `init_from` it is ignored, as
-    `config` is: args.json records the config used, `init_from`'s.
+    `options`: PretrainSettings fields (TrainArgs' among them); what is not given is the `recipe`'s (default:
+    paper; training/recipes.py). `output_bias="unigram"` starts a fresh model's masked-LM output bias at the
+    training tokens' log frequencies (`init_output_bias`); with `init_from` it is ignored, as `config` is: args.json
+    records the config used, `init_from`'s.
     `teacher`: the model whose representations `objective="distill"` learns (general_distill.py); a fresh student
     starts with its embeddings projected onto the student's width (`student_embeddings` None or "teacher"; None
     only where the student is no wider), or random ones ("random"); with `prune` the student is the teacher cut
     to `config`'s size instead (general_distill.cut_student)."""
+    return pre_train(PretrainSettings.make(data=data, out=out, **options))
+
+
+def pre_train(settings: PretrainSettings) -> dict:
+    """`pretrain` from its settings, which the run completes (recipes.choose) and records (args.json)."""
     import torch
 
     from ..training.train import fit, setup_distributed
 
-    options = {**DEFAULTS["pretrain"], **options}
-    if not Path(data).is_dir():
-        raise BertforgeError(f"--data {data}: no such folder; make pre-training data with `bertforge data create`")
-    if not (Path(data) / "index.json").is_file():
-        raise BertforgeError(f"{data}: not pre-training data (no index.json); make it with `bertforge data create`")
-    ctx = setup_distributed(options.get("device"))
-    tokenizer = BertTokenizer.from_pretrained(data)
-    job = PretrainJob(data, tokenizer, options["batch_size"], options["seed"], eval_rows, objective, mask_prob, teacher)
-    torch.manual_seed(options["seed"])
-    model = build_model(config, tokenizer, init_from, dropout, job.train.index, causal=job.objective.causal,
+    s = completed(settings)
+    if not Path(s.data).is_dir():
+        raise BertforgeError(f"--data {s.data}: no such folder; make pre-training data with `bertforge data create`")
+    if not (Path(s.data) / "index.json").is_file():
+        raise BertforgeError(f"{s.data}: not pre-training data (no index.json); make it with `bertforge data create`")
+    ctx = setup_distributed(s.device)
+    tokenizer = BertTokenizer.from_pretrained(s.data)
+    job = PretrainJob(s.data, tokenizer, s.batch_size, s.seed, s.eval_rows, s.objective, s.mask_prob, s.teacher)
+    torch.manual_seed(s.seed)
+    model = build_model(s.config, tokenizer, s.init_from, s.dropout, job.train.index, causal=job.objective.causal,
                         next_sentence=job.objective.next_sentence)
-    if output_bias == "unigram" and not init_from and job.objective.predicts_tokens:
+    if s.output_bias == "unigram" and not s.init_from and job.objective.predicts_tokens:
         init_output_bias(model, job.train.token_counts(model.config.vocab_size))
-    model = job.objective.prepare(model, teacher, job, prune=config if prune else None)
-    if job.objective.teacher and not init_from and not prune:
+    model = job.objective.prepare(model, s.teacher, job, prune=s.config if s.prune else None)
+    embeddings = s.student_embeddings
+    if job.objective.teacher and not s.init_from and not s.prune:
         from ..model.student import start_embeddings
 
-        student_embeddings = start_embeddings(model.student, model.match.teacher, student_embeddings)
+        embeddings = start_embeddings(model.student, model.match.teacher, embeddings)
     if job.train.max_seq_length > model.config.max_tokens:
-        raise BertforgeError(f"{data}: rows of {job.train.max_seq_length} tokens, but the model has "
+        raise BertforgeError(f"{s.data}: rows of {job.train.max_seq_length} tokens, but the model has "
                              f"{model.config.max_tokens} positions (--config, --init-from)")
-    if dropout is not None and not init_from:
-        job.saved_dropout = load_config(config).hidden_dropout_prob
-    tokens = job.objective.predicts_tokens
-    recorded = {"recipe": recipe, "objective": job.objective.name, "teacher": teacher,
-                "mask_prob": mask_prob or job.train.index.get("masked_lm_prob") if job.objective.masks else None,
-                "dropout": model.config.hidden_dropout_prob, "config": str(init_from or config), "init_from": init_from,
-                "base_model": hub_origin(init_from or teacher),
-                "data": str(data), "max_length": job.train.max_seq_length, "eval_rows": eval_rows,
-                "output_bias": output_bias or "zero" if tokens and not init_from else None,
-                "student_embeddings": student_embeddings, "prune": prune or None}
-    args = TrainArgs(out=Path(out), **{**options, "extra": {**options.get("extra", {}), **recorded}})
+    if s.dropout is not None and not s.init_from:
+        job.saved_dropout = load_config(s.config).hidden_dropout_prob
+    s = ran_as(s, job, model.config.hidden_dropout_prob, embeddings)
     if not ctx.main:
-        return fit(model, job, args, ctx)
-    say_settings(recorded, args, data, job.eval is None)
+        return fit(model, job, s.loop(), ctx)
+    say_settings(s, job.eval is None)
     baselines = job.baselines()
-    with exclusive(args.out, "--out"):  # from the first file written (fit holds it too)
-        check_resume(args, job.resume_fixed)  # a refused --resume writes nothing
-        write_json(args.out / BASELINES_FILE, baselines)  # beside metrics.jsonl, for `bertforge plot`
-        return {**fit(model, job, args, ctx), **baselines}
+    with exclusive(s.out, "--out"):  # from the first file written (fit holds it too)
+        check_resume(s.loop(), job.resume_fixed)  # a refused --resume writes nothing
+        write_json(s.out / BASELINES_FILE, baselines)  # beside metrics.jsonl, for `bertforge plot`
+        return {**fit(model, job, s.loop(), ctx), **baselines}
+
+
+def completed(s: PretrainSettings) -> PretrainSettings:
+    """The settings with the models they name found (a Hub name fetched) and what they leave unsaid chosen by the
+    recipe for the model's width and the device: a recipe's masking rate is for masking objectives, its output
+    bias for those that predict tokens."""
+    from ..inference.runtime import native_bf16, pick_device
+
+    check_choices(s)
+    init_from = s.init_from and str(model_folder(s.init_from, s.revision))
+    teacher = s.teacher and str(model_folder(s.teacher, None if s.init_from else s.revision))
+    facts = Facts(hidden_size=load_config(init_from or s.config).hidden_size,
+                  native_bf16=native_bf16(pick_device(s.device)), time_budget=s.time_budget)
+    chosen, _ = dataclasses.replace(s, init_from=init_from, teacher=teacher).complete(facts)
+    if chosen.time_budget and chosen.warmup >= 1:
+        raise BertforgeError(f"--warmup {chosen.warmup:g}: with --time-budget the warm-up is a fraction (< 1) of it")
+    objective = OBJECTIVES[chosen.objective] if chosen.objective else None  # None: what the data holds, masked
+    return dataclasses.replace(
+        chosen, mask_prob=chosen.mask_prob if objective is None or objective.masks else s.mask_prob,
+        output_bias=chosen.output_bias if objective is None or objective.predicts_tokens else None)
+
+
+def ran_as(s: PretrainSettings, job: PretrainJob, dropout: float, embeddings: str | None) -> PretrainSettings:
+    """The settings as the run resolved them, which args.json records: the objective and masking rate the data
+    gave, the model's dropout, the config used (`init_from`'s), the student's embeddings."""
+    tokens = job.objective.predicts_tokens
+    return dataclasses.replace(
+        s, objective=job.objective.name, data=str(s.data), config=str(s.init_from or s.config),
+        mask_prob=s.mask_prob or job.train.index.get("masked_lm_prob") if job.objective.masks else None,
+        dropout=dropout, base_model=hub_origin(s.init_from or s.teacher), max_length=job.train.max_seq_length,
+        output_bias=s.output_bias or "zero" if tokens and not s.init_from else None, student_embeddings=embeddings,
+        prune=s.prune or None)
+
+
+def check_choices(s: PretrainSettings) -> None:
+    """The settings that contradict one another, refused in one line."""
+    if s.init_from and s.output_bias:
+        raise BertforgeError(f"--output-bias {s.output_bias}: it sets a fresh model's bias; with --init-from "
+                             f"the checkpoint's is kept")
+    if s.student_embeddings and (s.init_from or not s.teacher):
+        raise BertforgeError(f"--student-embeddings {s.student_embeddings}: it starts a fresh student of "
+                             f"--objective distill (with --teacher), not " +
+                             ("one from --init-from" if s.init_from else "a model without a teacher"))
+    if s.prune and (s.init_from or not s.teacher or s.student_embeddings):
+        raise BertforgeError("--prune: it cuts a fresh student from --teacher (--objective distill), not " +
+                             ("one from --init-from" if s.init_from else "beside --student-embeddings"
+                              if s.teacher else "without a teacher"))
 
 
 def add_pretrain_arguments(p):
@@ -255,49 +300,19 @@ def add_pretrain_arguments(p):
     p.add_argument("--eval-rows", type=count(1), default=1024, help="held-out instances per evaluation")
     add_recipe_arguments(p)
     # None: the recipe decides (and --steps: 1000, or as many as --time-budget allows)
-    add_training_arguments(p, {**DEFAULTS["pretrain"], **dict.fromkeys(("steps", "lr", "warmup", "batch_size",
-                                                                      "schedule", "bf16"))},
+    add_training_arguments(p, DEFAULTS["pretrain"],
                            skip=("keep_checkpoints",),  # pre-training keeps its last --keep step checkpoints
                            notes={**recipe_notes(), "steps": "(default 1000, or as many as --time-budget allows)"})
 
 
 def run_pretrain(args) -> int:
-    from ..inference.runtime import pick_device
-
-    if args.init_from and args.output_bias:
-        raise BertforgeError(f"--output-bias {args.output_bias}: it sets a fresh model's bias; with --init-from "
-                             f"the checkpoint's is kept")
-    if args.student_embeddings and (args.init_from or not args.teacher):
-        raise BertforgeError(f"--student-embeddings {args.student_embeddings}: it starts a fresh student of "
-                             f"--objective distill (with --teacher), not " +
-                             ("one from --init-from" if args.init_from else "a model without a teacher"))
-    if args.prune and (args.init_from or not args.teacher or args.student_embeddings):
-        raise BertforgeError("--prune: it cuts a fresh student from --teacher (--objective distill), not " +
-                             ("one from --init-from" if args.init_from else "beside --student-embeddings"
-                              if args.teacher else "without a teacher"))
     check_output(args.out, "--out", inputs=[args.data])
-    init_from = args.init_from and str(model_folder(args.init_from, args.revision))
-    teacher = args.teacher and str(model_folder(args.teacher, None if args.init_from else args.revision))
-    width = load_config(init_from or args.config).hidden_size
-    r = resolve(args.recipe, {k: getattr(args, k) for k in PRETRAIN[args.recipe]}, width, pick_device(args.device))
-    if args.time_budget and r["warmup"] >= 1:
-        raise BertforgeError(f"--warmup {r['warmup']:g}: with --time-budget the warm-up is a fraction (< 1) of it")
-    options = {**training_options(args), **{k: r[k] for k in ("lr", "warmup", "batch_size", "schedule", "bf16")}}
-    options["steps"] = args.steps or (10**12 if args.time_budget else 1000)
-    options["extra"] = {"arguments": recorded_arguments(args), "command": args.command_line}
-    # a recipe's masking rate is for masking objectives, its output bias for those that predict tokens
-    objective = OBJECTIVES[r["objective"]] if r["objective"] else None  # None: what the data holds, masked
-    masking, tokens = objective is None or objective.masks, objective is None or objective.predicts_tokens
-    result = pretrain(args.data, args.out, config=args.config, init_from=init_from, dropout=r["dropout"],
-                      eval_rows=args.eval_rows, objective=r["objective"],
-                      mask_prob=r["mask_prob"] if masking else args.mask_prob, recipe=args.recipe,
-                      output_bias=r["output_bias"] if tokens else None, teacher=teacher,
-                      student_embeddings=args.student_embeddings, prune=args.prune, **options)
+    result = pre_train(PretrainSettings.from_args(args))
     for key, value in result.items():
         print(f"{key}: {value:.4f}")
     print(f"saved: {Path(args.out) / 'final'} (a checkpoint folder: bertforge finetune TASK --model "
           f"{Path(args.out) / 'final'} ...)")
-    collapsed = collapse_warning(result, r["lr"])
+    collapsed = collapse_warning(result, read_json(Path(args.out) / ARGS_FILE)["lr"])  # the rate it ran at
     if collapsed:
         log.warning(collapsed)
     return 0

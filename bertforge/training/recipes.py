@@ -21,8 +21,9 @@ PAPER = dict(lr=2e-5, batch_size=32, epochs=3.0, warmup=0.1, weight_decay=0.01, 
 CHOSEN = ("lr", "batch_size", "warmup", "weight_decay", "patience")  # the training options a fine-tuning recipe
 # sets, beside the epochs
 DEFAULTS = {
-    # the paper's pre-training recipe at a size that runs on a CPU
-    "pretrain": dict(steps=1000, batch_size=64, lr=1e-4, warmup=0.05, log_every=10, eval_every=200, save_every=500),
+    # pre-training: the recipe's (PRETRAIN; at most PRETRAIN_STEPS steps, or as many as a time budget allows)
+    "pretrain": dict(log_every=10, eval_every=200, save_every=500, **dict.fromkeys(("steps", "batch_size", "lr",
+                                                                                "warmup", "schedule", "bf16"))),
     "finetune": {**FINETUNE_DEFAULTS, **dict.fromkeys(CHOSEN)},
     "distill": {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": None, "patience": None},
     "embeddings": {**FINETUNE_DEFAULTS, **{k: PAPER[k] for k in CHOSEN}, "lr": None, "patience": 0},
@@ -66,6 +67,8 @@ PRETRAIN = {
     "budget": {"objective": "mlm", "mask_prob": 0.3, "dropout": 0.0, "lr": BUDGET_LR, "schedule": "one-cycle",
                "warmup": 0.1, "batch_size": 16, "output_bias": "unigram", "bf16": NATIVE},
 }
+PRETRAIN_STEPS, UNTIL_BUDGET = 1000, 10**12  # a run's steps where --steps is not given: a CPU's size, or as many as
+# --time-budget allows
 RECIPES = {"pretrain": tuple(PRETRAIN), "finetune": ("adaptive", "paper"), "distill": ("adaptive", "fixed"),
            "embeddings": ("adaptive",)}  # each job's recipes, its default first (pre-training's: paper)
 
@@ -83,6 +86,7 @@ class Facts:
     labels_only: bool = False  # distill --alpha 1: the labels alone, a distillation's control
     hidden_size: int = 0  # pre-training: the model's width
     native_bf16: bool = False  # the device computes bf16 in hardware
+    time_budget: float = 0.0  # pre-training: seconds of training that end the run (0: its steps do)
 
 
 @dataclass
@@ -225,8 +229,9 @@ def embeddings_recipe(recipe: str, given: dict, facts: Facts) -> tuple[dict, dic
 
 def pretrain_recipe(recipe: str, given: dict, facts: Facts) -> tuple[dict, dict]:
     """A pre-training recipe's settings: its table's, the budget rate by the model's width, bf16 where native."""
-    settings = dict(PRETRAIN[recipe])
+    settings = {**PRETRAIN[recipe], "steps": PRETRAIN_STEPS if not facts.time_budget else UNTIL_BUDGET}
     why = dict.fromkeys(settings, f"--recipe {recipe}")
+    why["steps"] = f"{settings['steps']} steps" if not facts.time_budget else "until the time budget is spent"
     if settings["lr"] is BUDGET_LR:
         settings["lr"] = next(lr for width, lr in BUDGET_LR if width is None or facts.hidden_size <= width)
         why["lr"] = f"--recipe {recipe}: hidden size {facts.hidden_size}"

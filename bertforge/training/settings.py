@@ -17,7 +17,7 @@ from typing import ClassVar
 from ..core.io import read_json
 from .options import TrainArgs, recorded_arguments, training_options
 from .recipes import DEFAULTS, Choice, Facts, choose
-from .resume import ARGS_FILE, DISTILL_FIXED, EMBEDDINGS_FIXED, FINETUNE_FIXED, check_resume
+from .resume import ARGS_FILE, DISTILL_FIXED, EMBEDDINGS_FIXED, FINETUNE_FIXED, PRETRAIN_FIXED, check_resume
 
 log = logging.getLogger("bertforge")
 LOOP = {f.name for f in dataclasses.fields(TrainArgs)} - {"extra"}
@@ -37,7 +37,6 @@ class JobSettings(TrainArgs):
     fixed: ClassVar[dict]  # what a resumed run must keep (training/resume.py)
     chosen: ClassVar[tuple]  # the settings the job's recipe completes
     recipe: str = "adaptive"
-    epochs: float | None = None
     command: list[str] | None = None
     arguments: dict | None = None
     chosen_by: str | None = None  # why the recipe chose what the user left unsaid ("given": nothing was)
@@ -59,7 +58,7 @@ class JobSettings(TrainArgs):
         """From a parsed command line: its training flags, the job's own flags of the same names, `fields_`."""
         own = {f.name for f in dataclasses.fields(cls) if f.init} - LOOP | {"out"}
         named = {k: getattr(args, k) for k in own if hasattr(args, k)}
-        return cls.make(**{**training_options(args, skip=EPOCH_RUN), **named, "command": args.command_line,
+        return cls.make(**{**training_options(args), **named, "command": args.command_line,
                            "arguments": recorded_arguments(args), **fields_})
 
     @classmethod
@@ -74,9 +73,12 @@ class JobSettings(TrainArgs):
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name not in LOOP and f.name != "extra" and f.metadata.get("recorded", True)}
 
-    def loop(self, steps: int = 1, eval_every: int = 0) -> TrainArgs:
-        """What the training loop reads: the loop's options, this run's steps, the job's record as "extra"."""
-        return TrainArgs(**{**{k: getattr(self, k) for k in LOOP}, "steps": steps, "eval_every": eval_every,
+    def loop(self, steps: int | None = None, eval_every: int | None = None) -> TrainArgs:
+        """What the training loop reads: the loop's options (a run over epochs gives its `steps` and `eval_every`),
+        the job's record as "extra"."""
+        own = {k: getattr(self, k) for k in LOOP}
+        return TrainArgs(**{**own, "steps": own["steps"] if steps is None else steps,
+                            "eval_every": own["eval_every"] if eval_every is None else eval_every,
                             "extra": self.record()})
 
     def resumed(self) -> "JobSettings":
@@ -115,6 +117,7 @@ class FinetuneSettings(JobSettings):
     revision: str | None = unrecorded()
     base_model: dict | None = None  # the Hub model and commit `model` was read from (None: a folder)
     data: str | None = None
+    epochs: float | None = None
     family_options: dict = field(default_factory=dict)
     max_length: int | None = None
     max_train_examples: int | None = None
@@ -177,6 +180,7 @@ class EmbeddingSettings(JobSettings):
     student_embeddings: str | None = None
     input: list[str] = field(default_factory=list)
     held_out: float = 0.05  # the share of the texts scored each epoch (embedding_data.HELD_OUT)
+    epochs: float | None = None
     text_column: str = "text"
     text_pair_column: str | None = None
     max_length: int | None = None
@@ -186,3 +190,31 @@ class EmbeddingSettings(JobSettings):
     cache_dir: str | None = unrecorded()
     texts: int | None = None  # the distinct texts read
     teacher_embeddings_cached: bool | None = None  # whether the teacher's vectors were read from the cache
+
+
+@dataclass(kw_only=True)
+class PretrainSettings(JobSettings):
+    """`bertforge pretrain`, general distillation among its objectives (`teacher`). The recipe's choices beside the
+    loop's are the objective, the masking rate, the dropout and the output bias (None: what the data and the config
+    hold); once the data is read, the run records them as resolved (the objective and rate the data gave, the
+    config's dropout, the config used: `init_from`'s)."""
+
+    job: ClassVar[str] = "pretrain"
+    fixed: ClassVar[dict] = PRETRAIN_FIXED
+    chosen: ClassVar[tuple] = ("lr", "schedule", "warmup", "batch_size", "bf16", "steps", "objective", "mask_prob",
+                               "dropout", "output_bias")
+    recipe: str = "paper"
+    data: str
+    config: str = "mini"
+    init_from: str | None = None
+    revision: str | None = unrecorded()
+    teacher: str | None = None
+    base_model: dict | None = None  # the Hub model and commit `init_from` (else `teacher`) was read from
+    objective: str | None = None
+    mask_prob: float | None = None
+    dropout: float | None = None
+    output_bias: str | None = None
+    student_embeddings: str | None = None
+    prune: bool | None = False  # recorded as None where the student was not cut
+    eval_rows: int = 1024
+    max_length: int | None = None  # the data's rows' length

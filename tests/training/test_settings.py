@@ -11,7 +11,7 @@ from bertforge.core.errors import BertforgeError
 from bertforge.finetuning.finetune import task_settings
 from bertforge.training.recipes import DEFAULTS, Facts
 from bertforge.training.resume import ARGS_FILE, run_record
-from bertforge.training.settings import DistillSettings, EmbeddingSettings, FinetuneSettings
+from bertforge.training.settings import DistillSettings, EmbeddingSettings, FinetuneSettings, PretrainSettings
 
 
 def parsed(argv: list[str]):
@@ -48,8 +48,8 @@ def test_args_json_is_the_settings_written_out_and_reads_back(tmp_path):
     assert record["extra"]["chosen_by"] == choice.reasons() and "lr 0.0001" in record["extra"]["chosen_by"]
     assert record["extra"]["family_options"] == {"text_column": "sentence"}
     assert "cache_dir" not in record["extra"] and "revision" not in record["extra"]  # how it ran, not what
-    # and back: all but how it ran, the loop's steps (from the epochs) and the device it ran on
-    assert DistillSettings.from_record(record) == dataclasses.replace(settings, cache_dir=None, steps=1, device="cpu")
+    # and back: all but how it ran and the device it ran on
+    assert DistillSettings.from_record(record) == dataclasses.replace(settings, cache_dir=None, device="cpu")
     layers = dataclasses.replace(settings, model=None, student_layers=[0, 2])
     assert written(layers)["extra"]["model"] == "/t layers 0,2"  # what the student is, in the record
 
@@ -64,3 +64,18 @@ def test_a_resumed_run_goes_on_with_what_it_chose_and_refuses_a_change(tmp_path)
     assert resumed.complete(Facts(examples=10_000))[0].epochs == 20.0  # read back: not chosen again
     with pytest.raises(BertforgeError, match="--resume: --seed 7, but the run in"):
         dataclasses.replace(again, seed=7).resumed()
+
+
+def test_pre_training_settings_take_the_recipe_from_python_as_from_the_command_line(tmp_path):
+    """`pretrain(recipe="budget")` from Python gets the budget recipe as the command line does (the rate by the
+    model's width, bf16 where native), and a time budget runs until it is spent."""
+    argv = ["pretrain", "--data", "d", "--out", str(tmp_path), "--recipe", "budget", "--teacher", "t"]
+    from_flags = PretrainSettings.from_args(parsed(argv))
+    from_python = PretrainSettings.make(data="d", out=tmp_path, recipe="budget", teacher="t")
+    assert dataclasses.replace(from_flags, command=None, arguments=None) == from_python
+    chosen, _ = from_python.complete(Facts(hidden_size=128, native_bf16=True))
+    assert (chosen.lr, chosen.batch_size, chosen.schedule, chosen.bf16, chosen.steps) == (2e-3, 16, "one-cycle", True,
+                                                                                          1000)
+    assert (chosen.objective, chosen.mask_prob, chosen.dropout, chosen.output_bias) == ("mlm", 0.3, 0.0, "unigram")
+    timed = dataclasses.replace(from_python, time_budget=90.0).complete(Facts(hidden_size=256, time_budget=90.0))[0]
+    assert timed.steps == 10**12 and timed.lr == 5e-4 and timed.bf16 is False
