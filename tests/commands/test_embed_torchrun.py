@@ -1,8 +1,10 @@
 """`bertforge embed` under torchrun: two gloo processes over loopback write the vectors and ids of one process, each
-rank its own shards (round-robin), rank 0 the one manifest; a stopped run resumes shard by shard."""
+rank its own shards (round-robin), rank 0 the one manifest; two machines (two torchrun agents meeting at a c10d
+rendezvous over loopback) do the same; a stopped run resumes shard by shard."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -42,6 +44,33 @@ def test_two_processes_write_the_vectors_of_one(st_folder, corpus, tmp_path):  #
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
     again = torchrun(corpus, "--out", tmp_path / "two", *flags)  # complete: nothing redone
     assert "73 passages ->" in again.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_machines_write_the_vectors_of_one(st_folder, corpus, tmp_path):  # noqa: F811
+    """`torchrun --nnodes 2` as docs/distributed.md runs it on two machines, here two agents (node ranks 0 and 1, one
+    process each) meeting at a c10d rendezvous on 127.0.0.1, writing into one folder (a shared file system)."""
+    flags = ["--model", st_folder, "--shard-rows", 10, "--batch-tokens", 256, "--no-progress"]
+    assert main(["embed", str(corpus), "--out", str(tmp_path / "one"), *map(str, flags)]) == 0
+    endpoint = f"127.0.0.1:{free_port()}"
+    agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
+                                str(rank), "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-id", "embed",
+                                "--rdzv-endpoint", endpoint, "-m", "bertforge", "embed", str(corpus), "--out",
+                                str(tmp_path / "two"), *map(str, flags)],
+                               cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for rank in (0, 1)]
+    outputs = [agent.communicate(timeout=300) for agent in agents]
+    assert [agent.returncode for agent in agents] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert sum(out.count("73 passages ->") for out, _ in outputs) == 1  # the global rank 0 reports
+    (a, ids_a), (b, ids_b) = stored(tmp_path / "one"), stored(tmp_path / "two")
+    assert ids_a == ids_b == [str(i) for i in range(73)]
+    assert np.allclose(a, b, atol=1e-6)
+    assert json.loads((tmp_path / "two" / "manifest.json").read_text())["complete"]
 
 
 def test_a_stopped_run_resumes_under_torchrun(st_folder, corpus, tmp_path):  # noqa: F811
