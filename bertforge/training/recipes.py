@@ -121,13 +121,13 @@ def early_stop_why(patience: int) -> str:
 
 
 def finetune_recipe(recipe: str, given: dict, facts: Facts) -> tuple[dict, dict]:
-    settings, why = finetune_settings(recipe, facts.examples)
+    settings, why = finetune_settings(recipe, facts.examples, given.get("patience"))
     return settings, dict.fromkeys(settings, why)
 
 
-def finetune_settings(recipe: str, examples: int) -> tuple[dict, str]:
-    """The lr, batch size, epochs, warm-up, weight decay and patience of a fine-tuning `recipe` for this many
-    training examples, and why."""
+def finetune_settings(recipe: str, examples: int, patience: int | None = None) -> tuple[dict, str]:
+    """The lr, batch size, epochs, warm-up, weight decay and patience (unless given) of a fine-tuning `recipe` for
+    this many training examples, and why."""
     paper_steps = PAPER["epochs"] * math.ceil(examples / PAPER["batch_size"])
     if recipe == "paper":
         return dict(PAPER), "the paper's recipe (--recipe paper)"
@@ -141,7 +141,7 @@ def finetune_settings(recipe: str, examples: int) -> tuple[dict, str]:
                                f"(under {rule['large_steps']}), so transformers' Trainer's defaults (no warm-up, no "
                                f"weight decay); --recipe paper keeps the paper's")
     epochs = min(rule["max_epochs"], math.ceil(rule["min_steps"] / math.ceil(examples / rule["small_batch"])))
-    patience = early_stop(epochs)
+    patience = early_stop(epochs) if patience is None else patience
     return ({**PAPER, "lr": rule["small_lr"], "batch_size": rule["small_batch"], "epochs": float(epochs),
              "patience": patience},
             f"{examples} training examples: the paper's recipe would make {paper_steps:g} steps, so batches of "
@@ -171,9 +171,10 @@ def distill_recipe(recipe: str, given: dict, facts: Facts) -> tuple[dict, dict]:
         distilled, why["augment"] = variants(facts.examples, facts.share)
     settings["augment"] = 0 if facts.labels_only else distilled or 0
     if facts.rows is not None:
+        stop = given.get("patience")
         epochs, patience, why["epochs"] = (matched_epochs(facts.rows, given["batch_size"], distilled or 0,
-                                                          facts.sequences) if facts.labels_only else
-                                           distill_epochs(facts.rows, given["batch_size"], facts.sequences))
+                                                          facts.sequences, stop) if facts.labels_only else
+                                           distill_epochs(facts.rows, given["batch_size"], facts.sequences, stop))
         settings.update(epochs=epochs, patience=patience)
         why["patience"] = why["epochs"]
     if facts.labels_only:
@@ -192,31 +193,32 @@ def variants(examples: int, share: float) -> tuple[int, str | None]:
                      if augment else None)
 
 
-def distill_epochs(row_count: int, batch_size: int, sequences: int | None = None) -> tuple[float, int, str]:
-    """The adaptive recipe's epochs and patience (0: none) for `row_count` rows (the examples, their variants,
-    unlabelled text) at `batch_size`, and why. `sequences`: the sequences the rows hold (a multiple-choice row has
-    one per choice; default: one a row): the step floor counts a step over rows of k sequences as k steps."""
+def distill_epochs(row_count: int, batch_size: int, sequences: int | None = None,
+                   patience: int | None = None) -> tuple[float, int, str]:
+    """The adaptive recipe's epochs and patience (0: none; unless given) for `row_count` rows (the examples, their
+    variants, unlabelled text) at `batch_size`, and why. `sequences`: the sequences the rows hold (a multiple-choice
+    row has one per choice; default: one a row): the step floor counts a step over rows of k sequences as k."""
     rule = DISTILL
     per_epoch = math.ceil(row_count / batch_size)
     width = (sequences or row_count) / row_count
     epochs = max(1, min(rule["max_epochs"], math.ceil(rule["min_steps"] / (per_epoch * width))))
-    patience = early_stop(epochs)
+    patience = early_stop(epochs) if patience is None else patience
     rows = f"{row_count:,} rows" + (f" of {width:.3g} choices each" if width != 1 else "")
     floor = f"{rule['min_steps']:,}" + (", a step over rows of k choices counting k" if width != 1 else "")
     return float(epochs), patience, (f"{epochs} epochs: {epochs * per_epoch:,} steps over {rows} (at least {floor}, "
                                      f"at most {rule['max_epochs']} epochs{early_stop_why(patience)})")
 
 
-def matched_epochs(row_count: int, batch_size: int, augment: int,
-                   sequences: int | None = None) -> tuple[float, int, str]:
+def matched_epochs(row_count: int, batch_size: int, augment: int, sequences: int | None = None,
+                   patience: int | None = None) -> tuple[float, int, str]:
     """--alpha 1, the labels alone (a distillation's control): the epochs over `row_count` rows that make the
     steps the distillation would make over them and their `augment` variants each (its epochs by
-    `distill_epochs`), the patience those epochs give, and why."""
+    `distill_epochs`), the patience those epochs give (unless given), and why."""
     rows = row_count * (1 + augment)
     epochs, _, _ = distill_epochs(rows, batch_size, sequences and sequences * (1 + augment))
     steps = round(epochs * math.ceil(rows / batch_size))
     matched = steps / math.ceil(row_count / batch_size)
-    patience = early_stop(matched)
+    patience = early_stop(matched) if patience is None else patience
     return matched, patience, (f"{matched:g} epochs: the {steps:,} steps a distillation with --augment {augment} "
                                f"makes over {rows:,} rows{early_stop_why(patience)}")
 

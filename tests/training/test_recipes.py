@@ -147,3 +147,14 @@ def test_pre_training_recipes_by_width_and_hardware():
     assert choose("pretrain", "budget", {**unsaid, "bf16": False}, Facts(native_bf16=True)).settings["bf16"] is False
     assert choose("pretrain", "paper", unsaid, Facts(native_bf16=True)).settings == \
         {"lr": 1e-4, "bf16": False, "batch_size": 64}
+
+
+def test_a_patience_given_is_the_one_the_reasons_speak_of():
+    unsaid = dict.fromkeys(("lr", "batch_size", "warmup", "weight_decay", "patience", "epochs"))
+    stopping = choose("finetune", "adaptive", unsaid, Facts(examples=40))
+    assert stopping.settings["patience"] == 3 and "stopping after 3" in stopping.reasons()
+    every_epoch = choose("finetune", "adaptive", {**unsaid, "patience": 0}, Facts(examples=40))
+    assert every_epoch.settings["patience"] == 0 and "stopping" not in every_epoch.reasons()
+    given = {"lr": None, "augment": None, "epochs": None, "patience": 0, "batch_size": 32}
+    distilled = choose("distill", "adaptive", given, Facts(examples=1_000, rows=20_000, augmentable=True))
+    assert distilled.settings["epochs"] == 7 and "stopping" not in distilled.reasons()
