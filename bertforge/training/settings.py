@@ -2,14 +2,13 @@
 and the only thing the job reads.
 
 Each is the loop's options (`TrainArgs`) and the job's own fields. The user's values go over the job's defaults
-(recipes.DEFAULTS); what they leave unsaid (None) is completed once by `complete`: by the run being resumed (its
-args.json, read back into the same class and checked against this run), else by the job's recipe (recipes.choose),
-with the reason recorded in `chosen_by`. args.json is the object written out: the loop's options at the top, the
-job's fields under "extra" (as the loop has always recorded a run); `from_record` reads it back.
+(recipes.DEFAULTS); what they leave unsaid (None) is completed by the run being resumed (`resumed`: its args.json,
+read back into the same class and checked against this run), else by the job's recipe (`complete`:
+recipes.choose), with the reason recorded in `chosen_by`. args.json is the object written out: the loop's options
+at the top, the job's fields under "extra" (as the loop has always recorded a run); `from_record` reads it back.
 """
 
 import dataclasses
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -19,7 +18,6 @@ from .options import TrainArgs, recorded_arguments, training_options
 from .recipes import DEFAULTS, Choice, Facts, choose
 from .resume import ARGS_FILE, DISTILL_FIXED, EMBEDDINGS_FIXED, FINETUNE_FIXED, PRETRAIN_FIXED, check_resume
 
-log = logging.getLogger("bertforge")
 LOOP = {f.name for f in dataclasses.fields(TrainArgs)} - {"extra"}
 EPOCH_RUN = ("steps", "eval_every")  # the loop options a run over epochs sets itself: the steps, an evaluation each
 
