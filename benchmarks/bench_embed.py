@@ -3,6 +3,7 @@ compared (cosine), peak RSS; one process, and two under torchrun (2 x 1 thread) 
 the same 2 threads; and embed's peak RSS at two corpus sizes (memory flat in the corpus's size).
 
     python benchmarks/bench_embed.py --passages 5000 --large 20000
+    python benchmarks/bench_embed.py --memory 100000 1000000 --words 12     # the memory check alone, short passages
 
 The passages: wikitext-2's validation paragraphs (BERTFORGE_SHARED/data/corpus/wikitext-2-raw) cut into sentences,
 taken in runs of 1 to 8 sentences (mixed lengths, a few words to past the model's 256 tokens), cycling through the
@@ -119,12 +120,17 @@ def main():
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reps", type=int, default=1)
+    p.add_argument("--memory", type=int, nargs="+", metavar="N",
+                   help="only embed's peak RSS and passages/s at these corpus sizes (no comparison)")
+    p.add_argument("--words", type=int, default=0, help="--memory: passages cut to this many words (0: whole)")
     args = p.parse_args()
     if not MODEL.is_dir() or not WIKI.is_file():
         raise SystemExit(f"needs {MODEL} and {WIKI} (BERTFORGE_SHARED)")
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     print(f"load average at start {os.getloadavg()}", flush=True)
+    if args.memory:
+        return memory_check(args.memory, args.words, args.threads, args.batch_size, env)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         texts = passages(args.passages)
@@ -158,6 +164,24 @@ def main():
                   f"{large['rss_mb']:.0f} MB at {args.large} ({args.large / large['seconds']:.1f} passages/s)")
     print(f"load average at end {os.getloadavg()}; {resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime:.0f} s "
           f"CPU in children")
+
+
+def memory_check(sizes: list[int], words: int, threads: int, batch: int, env: dict) -> None:
+    """embed's peak RSS over corpora of `sizes` passages (cut to `words` words): flat if it streams."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for n in sizes:
+            corpus = tmp / f"corpus-{n}.txt"
+            texts = passages(n, seed=1)
+            corpus.write_text("".join(" ".join(t.split()[:words] if words else t.split()) + "\n" for t in texts),
+                              encoding="utf-8")
+            del texts
+            result = embed_run(corpus, tmp / f"out-{n}", threads, batch, env)
+            print(f"{n:,} passages: peak RSS {result['rss_mb']:.0f} MB, {n / result['seconds']:.0f} passages/s "
+                  f"({result['seconds']:.0f} s), load average {os.getloadavg()[0]:.1f}", flush=True)
+            for path in (tmp / f"out-{n}").iterdir():  # the vectors of the next size need the room
+                path.unlink()
+    print(f"load average at end {os.getloadavg()}")
 
 
 if __name__ == "__main__":
