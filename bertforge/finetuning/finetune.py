@@ -285,10 +285,10 @@ def add_run_arguments(p, defaults: dict, length: str, notes: dict | None = None)
 
 
 def task_settings(settings_class: type[JobSettings], args, **fields) -> JobSettings:
-    """A job's settings from the flags `add_run_arguments` (and, for a task, `add_task_run_arguments`) declare."""
-    if hasattr(args, "task") and args.task in TASKS:
-        fields["family_options"] = {k: str(v) if isinstance(v, Path) else v for k, v in family_options(args).items()}
-    return settings_class.from_args(args, group_by_length=not args.no_length_grouping, **fields)
+    """A job's settings from the flags `add_run_arguments` (and, for a task, `add_task_run_arguments`) declare; a
+    task's family options go to `JobSettings.make`, which keeps them as the settings' `family_options`."""
+    family = family_options(args) if hasattr(args, "task") and args.task in TASKS else {}
+    return settings_class.from_args(args, group_by_length=not args.no_length_grouping, **family, **fields)
 
 
 def run_finetune(args) -> int:
