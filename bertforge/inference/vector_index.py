@@ -40,6 +40,9 @@ from .quantize import as_floats, is_binary
 KIND = "bertforge vector index"
 VERSION = 1
 BUILD_ROWS = 65536  # rows added to the index at a time
+# usearch: the first rows are added by one thread; concurrent insertions into a graph this small can leave a vector
+# that no walk reaches (measured: 36 of 300 graphs of 40 vectors lost one; none when added by one thread)
+SERIAL_ROWS = 1024
 TRAINING_PER_LIST = 40  # faiss: k-means sample rows per list (faiss warns under 39)
 DIGEST_ROWS = 8  # rows at each end of a shard whose bytes are digested: a rewritten shard is noticed
 EXTRA = "pip install 'bertforge[index]'"
@@ -164,12 +167,22 @@ def build_index(folder, kind: str, out=None, options: dict | None = None, progre
     index = new_library_index(kind, manifest["dims"], options, folder, manifest)
     with tqdm(total=manifest["rows"], unit="vectors", disable=not progress, desc=f"index ({kind})") as bar:
         for first, block in float_blocks(folder, manifest):
-            if kind == "usearch":
-                index.add(np.arange(first, first + len(block), dtype=np.uint64), block)
-            else:
-                index.add(block)  # faiss numbers the vectors in the order added: the corpus rows
+            add_block(index, kind, first, block)
             bar.update(len(block))
     return write_index(index, kind, Path(out) if out else index_path(folder, kind), folder, manifest, options)
+
+
+def add_block(index, kind: str, first: int, block: np.ndarray) -> None:
+    """Rows first.. of the corpus added, keyed by their row (faiss numbers the vectors in the order added)."""
+    if kind == "faiss":
+        index.add(block)
+        return
+    keys = np.arange(first, first + len(block), dtype=np.uint64)
+    alone = min(len(block), max(0, SERIAL_ROWS - first))
+    if alone:
+        index.add(keys[:alone], block[:alone], threads=1)
+    if alone < len(block):
+        index.add(keys[alone:], block[alone:])
 
 
 def write_index(index, kind: str, out: Path, folder: Path, manifest: dict, options: dict) -> dict:

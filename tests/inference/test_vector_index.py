@@ -87,6 +87,18 @@ def test_an_easy_case_finds_the_exact_search_s_hits(corpus, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_every_vector_of_a_small_folder_is_reachable(tmp_path, kind):
+    """A walk of the index reaches all of a few dozen vectors, every build (usearch's threads, inserting into a graph
+    this small at once, left one unreachable in about one build of eight)."""
+    for seed in range(24):
+        folder = tmp_path / str(seed)
+        write_folder(folder, clustered(40, seed=seed), shard_rows=13)
+        build_index(folder, kind, progress=False)
+        _, rows = approximate(folder, kind).approximate.search(clustered(3, seed=100 + seed), 40)
+        assert (np.sort(rows, axis=1) == np.arange(40)).all(), seed
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_an_int8_folder_is_indexed_dequantized(tmp_path, kind):
     vectors = clustered(1000, seed=5)
     write_folder(tmp_path, vectors, shard_rows=500, precision="int8")
