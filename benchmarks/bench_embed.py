@@ -1,8 +1,10 @@
 """`bertforge embed` against sentence-transformers' `encode` on a corpus of wikitext passages: passages/s, the vectors
 compared (cosine), peak RSS; one process, and two under torchrun (2 x 1 thread) against sentence-transformers with
-the same 2 threads; and embed's peak RSS at two corpus sizes (memory flat in the corpus's size).
+the same 2 threads; with --ray, the same corpus as a Parquet folder through Ray Data's map_batches (RayEmbedder, one
+actor of one thread per --threads); and embed's peak RSS at two corpus sizes (memory flat in the corpus's size).
 
     python benchmarks/bench_embed.py --passages 5000 --large 20000
+    python benchmarks/bench_embed.py --passages 2000 --large 0 --ray --no-st   # one process, torchrun and Ray
     python benchmarks/bench_embed.py --memory 100000 1000000 --words 12     # the memory check alone, short passages
 
 The passages: wikitext-2's validation paragraphs (BERTFORGE_SHARED/data/corpus/wikitext-2-raw) cut into sentences,
@@ -59,6 +61,23 @@ print("RESULT", json.dumps({"seconds": time.time() - t0,
 sys.exit(code)
 """
 
+RAY_CHILD = """
+import json, resource, sys, time
+t0 = time.time()
+import numpy as np, ray
+from bertforge.inference.ray_embed import RayEmbedder
+folder, model, actors, batch_tokens, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+ray.init(num_cpus=actors, include_dashboard=False, log_to_driver=False)
+ds = ray.data.read_parquet(folder).map_batches(
+    RayEmbedder, fn_constructor_kwargs={"model": model, "threads": 1, "batch_tokens": batch_tokens},
+    batch_size=1024, batch_format="numpy", concurrency=actors, num_cpus=0.5)  # half a CPU each: room to read
+rows = sorted(ds.take_all(), key=lambda r: r["pid"])
+np.save(out, np.stack([r["embedding"] for r in rows]))
+assert [r["pid"] for r in rows] == list(range(len(rows)))
+print("RESULT", json.dumps({"seconds": time.time() - t0,
+                            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), flush=True)
+"""
+
 
 def passages(n: int, seed: int = 0) -> list[str]:
     paragraphs = [line.strip() for line in WIKI.read_text(encoding="utf-8").splitlines()
@@ -103,6 +122,23 @@ def embed_run(corpus: Path, out: Path, threads: int, batch: int, env: dict, proc
     return {"seconds": wall, "rss_mb": max(r["rss_mb"] for r in results), "ranks": len(results)}
 
 
+def ray_run(texts: list[str], tmp: Path, actors: int, batch: int, env: dict) -> dict:
+    """The corpus as a Parquet folder of 8 parts (pid, text), embedded by Ray Data on a local Ray of `actors` CPUs."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp / "parquet"
+    folder.mkdir(exist_ok=True)
+    step = -(-len(texts) // 8)
+    for part, first in enumerate(range(0, len(texts), step)):
+        pq.write_table(pa.table({"pid": list(range(first, min(first + step, len(texts)))),
+                                 "text": texts[first:first + step]}), folder / f"part-{part}.parquet")
+    wall, stdout = run([sys.executable, "-c", RAY_CHILD, str(folder), str(MODEL), str(actors), str(batch * MAX_TOKENS),
+                        str(tmp / "ray.npy")], {**env, "OMP_NUM_THREADS": "1"})
+    inside = json.loads(next(line for line in stdout.splitlines() if line.startswith("RESULT")).split("RESULT", 1)[1])
+    return {"seconds": wall, "rss_mb": inside["rss_mb"]}
+
+
 def stored(folder: Path) -> tuple[np.ndarray, list[str]]:
     manifest = json.loads((folder / "manifest.json").read_text())
     return (np.concatenate([np.load(folder / s["vectors"]) for s in manifest["shards"]]),
@@ -120,6 +156,9 @@ def main():
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reps", type=int, default=1)
+    p.add_argument("--ray", action="store_true", help="also Ray Data's map_batches over the corpus as Parquet")
+    p.add_argument("--no-st", action="store_true", help="without sentence-transformers' run (the vectors are then "
+                                                        "compared with embed's, one process)")
     p.add_argument("--memory", type=int, nargs="+", metavar="N",
                    help="only embed's peak RSS and passages/s at these corpus sizes (no comparison)")
     p.add_argument("--words", type=int, default=0, help="--memory: passages cut to this many words (0: whole)")
@@ -139,22 +178,32 @@ def main():
         words = [len(t.split()) for t in texts]
         print(f"{len(texts)} passages, words per passage: median {median(words)}, mean {np.mean(words):.0f}, "
               f"max {max(words)}", flush=True)
-        runs = {"st": [], "embed": [], "torchrun": []}
+        runs = {"st": [], "embed": [], "torchrun": [], "ray": []}
         for rep in range(args.reps):
-            runs["st"].append(st_run(corpus, args.threads, args.batch_size, tmp / "st.npy", env))
+            if not args.no_st:
+                runs["st"].append(st_run(corpus, args.threads, args.batch_size, tmp / "st.npy", env))
             runs["embed"].append(embed_run(corpus, tmp / f"one{rep}", args.threads, args.batch_size, env))
             runs["torchrun"].append(embed_run(corpus, tmp / f"two{rep}", 1, args.batch_size,
                                               {**env, "OMP_NUM_THREADS": "1"}, processes=args.threads))
-            print({k: v[-1] for k, v in runs.items()}, flush=True)
-        reference = np.load(tmp / "st.npy")
-        for name, folder in (("embed", tmp / "one0"), ("torchrun", tmp / "two0")):
-            vectors, ids = stored(folder)
-            assert ids == [str(i) for i in range(len(texts))], name
-            print(f"{name}: max cosine gap to sentence-transformers {max_cosine_gap(vectors, reference):.2e}")
+            if args.ray:
+                runs["ray"].append(ray_run(texts, tmp, args.threads, args.batch_size, env))
+            print({k: v[-1] for k, v in runs.items() if v}, flush=True)
+        one, _ = stored(tmp / "one0")
+        reference, against = (one, "embed (one process)") if args.no_st else (np.load(tmp / "st.npy"),
+                                                                            "sentence-transformers")
+        for name, folder in (("embed", "one0"), ("torchrun", "two0"), ("ray", None)):
+            if runs[name]:
+                vectors, ids = (np.load(tmp / "ray.npy"), None) if name == "ray" else stored(tmp / folder)
+                assert ids in (None, [str(i) for i in range(len(texts))]), name
+                print(f"{name}: max cosine gap to {against} {max_cosine_gap(vectors, reference):.2e}, max |difference| "
+                      f"to embed (one process) {np.abs(vectors - one).max():.2e}")
         for name, results in runs.items():
+            if not results:
+                continue
             seconds = median([r["seconds"] for r in results])
             print(f"{name:9s} {len(texts) / seconds:7.1f} passages/s  ({seconds:.1f} s, peak RSS "
-                  f"{max(r['rss_mb'] for r in results):.0f} MB{' per rank' if name == 'torchrun' else ''})")
+                  f"{max(r['rss_mb'] for r in results):.0f} MB{' per rank' if name == 'torchrun' else ''}"
+                  f"{' (the driver; the actors not counted)' if name == 'ray' else ''})")
         if args.large:
             big = tmp / "big.txt"
             big.write_text("".join(t + "\n" for t in passages(args.large, seed=1)), encoding="utf-8")
