@@ -39,7 +39,7 @@ from .finetune import add_task_run_arguments, task_settings, train_on_task
 from ..core.io import check_output
 from ..core.flags import add_revision_argument, count, positive, share
 from ..core.hub import hub_origin, model_folder
-from ..tasks import TASKS, make_family
+from ..tasks import TASKS, check_family_options, make_family
 from ..tasks.base import TaskFamily, head_name
 from ..training.recipes import DEFAULTS, DISTILL, EARLY_STOP, FIXED, RECIPES, Facts
 from ..training.settings import DistillSettings
@@ -76,7 +76,9 @@ def distill(task: str, teacher_dir, student: str | None, data, out, **options) -
     among them; the lr, `augment`, `epochs` and `patience` not given are the `recipe`'s, a resumed run's those its
     args.json records) and the task family's options. `alpha` 1 trains on the labels alone, a distillation's
     control: the teacher's outputs are never computed, and the epochs make the steps the distillation would."""
-    return distil(DistillSettings.make(task=task, teacher=teacher_dir, model=student, data=data, out=out, **options))
+    settings = DistillSettings.make(task=task, teacher=teacher_dir, model=student, data=data, out=out, **options)
+    check_family_options(settings.family_options, "distill")
+    return distil(settings)
 
 
 def distil(settings: DistillSettings) -> dict:

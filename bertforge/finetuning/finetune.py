@@ -27,7 +27,7 @@ from ..core.io import check_output, read_json_lines, write_json, write_text_atom
 from ..training.options import add_training_arguments
 from ..core.flags import add_revision_argument, count, positive
 from ..core.hub import hub_origin, model_folder
-from ..tasks import TASKS, add_family_arguments, family_options, make_family
+from ..tasks import TASKS, add_family_arguments, check_family_options, family_options, make_family
 from ..tasks.base import Split, TaskFamily
 from ..inference.batches import padding
 from ..text.tokenizer import BertTokenizer
@@ -112,8 +112,10 @@ def finetune(task: str, model_dir, data, out, recipe: str = "adaptive", revision
     RUN/eval_results.json (and, where the family predicts a test split, its predictions by the best model) and
     returns the best metrics. `options`: FinetuneSettings fields (TrainArgs' among them; the lr, batch size,
     warm-up, weight decay, patience and epochs not given are the `recipe`'s) and the task family's options."""
-    return fine_tune(FinetuneSettings.make(task=task, model=model_dir, data=data, out=out, recipe=recipe,
-                                           revision=revision, **options))
+    settings = FinetuneSettings.make(task=task, model=model_dir, data=data, out=out, recipe=recipe,
+                                     revision=revision, **options)
+    check_family_options(settings.family_options, "finetune")
+    return fine_tune(settings)
 
 
 def fine_tune(settings: FinetuneSettings) -> dict:

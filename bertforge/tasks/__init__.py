@@ -75,6 +75,14 @@ def hide_other_families(parser, words) -> None:
     parser.epilog = f"The options of {task} only; `{parser.prog.split()[-1]} --help` shows every task's."
 
 
+def check_family_options(options: dict, job: str) -> None:
+    """Keywords given to a job from Python beyond its settings must be a task family's options: a misspelt setting
+    is refused by name instead of going unread."""
+    unknown = sorted(set(options) - {k for family in FAMILIES for k in family.option_defaults})
+    if unknown:
+        raise TypeError(f"{job}(): no setting or task option {', '.join(map(repr, unknown))}")
+
+
 def family_options(args) -> dict:
     """Every family's own options from parsed flags."""
     return {k: getattr(args, k) for family in FAMILIES for k in family.option_defaults if hasattr(args, k)}

@@ -14,6 +14,7 @@ import torch
 
 from bertforge import BertTokenizer
 from bertforge.cli import main
+from bertforge.finetuning.distill import distill
 from bertforge.finetuning.evaluate import SPEED_FIGURES, speed_line, weights_bytes
 from bertforge.finetuning.finetune import (FinetuneJob, finetune, grouped_order, length_grouped_order,
                                            query_groups, shuffled_order)
@@ -37,6 +38,16 @@ def rescored(capsys, task, folder, data, examples) -> dict:
     assert main(["evaluate", task, "--model", str(folder), "--data", str(data),
                  "--max-eval-examples", str(examples)]) == 0
     return json.loads(capsys.readouterr().out)
+
+
+def test_a_misspelt_keyword_is_refused_by_name(tmp_path):
+    """From Python, a keyword that is neither a setting nor a task family's option is refused before anything runs
+    (a family's option, such as `text_column`, is taken)."""
+    with pytest.raises(TypeError, match=r"finetune\(\): no setting or task option 'lerning_rate'"):
+        finetune("sst2", tmp_path / "no-model", tmp_path, tmp_path / "run", lerning_rate=1e-5)
+    with pytest.raises(TypeError, match=r"distill\(\): no setting or task option 'alhpa', 'epoch'"):
+        distill("sst2", tmp_path / "no-model", "tiny", tmp_path, tmp_path / "run", alhpa=0.5, epoch=2)
+    assert not (tmp_path / "run").exists()
 
 
 def test_glue_classification_writes_results_and_best(tiny_model, tmp_path):
