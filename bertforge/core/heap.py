@@ -28,3 +28,10 @@ def bound_heap_growth(threshold: int = 1 << 20):
 def heap_trimmer():
     """A function that hands the heap's free pages back to the system (glibc's malloc_trim), or None."""
     return getattr(libc(), "malloc_trim", None)
+
+
+def trim_heap() -> None:
+    """Hand the heap's free pages back now (after a unit of work whose buffers are gone: an embedded shard)."""
+    trim = heap_trimmer()
+    if trim is not None:
+        trim(0)

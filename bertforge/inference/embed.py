@@ -26,6 +26,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..core.errors import BertforgeError
+from ..core.heap import trim_heap
 from ..core.hub import model_folder
 from ..core.io import check_output, exclusive
 from ..core.tables import count_rows, passages, pyarrow_parquet
@@ -122,6 +123,7 @@ def _embed_shards(corpus: Path, out: Path, manifest: dict, embedder: Embedder, t
                 if len(ids) == shard_rows:
                     write_shard(out, manifest, ids, embedder.join(vectors))
                     ids, vectors = [], []
+                    trim_heap()  # else fragments of its batches accumulate: +44 MB over 1M passages, not +11
         if texts:
             vectors.append(embedder(texts))
             bar.update(len(texts))

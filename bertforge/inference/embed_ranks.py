@@ -19,6 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..core.errors import BertforgeError
+from ..core.heap import trim_heap
 from ..core.io import exclusive, read_json, write_text_atomic
 from ..core.tables import passages
 from .embed_manifest import MANIFEST, check_resumable, new_manifest, read_manifest, write_manifest
@@ -136,6 +137,7 @@ def _embed_rank_shards(rank: int, world: int, corpus: Path, out: Path, manifest:
             write_text_atomic(out / entry_name(index), json.dumps(entry, ensure_ascii=False))
             ids.clear()
             vectors.clear()
+            trim_heap()  # as one process does after a shard (embed.py)
 
     with tqdm(unit="passage", desc=f"embed (rank {rank} of {world})", disable=not progress,
               dynamic_ncols=True) as bar:
