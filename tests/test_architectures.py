@@ -344,6 +344,10 @@ def test_pipelines_on_each_family_are_the_references(roberta_folders, family):
     theirs = reference("token-classification", folder)(SHORT, aggregation_strategy="none")
     for a, b in zip(ours, theirs, strict=True):
         assert_same([{k: e[k] for k in keys} for e in a], [{k: e[k] for k in keys} for e in b])
+    unknown = "George Жуков was born in Virginia."  # letters the vocabulary lacks: <unk>, its word the text's
+    ours = bertforge.pipeline(model=folder)(unknown, aggregation_strategy="none")
+    theirs = reference("token-classification", folder)(unknown, aggregation_strategy="none")
+    assert [e["word"] for e in ours] == [e["word"] for e in theirs]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

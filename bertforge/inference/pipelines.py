@@ -188,7 +188,8 @@ class TokenClassification(Pipeline):
         results = []
         for i, text in enumerate(prepared.items):
             tokens, offsets, special = windows.tokens(i, self.tokenizer.convert_ids_to_tokens)
-            entries = token_entries(text, tokens, offsets, special, softmax(windows.scores(i, outputs)), "[UNK]")
+            entries = token_entries(text, tokens, offsets, special, softmax(windows.scores(i, outputs)),
+                                    self.tokenizer.unk_token)
             found = entities(entries, options["aggregation_strategy"], self.labels,
                              self.tokenizer.backend_tokenizer.decoder.decode, tuple(options["ignore_labels"]))
             results.append(Entities(found, truncated=windows.texts[i].truncated))
