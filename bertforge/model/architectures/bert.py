@@ -33,12 +33,9 @@ from .initialisation import init_bert_weights, truncated_normal_  # noqa: F401 (
 from .packing import DropoutNoise, DropoutSite, EncoderOutput, Layout, Packing
 
 
-ACT = {
-    "gelu": F.gelu,  # exact erf form, as the paper
-    **dict.fromkeys(("gelu_new", "gelu_pytorch_tanh"), lambda x: F.gelu(x, approximate="tanh")),  # Google's code
-    "relu": F.relu,
-    "silu": F.silu,
-}
+ACT = {"gelu": F.gelu,  # exact erf form, as the paper
+       **dict.fromkeys(("gelu_new", "gelu_pytorch_tanh"), lambda x: F.gelu(x, approximate="tanh")),  # Google's code
+       "relu": F.relu, "silu": F.silu}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -74,6 +71,8 @@ class BertEmbeddings(nn.Module):
 
 
 class BertSelfAttention(nn.Module):
+    projections = ("query", "key", "value")  # the Q, K and V Linears' names (other families name theirs)
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.num_heads = config.num_attention_heads
@@ -85,10 +84,9 @@ class BertSelfAttention(nn.Module):
         self.fused = None  # see fuse()
 
     def qkv_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The Q, K and V projections stacked [3 H, H] and [3 H], for one matmul; the three keep their own
-        (reference) parameter names."""
-        return (torch.cat([self.query.weight, self.key.weight, self.value.weight]),
-                torch.cat([self.query.bias, self.key.bias, self.value.bias]))
+        """Q, K and V stacked [3 H, H] and [3 H] for one matmul; the three keep their own (reference) names."""
+        lins = [getattr(self, name) for name in self.projections]
+        return torch.cat([lin.weight for lin in lins]), torch.cat([lin.bias for lin in lins])
 
     def fuse(self) -> None:
         """For inference: one Linear [H -> 3 H] in place of the three projections, one layer to int8 quantisation
@@ -98,7 +96,8 @@ class BertSelfAttention(nn.Module):
         with torch.no_grad():
             self.fused.weight.copy_(weight)
             self.fused.bias.copy_(bias)
-        del self.query, self.key, self.value
+        for name in self.projections:
+            delattr(self, name)
 
     def forward(self, x: torch.Tensor, layout: Layout) -> torch.Tensor:
         """softmax(Q K^T / sqrt(d) + padding mask) V, per head; dropout on the attention probabilities."""

@@ -53,25 +53,14 @@ class DistilBertSelfAttention(BertSelfAttention):
     """BERT's attention product (bert.BertSelfAttention) on DistilBERT's projections q_lin, k_lin, v_lin, and the
     output projection out_lin."""
 
+    projections = ("q_lin", "k_lin", "v_lin")
+
     def __init__(self, config: DistilBertConfig):
         nn.Module.__init__(self)
         self.num_heads, self.head_size = config.n_heads, config.dim // config.n_heads
         self.q_lin, self.k_lin, self.v_lin, self.out_lin = (nn.Linear(config.dim, config.dim) for _ in range(4))
         self.dropout = DropoutSite("attention")
         self.fused = None
-
-    def qkv_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
-        lins = (self.q_lin, self.k_lin, self.v_lin)
-        return torch.cat([lin.weight for lin in lins]), torch.cat([lin.bias for lin in lins])
-
-    def fuse(self) -> None:
-        """For inference, as BERT's: one Linear [H -> 3 H] for the three projections."""
-        weight, bias = self.qkv_parameters()
-        self.fused = nn.Linear(weight.shape[1], weight.shape[0], device=weight.device, dtype=weight.dtype)
-        with torch.no_grad():
-            self.fused.weight.copy_(weight)
-            self.fused.bias.copy_(bias)
-        del self.q_lin, self.k_lin, self.v_lin
 
     def forward(self, x, layout: Layout):
         return self.out_lin(super().forward(x, layout))

@@ -70,6 +70,8 @@ class MPNetSelfAttention(BertSelfAttention):
     """BERT's attention product on MPNet's projections q, k, v, with the relative position bias added to the scores
     (`bias`: [B or 1, heads, L, L], the padding mask in it), and the output projection o."""
 
+    projections = ("q", "k", "v")
+
     def __init__(self, config: MPNetConfig):
         nn.Module.__init__(self)
         self.num_heads = config.num_attention_heads
@@ -77,19 +79,6 @@ class MPNetSelfAttention(BertSelfAttention):
         self.q, self.k, self.v, self.o = (nn.Linear(config.hidden_size, config.hidden_size) for _ in range(4))
         self.dropout = DropoutSite("attention")
         self.fused = None
-
-    def qkv_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.cat([self.q.weight, self.k.weight, self.v.weight]), torch.cat([self.q.bias, self.k.bias,
-                                                                                   self.v.bias])
-
-    def fuse(self) -> None:
-        """For inference, as BERT's: one Linear [H -> 3 H] for the three projections."""
-        weight, bias = self.qkv_parameters()
-        self.fused = nn.Linear(weight.shape[1], weight.shape[0], device=weight.device, dtype=weight.dtype)
-        with torch.no_grad():
-            self.fused.weight.copy_(weight)
-            self.fused.bias.copy_(bias)
-        del self.q, self.k, self.v
 
     def forward(self, x, layout: Layout, bias: torch.Tensor):
         """o(softmax(Q K^T / sqrt(d) + bias) V), per head; dropout on the attention probabilities."""
