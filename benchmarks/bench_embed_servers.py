@@ -2,7 +2,9 @@
 against Infinity (`infinity_emb v2`, torch engine, CPU) and sentence-transformers' `encode` behind a plain FastAPI
 server (written here), all serving the same all-MiniLM-L6-v2 folder with the same thread count; and `bertforge
 serve --int8` (int8 linear layers: other numbers, its cosine to fp32 reported) and `bertforge serve --bf16`
-(bf16 matrix products where the CPU has them) beside them.
+(bf16 matrix products where the CPU has them) beside them; in fp32 on ONNX Runtime, `bertforge serve --backend onnx`
+(over --onnx-model, the export of the same weights) and Infinity's `--engine optimum` (its own export; `pip install
+'infinity-emb[server,torch,optimum]'`).
 
 The three servers are started together (idle ones cost no CPU), warmed up, then given 1, 8, 32 and 64
 concurrent clients in turn, the servers interleaved at each client count (A B C at 1, A B C at 8, ...), each
@@ -38,7 +40,7 @@ from benchmarks.bench_serve import Connection, free_port, percentile, wait_up
 
 CLIENTS = (1, 8, 32, 64)
 SERVERS = ("bertforge", "infinity", "sentence-transformers", "bertforge-int8", "bertforge-bf16",
-           "infinity-bf16")
+           "infinity-bf16", "bertforge-onnx", "infinity-onnx")
 
 
 def st_server(model: str, port: int, threads: int):
@@ -74,6 +76,12 @@ def start(name: str, args, port: int) -> subprocess.Popen:
                            "--max-input-tokens", "128", "--max-concurrent", "4096", "--int8"],
         "bertforge-bf16": [sys.executable, "-m", "bertforge", "serve", args.model, "--port", str(port),
                            "--max-input-tokens", "128", "--max-concurrent", "4096", "--bf16"],
+        "bertforge-onnx": [sys.executable, "-m", "bertforge", "serve", args.onnx_model or args.model, "--port",
+                           str(port), "--max-input-tokens", "128", "--max-concurrent", "4096", "--backend", "onnx",
+                           "--threads", str(args.threads)],
+        "infinity-onnx": [args.infinity, "v2", "--model-id", args.model, "--served-model-name", "minilm", "--engine",
+                          "optimum", "--device", "cpu", "--port", str(port), "--log-level", "warning",
+                          "--no-model-warmup"],
         "infinity": [args.infinity, "v2", "--model-id", args.model, "--served-model-name", "minilm", "--engine",
                      "torch", "--device", "cpu", "--port", str(port), "--log-level", "warning",
                      "--no-model-warmup"],
@@ -184,6 +192,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=str(common.SHARED / "models" / "all-MiniLM-L6-v2"))
     p.add_argument("--infinity", default="infinity_emb", help="Infinity's command (in its own environment)")
+    p.add_argument("--onnx-model", help="bertforge-onnx: the model's folder with its export (`bertforge export onnx "
+                                        "MODEL OUT`; default: --model)")
     p.add_argument("--servers", nargs="+", default=list(SERVERS), choices=SERVERS)
     p.add_argument("--clients", nargs="+", type=int, default=list(CLIENTS))
     p.add_argument("--per-request", nargs="+", type=int, default=[1, 8], help="sentences a request, a round each")
@@ -202,6 +212,7 @@ def main():
           f"servers {', '.join(args.servers)}", flush=True)
     results = asyncio.run(bench(args, sentences))
     pairs = [(ours, theirs) for ours, theirs in (("bertforge-bf16", "infinity"), ("bertforge-bf16", "infinity-bf16"),
+                                                 ("bertforge-onnx", "infinity"), ("bertforge-onnx", "infinity-onnx"),
                                                  ("bertforge", "infinity")) if {ours, theirs} <= set(args.servers)]
     for per_request in args.per_request:
         for ours, theirs in pairs:  # bertforge's fp32 against Infinity's last: the `ratio=` line
