@@ -41,7 +41,7 @@ KIND = "bertforge vector index"
 VERSION = 1
 BUILD_ROWS = 65536  # rows added to the index at a time
 # usearch: the first rows are added by one thread; concurrent insertions into a graph this small can leave a vector
-# that no walk reaches (measured: 36 of 300 graphs of 40 vectors lost one; none when added by one thread)
+# that no walk reaches
 SERIAL_ROWS = 1024
 TRAINING_PER_LIST = 40  # faiss: k-means sample rows per list (faiss warns under 39)
 DIGEST_ROWS = 8  # rows at each end of a shard whose bytes are digested: a rewritten shard is noticed
