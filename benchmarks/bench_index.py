@@ -4,10 +4,12 @@ query, through `Index.search` with its rescoring of the candidates) the median a
 recall@10 against the exact search's top 10.
 
     nice -n 10 python -m benchmarks.bench_index [--rows 200000] [--dims 384] [--noise 1.5] [--queries 200]
+        [--threads 0 1]
 
 The vectors: unit vectors `--noise` away from one of `--clusters` random centres, written in shards of 100,000 rows
 by `embed`'s own shard writer; the queries are more of them, near the same centres. A markdown row per method and
-setting, then the machine.
+setting; then, for each `--threads` count, the usearch build's time and the vectors whose own search (top 1) does
+not find them, which no query can reach; then the machine.
 """
 
 import argparse
@@ -21,7 +23,7 @@ import numpy as np
 
 from bertforge.inference.embed import KIND, VERSION, write_manifest, write_shard
 from bertforge.inference.search import Index
-from bertforge.inference.vector_index import build_index, open_index
+from bertforge.inference.vector_index import build_index, float_blocks, open_index
 
 
 def clustered(rows: int, dims: int, clusters: int, noise: float, seed: int = 0) -> np.ndarray:
@@ -80,6 +82,18 @@ def run_kind(folder: Path, kind: str, settings: list[dict], queries, exact, resc
     return rows
 
 
+def reachability(folder: Path, threads: int) -> str:
+    """A usearch build by `threads` threads (0: every core): its time, and the vectors that are not their own nearest."""
+    t0 = time.perf_counter()
+    record = build_index(folder, "usearch", out=folder / f"threads-{threads}.json", progress=False, threads=threads)
+    build = time.perf_counter() - t0
+    index = Index(folder)
+    index.approximate = open_index(folder, index.manifest, str(folder / f"threads-{threads}.json"))
+    missed = sum(int((index.approximate.search(vectors, 1)[1][:, 0] != first + np.arange(len(vectors))).sum())
+                 for first, vectors in float_blocks(folder, index.manifest))
+    return f"| usearch HNSW | {threads or 'every core'} | {build:.1f} | {missed} of {record['rows']} |"
+
+
 def machine() -> str:
     info = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
@@ -98,6 +112,8 @@ def main():
     parser.add_argument("--noise", type=float, default=1.5, help="the noise's scale per value, the centres' is 1")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--rescore", type=int, default=100)
+    parser.add_argument("--threads", type=int, nargs="*", default=[], help="usearch builds by this many threads "
+                        "(0: every core), each timed and checked for vectors no search reaches")
     args = parser.parse_args()
     import faiss
     import usearch
@@ -115,6 +131,10 @@ def main():
         for line in (run_kind(folder, "faiss", [{"nprobe": 16}, {"nprobe": 128}], queries, exact, args.rescore)
                      + run_kind(folder, "usearch", [{"ef": 32}, {"ef": 128}], queries, exact, args.rescore)):
             print(line, flush=True)
+        if args.threads:
+            print("\n| index | build threads | build s | vectors not their own nearest |\n|---|---|---|---|")
+        for threads in args.threads:
+            print(reachability(folder, threads), flush=True)
     print(f"\n{args.rows} x {args.dims} float32, {args.clusters} clusters, noise {args.noise}, {args.queries} queries "
           f"one at a time; faiss {faiss.__version__}, usearch {usearch.__version__}; {machine()}")
 

@@ -32,6 +32,9 @@ def add_index_arguments(parser):
     parser.add_argument("--ef-construction", type=count(1), help="usearch: the candidates kept while a vector is "
                         "added (default: 128)")
     add_search_options(parser, at_build=True)
+    parser.add_argument("--threads", type=count(0), default=0, help="the threads the build uses (default: 0, every "
+                        "core); usearch: 1 builds the same graph every time, where several threads' graphs, and "
+                        "so their answers, differ from build to build")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
@@ -41,7 +44,7 @@ def run_index(args) -> int:
     t0 = time.time()
     options = {"nlist": args.nlist, "nprobe": args.nprobe, "m": args.m, "ef_construction": args.ef_construction,
                "ef": args.ef}
-    record = build_index(args.dir, args.kind, args.out, options, args.progress)
+    record = build_index(args.dir, args.kind, args.out, options, args.progress, args.threads)
     shown = ", ".join(f"{name.replace('_', '-')} {value}" for name, value in record["options"].items())
     print(f"{record['rows']} vectors of {args.dir} -> {args.out or index_path(args.dir, args.kind)}: {args.kind} "
           f"{record['structure']}, {shown} ({record['bytes'] / 2 ** 20:.1f} MiB, {time.time() - t0:.1f} s)")

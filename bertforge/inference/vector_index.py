@@ -8,6 +8,9 @@ Two libraries, each optional (`pip install 'bertforge[index]'`), both by inner p
 - usearch, HNSW: a graph of `m` links per vector, built with `ef_construction` candidates per insertion, walked by a
   query with `ef` candidates.
 
+A usearch graph built by several threads differs from build to build (the order of concurrent insertions), and so
+may its answers; one thread (`threads=1`) builds the same graph every time, at about the cores' times the build time.
+
 The index is built from the shards as a stream, a block of rows at a time, so what is in memory is the index (the
 vectors once, as the library keeps them) and one block; int8/uint8 folders are indexed dequantized. Binary and
 sparse folders are refused: their exact search is already cheap per vector, or not by inner product of dense
@@ -21,6 +24,7 @@ refused in one line: it would answer with rows that are not the folder's."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import glob
 import hashlib
@@ -154,8 +158,10 @@ def new_library_index(kind: str, dims: int, options: dict, folder: Path, manifes
     return index
 
 
-def build_index(folder, kind: str, out=None, options: dict | None = None, progress: bool = True) -> dict:
-    """An index of the kind over the folder's shards, written to `out` (default DIR/index-KIND.json); its record."""
+def build_index(folder, kind: str, out=None, options: dict | None = None, progress: bool = True,
+                threads: int = 0) -> dict:
+    """An index of the kind over the folder's shards, written to `out` (default DIR/index-KIND.json) by `threads`
+    threads (0: every core); its record."""
     from .embed import read_manifest
 
     folder = Path(folder)
@@ -164,15 +170,32 @@ def build_index(folder, kind: str, out=None, options: dict | None = None, progre
         check_output(out, "--out", folder=False, inputs=[folder / "manifest.json"])
     check_indexable(manifest, folder, kind)
     options = check_options(kind, options or {}, rows=manifest["rows"])
-    index = new_library_index(kind, manifest["dims"], options, folder, manifest)
-    with tqdm(total=manifest["rows"], unit="vectors", disable=not progress, desc=f"index ({kind})") as bar:
-        for first, block in float_blocks(folder, manifest):
-            add_block(index, kind, first, block)
-            bar.update(len(block))
-    return write_index(index, kind, Path(out) if out else index_path(folder, kind), folder, manifest, options)
+    with faiss_threads(kind, threads):
+        index = new_library_index(kind, manifest["dims"], options, folder, manifest)
+        with tqdm(total=manifest["rows"], unit="vectors", disable=not progress, desc=f"index ({kind})") as bar:
+            for first, block in float_blocks(folder, manifest):
+                add_block(index, kind, first, block, threads)
+                bar.update(len(block))
+    return write_index(index, kind, Path(out) if out else index_path(folder, kind), folder, manifest, options,
+                       threads)
 
 
-def add_block(index, kind: str, first: int, block: np.ndarray) -> None:
+@contextlib.contextmanager
+def faiss_threads(kind: str, threads: int):
+    """faiss's OpenMP threads set for the build (0: left as they are), and given back after."""
+    if kind != "faiss" or not threads:
+        yield
+        return
+    faiss = library(kind)
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(threads)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def add_block(index, kind: str, first: int, block: np.ndarray, threads: int = 0) -> None:
     """Rows first.. of the corpus added, keyed by their row (faiss numbers the vectors in the order added)."""
     if kind == "faiss":
         index.add(block)
@@ -182,10 +205,10 @@ def add_block(index, kind: str, first: int, block: np.ndarray) -> None:
     if alone:
         index.add(keys[:alone], block[:alone], threads=1)
     if alone < len(block):
-        index.add(keys[alone:], block[alone:])
+        index.add(keys[alone:], block[alone:], threads=threads)
 
 
-def write_index(index, kind: str, out: Path, folder: Path, manifest: dict, options: dict) -> dict:
+def write_index(index, kind: str, out: Path, folder: Path, manifest: dict, options: dict, threads: int) -> dict:
     """The library's file under a fresh name, then the record naming it, atomically; older files of this record go."""
     blob = out.with_name(f"{out.stem}.{secrets.token_hex(4)}.{kind}")
     with atomic_path(blob) as tmp:
@@ -194,7 +217,8 @@ def write_index(index, kind: str, out: Path, folder: Path, manifest: dict, optio
         else:
             library(kind).write_index(index, str(tmp))
     record = {"kind": KIND, "version": VERSION, "library": kind, "library_version": library_version(kind),
-              "structure": LIBRARIES[kind][2], "metric": "inner product", "options": options, "file": blob.name,
+              "structure": LIBRARIES[kind][2], "metric": "inner product", "options": options, "threads": threads,
+              "file": blob.name,
               "bytes": blob.stat().st_size, "embeddings": str(folder.resolve()), "model": manifest["model"],
               "dims": manifest["dims"], "precision": manifest["precision"], "rows": manifest["rows"],
               "shards": [shard_record(folder, entry, manifest) for entry in manifest["shards"]],

@@ -22,7 +22,8 @@ def hits(capsys, *words) -> list:
 
 @pytest.mark.parametrize("kind", ["faiss", "usearch"])
 def test_search_with_an_index_gives_the_exact_search_s_hits(folder, kind, capsys):  # noqa: F811
-    assert main(["index", str(folder), "--kind", kind, "--no-progress"]) == 0
+    assert main(["index", str(folder), "--kind", kind, "--no-progress", "--threads", "1"]) == 0
+    assert json.loads((folder / f"index-{kind}.json").read_text())["threads"] == 1
     line = capsys.readouterr().out
     assert line.startswith(f"40 vectors of {folder} -> {folder / f'index-{kind}.json'}: {kind} ")
     exact = hits(capsys, folder, "a good film", "the bad", "--top-k", "5")
