@@ -146,7 +146,7 @@ def test_a_stale_index_is_refused(tmp_path, kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_rebuilt_index_under_another_name(corpus, tmp_path, kind):
     folder, vectors, _ = corpus
-    record = build_index(folder, kind, out=tmp_path / "mine.json", progress=False,
+    record = build_index(folder, kind, out=tmp_path / "mine.json", progress=False, threads=1,
                          options={"nprobe": 60} if kind == "faiss" else {"ef": 200})
     index = approximate(folder, str(tmp_path / "mine.json"))
     assert index.search(vectors[7], top_k=1)[0][0].row == 7
