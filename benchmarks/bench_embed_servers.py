@@ -1,7 +1,8 @@
 """Embedding servers under load on 127.0.0.1: `bertforge serve` (/embed, text-embeddings-inference's route)
 against Infinity (`infinity_emb v2`, torch engine, CPU) and sentence-transformers' `encode` behind a plain FastAPI
 server (written here), all serving the same all-MiniLM-L6-v2 folder with the same thread count; and `bertforge
-serve --int8` (int8 linear layers: other numbers, its cosine to fp32 reported) and `bertforge serve --bf16`
+serve --int8` (int8 linear layers: other numbers, its cosine to fp32 reported), `bertforge serve --workers 2` (two
+batches at once, each on one of the threads) and `bertforge serve --bf16`
 (bf16 matrix products where the CPU has them) beside them; in fp32 on ONNX Runtime, `bertforge serve --backend onnx`
 (over --onnx-model, the export of the same weights) and Infinity's `--engine optimum` (its own export; `pip install
 'infinity-emb[server,torch,optimum]'`).
@@ -40,7 +41,7 @@ from benchmarks.bench_serve import Connection, free_port, percentile, wait_up
 
 CLIENTS = (1, 8, 32, 64)
 SERVERS = ("bertforge", "infinity", "sentence-transformers", "bertforge-int8", "bertforge-bf16",
-           "infinity-bf16", "bertforge-onnx", "infinity-onnx")
+           "infinity-bf16", "bertforge-onnx", "infinity-onnx", "bertforge-w2")
 
 
 def st_server(model: str, port: int, threads: int):
@@ -76,6 +77,8 @@ def start(name: str, args, port: int) -> subprocess.Popen:
                            "--max-input-tokens", "128", "--max-concurrent", "4096", "--int8"],
         "bertforge-bf16": [sys.executable, "-m", "bertforge", "serve", args.model, "--port", str(port),
                            "--max-input-tokens", "128", "--max-concurrent", "4096", "--bf16"],
+        "bertforge-w2": [sys.executable, "-m", "bertforge", "serve", args.model, "--port", str(port),
+                         "--max-input-tokens", "128", "--max-concurrent", "4096", "--workers", "2"],
         "bertforge-onnx": [sys.executable, "-m", "bertforge", "serve", args.onnx_model or args.model, "--port",
                            str(port), "--max-input-tokens", "128", "--max-concurrent", "4096", "--backend", "onnx",
                            "--threads", str(args.threads)],
@@ -212,6 +215,7 @@ def main():
           f"servers {', '.join(args.servers)}", flush=True)
     results = asyncio.run(bench(args, sentences))
     pairs = [(ours, theirs) for ours, theirs in (("bertforge-bf16", "infinity"), ("bertforge-bf16", "infinity-bf16"),
+                                                 ("bertforge-w2", "infinity"),
                                                  ("bertforge-onnx", "infinity"), ("bertforge-onnx", "infinity-onnx"),
                                                  ("bertforge", "infinity")) if {ours, theirs} <= set(args.servers)]
     for per_request in args.per_request:
