@@ -4,7 +4,7 @@ server (written here), all serving the same all-MiniLM-L6-v2 folder with the sam
 serve --int8` (int8 linear layers: other numbers, its cosine to fp32 reported), `bertforge serve --workers 2` (two
 batches at once, each on one of the threads) and `bertforge serve --bf16`
 (bf16 matrix products where the CPU has them) beside them; in fp32 on ONNX Runtime, `bertforge serve --backend onnx`
-(over --onnx-model, the export of the same weights) and Infinity's `--engine optimum` (its own export; `pip install
+(over --onnx-model, the export of the same weights; `bertforge-onnx-w2`: two workers of one thread) and Infinity's `--engine optimum` (its own export; `pip install
 'infinity-emb[server,torch,optimum]'`).
 
 The three servers are started together (idle ones cost no CPU), warmed up, then given 1, 8, 32 and 64
@@ -41,7 +41,7 @@ from benchmarks.bench_serve import Connection, free_port, percentile, wait_up
 
 CLIENTS = (1, 8, 32, 64)
 SERVERS = ("bertforge", "infinity", "sentence-transformers", "bertforge-int8", "bertforge-bf16",
-           "infinity-bf16", "bertforge-onnx", "infinity-onnx", "bertforge-w2")
+           "infinity-bf16", "bertforge-onnx", "infinity-onnx", "bertforge-w2", "bertforge-onnx-w2")
 
 
 def st_server(model: str, port: int, threads: int):
@@ -82,6 +82,9 @@ def start(name: str, args, port: int) -> subprocess.Popen:
         "bertforge-onnx": [sys.executable, "-m", "bertforge", "serve", args.onnx_model or args.model, "--port",
                            str(port), "--max-input-tokens", "128", "--max-concurrent", "4096", "--backend", "onnx",
                            "--threads", str(args.threads)],
+        "bertforge-onnx-w2": [sys.executable, "-m", "bertforge", "serve", args.onnx_model or args.model, "--port",
+                              str(port), "--max-input-tokens", "128", "--max-concurrent", "4096", "--backend", "onnx",
+                              "--threads", "1", "--workers", "2"],
         "infinity-onnx": [args.infinity, "v2", "--model-id", args.model, "--served-model-name", "minilm", "--engine",
                           "optimum", "--device", "cpu", "--port", str(port), "--log-level", "warning",
                           "--no-model-warmup"],
@@ -215,7 +218,7 @@ def main():
           f"servers {', '.join(args.servers)}", flush=True)
     results = asyncio.run(bench(args, sentences))
     pairs = [(ours, theirs) for ours, theirs in (("bertforge-bf16", "infinity"), ("bertforge-bf16", "infinity-bf16"),
-                                                 ("bertforge-w2", "infinity"),
+                                                 ("bertforge-w2", "infinity"), ("bertforge-onnx-w2", "infinity"),
                                                  ("bertforge-onnx", "infinity"), ("bertforge-onnx", "infinity-onnx"),
                                                  ("bertforge", "infinity")) if {ours, theirs} <= set(args.servers)]
     for per_request in args.per_request:
