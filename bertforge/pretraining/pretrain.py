@@ -197,7 +197,7 @@ def pre_train(settings: PretrainSettings) -> dict:
 
     from ..training.train import fit, setup_distributed
 
-    s = completed(settings)
+    s = completed(settings.resumed(check=False))  # checked below, once the data has resolved the run
     if not Path(s.data).is_dir():
         raise BertforgeError(f"--data {s.data}: no such folder; make pre-training data with `bertforge data create`")
     if not (Path(s.data) / "index.json").is_file():

@@ -34,6 +34,7 @@ class JobSettings(TrainArgs):
     job: ClassVar[str]
     fixed: ClassVar[dict]  # what a resumed run must keep (training/resume.py)
     chosen: ClassVar[tuple]  # the settings the job's recipe completes
+    kept: ClassVar[tuple | None] = None  # those a resumed run reads back from its args.json (None: all of them)
     recipe: str = "adaptive"
     command: list[str] | None = None
     arguments: dict | None = None
@@ -79,16 +80,18 @@ class JobSettings(TrainArgs):
                             "eval_every": own["eval_every"] if eval_every is None else eval_every,
                             "extra": self.record()})
 
-    def resumed(self) -> "JobSettings":
+    def resumed(self, check: bool = True) -> "JobSettings":
         """With --resume, these settings completed by the run's args.json (what this call leaves unsaid is what
-        the run began with) and checked against it: a change to what the run is, a one-line error."""
+        the run began with) and checked against it: a change to what the run is, a one-line error (`check`
+        False: the job checks once its data has said what the run is)."""
         path = Path(self.out) / ARGS_FILE
         if not (self.resume and path.is_file()):
             return self
         began = type(self).from_record(read_json(path))
-        unsaid = {k: getattr(began, k) for k in self.chosen if getattr(self, k) is None}
+        unsaid = {k: getattr(began, k) for k in self.kept or self.chosen if getattr(self, k) is None}
         settings = dataclasses.replace(self, **unsaid, chosen_by=began.chosen_by) if unsaid else self
-        check_resume(settings.loop(), settings.fixed)
+        if check:
+            check_resume(settings.loop(), settings.fixed)
         return settings
 
     def given(self) -> dict:
@@ -201,6 +204,8 @@ class PretrainSettings(JobSettings):
     fixed: ClassVar[dict] = PRETRAIN_FIXED
     chosen: ClassVar[tuple] = ("lr", "schedule", "warmup", "batch_size", "bf16", "steps", "objective", "mask_prob",
                                "dropout", "output_bias")
+    # args.json holds the others as the data and the config resolved them, not as given: resolved again
+    kept: ClassVar[tuple] = ("lr", "schedule", "warmup", "batch_size", "bf16", "steps")
     recipe: str = "paper"
     data: str
     config: str = "mini"

@@ -460,3 +460,20 @@ def test_an_mpnet_config_pre_trains_on_data_of_an_mpnet_tokenizer_that_transform
     ours = bertforge.AutoModelForMaskedLM.from_pretrained(final)(input_ids=ids).logits
     theirs = transformers.MPNetForMaskedLM.from_pretrained(final).eval()(input_ids=ids).logits
     assert torch.allclose(ours, theirs, atol=1e-4)
+
+
+def test_a_resumed_run_keeps_what_its_recipe_chose_when_it_began(data_dir, tmp_path, capsys):
+    """What --resume leaves unsaid is the run's own (args.json), not what the recipe would choose now: a run whose
+    recipe chose another rate (on another machine, or in another version) goes on with it."""
+    run = tmp_path / "run"
+    command = cli(data_dir, run, steps=4)[:-2]  # no --lr: the recipe's
+    assert main(["pretrain", *command]) == 0
+    record = json.loads((run / "args.json").read_text())
+    record["lr"] /= 2
+    (run / "args.json").write_text(json.dumps(record))
+    assert main(["pretrain", *cli(data_dir, run, steps=8)[:-2], "--resume"]) == 0
+    capsys.readouterr()
+    resumed = json.loads((run / "args.json").read_text())["resumed"]
+    assert resumed[0]["changed"] == {"steps": 8}
+    rates = {r["step"]: r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
+    assert max(rates[s] for s in range(5, 9)) <= record["lr"]
