@@ -219,8 +219,8 @@ def write_index(index, kind: str, out: Path, folder: Path, manifest: dict, optio
     record = {"kind": KIND, "version": VERSION, "library": kind, "library_version": library_version(kind),
               "structure": LIBRARIES[kind][2], "metric": "inner product", "options": options, "threads": threads,
               "file": blob.name, "bytes": blob.stat().st_size, "embeddings": str(folder.resolve()),
-              "model": manifest["model"],
-              "dims": manifest["dims"], "precision": manifest["precision"], "rows": manifest["rows"],
+              "model": manifest["model"], "dims": manifest["dims"], "precision": manifest["precision"],
+              "rows": manifest["rows"],
               "shards": [shard_record(folder, entry, manifest) for entry in manifest["shards"]],
               "built": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     write_json(out, record, ensure_ascii=False)
