@@ -195,8 +195,9 @@ def faiss_threads(kind: str, threads: int):
         faiss.omp_set_num_threads(before)
 
 
-def add_block(index, kind: str, first: int, block: np.ndarray, threads: int = 0) -> None:
-    """Rows first.. of the corpus added, keyed by their row (faiss numbers the vectors in the order added)."""
+def add_block(index, kind: str, first: int, block: np.ndarray, threads: int) -> None:
+    """Rows first.. of the corpus added, keyed by their row (faiss numbers the vectors in the order added); usearch
+    adds them by `threads` threads (0: every core), its first SERIAL_ROWS by one."""
     if kind == "faiss":
         index.add(block)
         return
